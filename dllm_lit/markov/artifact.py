@@ -1,0 +1,175 @@
+"""Saving and loading chains: dllm_lit's versioned artifact and the paper authors' released files.
+
+dllm_lit artifact (``torch.save`` dict, written atomically)::
+
+    {"format": "dllm_lit.markov_chain", "version": 1, "nbr_idx", "nbr_prob", "eps", "nu",
+     "stationary", "metadata", "sha256"}
+
+``sha256`` covers the tensors and settings, so a damaged or edited file is detected on load.
+
+Paper artifact (paper-reference-code.md Sec. 1): a dict with ``nbr_idx[V,K]``, ``nbr_prob[V,K]``,
+``nu[V]``, ``eps``, ``pi[V]`` (aliases ``pi_stationary``, ``teleport_eps``), optionally ``P`` /
+``P_prime_dense``, ``itos``/``vocab``, ``samples[N,T]`` and ``config``.  Reference-sample packs
+hold ``gt_samples_ids[N,T]``.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dllm_lit.markov.chain import ChainError, MarkovChain
+
+__all__ = ["save_chain", "load_chain", "load_paper_artifact", "load_reference_samples", "ARTIFACT_FORMAT", "ARTIFACT_VERSION"]
+
+ARTIFACT_FORMAT = "dllm_lit.markov_chain"
+ARTIFACT_VERSION = 1
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    h = hashlib.sha256()
+    for key in ("nbr_idx", "nbr_prob", "nu", "stationary"):
+        t = payload[key].contiguous().cpu()
+        h.update(key.encode())
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.numpy().tobytes())
+    h.update(json.dumps({"eps": payload["eps"], "metadata": payload["metadata"], "version": payload["version"]}, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> None:
+    """torch.save to a temporary file in the same folder, then os.replace: no half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            buf = io.BytesIO()
+            torch.save(obj, buf)
+            f.write(buf.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_chain(chain: MarkovChain, path: str | Path) -> None:
+    """Write ``chain`` as a versioned, checksummed artifact (atomic)."""
+    payload: dict[str, Any] = {
+        "format": ARTIFACT_FORMAT,
+        "version": ARTIFACT_VERSION,
+        "nbr_idx": chain.nbr_idx,
+        "nbr_prob": chain.nbr_prob,
+        "eps": chain.eps,
+        "nu": chain.nu,
+        "stationary": chain.stationary,
+        "metadata": json.loads(json.dumps(chain.metadata, default=str)),
+    }
+    payload["sha256"] = _digest(payload)
+    atomic_torch_save(payload, path)
+
+
+def load_chain(path: str | Path) -> MarkovChain:
+    """Load a dllm_lit artifact, verifying format, version and checksum."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"chain artifact not found: {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # corrupt pickle / truncated file
+        raise ChainError(f"cannot read chain artifact {path}: {exc}") from exc
+    if not isinstance(payload, dict) or payload.get("format") != ARTIFACT_FORMAT:
+        raise ChainError(f"{path} is not a dllm_lit chain artifact (format field {payload.get('format') if isinstance(payload, dict) else None!r}); "
+                         "use load_paper_artifact for the paper authors' files")
+    if payload.get("version") != ARTIFACT_VERSION:
+        raise ChainError(f"{path}: artifact version {payload.get('version')!r} is not supported (this library reads version {ARTIFACT_VERSION})")
+    if payload.get("sha256") != _digest(payload):
+        raise ChainError(f"{path}: checksum mismatch, the artifact is damaged or was edited")
+    return MarkovChain(payload["nbr_idx"], payload["nbr_prob"], eps=payload["eps"], nu=payload["nu"],
+                       stationary=payload["stationary"], metadata=payload["metadata"])
+
+
+def _first(d: dict[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if k in d and d[k] is not None:
+            return d[k]
+    return None
+
+
+def load_paper_artifact(path: str | Path, trust_pickle: bool = False) -> tuple[MarkovChain, dict[str, Any]]:
+    """Load a ground-truth ``.pt`` file released with the paper (format in paper-reference-code.md Sec. 1).
+
+    Returns ``(chain, extras)`` where extras may hold ``itos`` (list of token strings), ``samples``
+    (the authors' reference chain samples) and ``config``.  The released ``pi`` came from 500
+    power iterations; it is replaced by a converged stationary law, and a warning reports the
+    L1 gap when it exceeds 1e-6.  ``trust_pickle=True`` allows full unpickling of files that
+    hold non-tensor objects (only for files from a trusted source).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"paper artifact not found: {path}")
+    try:
+        d = torch.load(path, map_location="cpu", weights_only=not trust_pickle)
+    except Exception as exc:
+        hint = "" if trust_pickle else " (if the file is from a trusted source, retry with trust_pickle=True)"
+        raise ChainError(f"cannot read paper artifact {path}: {exc}{hint}") from exc
+    if not isinstance(d, dict):
+        raise ChainError(f"{path}: expected a dict artifact, got {type(d).__name__}")
+    eps = float(_first(d, "eps", "teleport_eps") or 0.0)
+    nbr_idx, nbr_prob = _first(d, "nbr_idx"), _first(d, "nbr_prob")
+    nu = _first(d, "nu", "unigram")
+    meta = {"source": "paper_artifact", "path": str(path)}
+    if isinstance(d.get("config"), dict):
+        meta["paper_config"] = json.loads(json.dumps(d["config"], default=str))
+    if nbr_idx is not None and nbr_prob is not None:
+        nbr_prob = torch.as_tensor(nbr_prob, dtype=torch.float64)
+        nbr_prob = nbr_prob / nbr_prob.sum(1, keepdim=True)  # released in float32: renormalise in float64
+        if nu is not None:
+            nu = torch.as_tensor(nu, dtype=torch.float64)
+            nu = nu / nu.sum()
+        chain = MarkovChain(nbr_idx, nbr_prob, eps=eps, nu=nu, metadata=meta)
+    else:
+        P = _first(d, "P", "P_prime_dense")
+        if P is None:
+            raise ChainError(f"{path}: artifact has neither nbr_idx/nbr_prob nor a dense P / P_prime_dense")
+        P = torch.as_tensor(P, dtype=torch.float64)
+        chain = MarkovChain.from_kernel(P / P.sum(1, keepdim=True), metadata=meta)
+    pi_released = _first(d, "pi", "pi_stationary")
+    if pi_released is not None:
+        gap = (torch.as_tensor(pi_released, dtype=torch.float64) - chain.stationary).abs().sum().item()
+        if gap > 1e-6:
+            warnings.warn(f"{path}: released pi differs from the converged stationary law by {gap:.3g} in L1; using the converged one")
+    extras: dict[str, Any] = {}
+    itos = _first(d, "itos", "vocab")
+    if itos is not None:
+        extras["itos"] = list(itos)
+    samples = _first(d, "samples")
+    if samples is not None:
+        extras["samples"] = torch.as_tensor(samples).long()
+    if "config" in d:
+        extras["config"] = d["config"]
+    return chain, extras
+
+
+def load_reference_samples(path: str | Path, vocab_size: int | None = None) -> torch.Tensor:
+    """Load a reference-sample pack ``{gt_samples_ids[N,T], ...}`` (or a bare LongTensor) as int64 [N, T]."""
+    d = torch.load(Path(path), map_location="cpu", weights_only=True)
+    x = d if isinstance(d, torch.Tensor) else _first(d, "gt_samples_ids", "samples")
+    if x is None:
+        raise ChainError(f"{path}: no gt_samples_ids or samples tensor found")
+    x = torch.as_tensor(x).long()
+    if x.dim() != 2:
+        raise ChainError(f"{path}: reference samples must be [N, T], got {tuple(x.shape)}")
+    if vocab_size is not None and (x.min() < 0 or x.max() >= vocab_size):
+        raise ChainError(f"{path}: reference sample ids must lie in [0, {vocab_size})")
+    return x

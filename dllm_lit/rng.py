@@ -1,0 +1,84 @@
+"""Counter-based random numbers keyed by (seed, sequence index, stream, step, position).
+
+Every random draw in dllm_lit is a pure function of its coordinates:
+
+    u = U(seed, sequence_index, stream, step, position, slot)  in (0, 1)
+
+computed with the SplitMix64 finaliser (Steele, Lea & Flood 2014) applied to the key
+chain.  Nothing depends on how sequences are grouped into batches, on the number of
+processes, or on the device: the same key gives bit-identical uniforms on CPU and CUDA.
+This is what makes "results depend only on (seed, sequence index)" hold by construction.
+
+The uniforms carry 53 random bits and are shifted by half an ulp, so they lie strictly in
+(0, 1): ``log(u)`` and ``1/u`` are always finite.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["Stream", "mix64", "uniform", "sequence_keys", "seed_from_generator"]
+
+_MASK64 = (1 << 64) - 1
+
+
+def _signed(x: int) -> int:
+    """Reinterpret an unsigned 64-bit constant as a signed int64 (torch has no uint64 math)."""
+    x &= _MASK64
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_GOLDEN = _signed(0x9E3779B97F4A7C15)
+_M1 = _signed(0xBF58476D1CE4E5B9)
+_M2 = _signed(0x94D049BB133111EB)
+
+
+class Stream:
+    """Stream identifiers: independent families of draws within one sequence."""
+
+    CHAIN = 1  # exact ancestral sampling of the Markov chain
+    TOKEN = 2  # categorical token draws of a sampler step
+    ORDER = 3  # random keys used to choose which positions to update
+    REMASK = 4  # ReMDM remasking decisions
+    PROMPT = 5  # prompt tokens of conditional samplers
+    BOOTSTRAP = 6
+
+
+def _srl(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's ``>>`` is arithmetic)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
+def mix64(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64 finaliser on int64 tensors (two's-complement wrap-around arithmetic)."""
+    x = x + _GOLDEN
+    x = (x ^ _srl(x, 30)) * _M1
+    x = (x ^ _srl(x, 27)) * _M2
+    return x ^ _srl(x, 31)
+
+
+def _absorb(h: torch.Tensor, v: torch.Tensor | int) -> torch.Tensor:
+    return mix64(h ^ v)
+
+
+def sequence_keys(seed: int, sequence_index: torch.Tensor, stream: int) -> torch.Tensor:
+    """Per-sequence key ``K[b] = mix(mix(mix(seed) ^ index[b]) ^ stream)`` as int64 [B]."""
+    idx = sequence_index.to(torch.int64)
+    h = mix64(torch.full_like(idx, _signed(int(seed))))
+    h = _absorb(h, idx)
+    return _absorb(h, int(stream))
+
+
+def uniform(keys: torch.Tensor, step: int | torch.Tensor, position: torch.Tensor | int, slot: int = 0) -> torch.Tensor:
+    """Float64 uniforms in (0, 1) for ``keys`` (int64, any shape broadcastable with ``position``).
+
+    ``u = (top53(mix(mix(mix(key ^ step) ^ position) ^ slot)) + 0.5) / 2^53``.
+    """
+    h = _absorb(keys, step if isinstance(step, int) else step.to(torch.int64))
+    h = _absorb(h, position if isinstance(position, int) else position.to(torch.int64))
+    h = _absorb(h, int(slot))
+    return (_srl(h, 11).to(torch.float64) + 0.5) * (2.0**-53)
+
+
+def seed_from_generator(generator: torch.Generator | None) -> int:
+    """Draw a 62-bit seed from ``generator`` (or torch's global RNG when None)."""
+    return int(torch.randint(0, 2**62, (1,), generator=generator).item())

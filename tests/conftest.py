@@ -1,0 +1,47 @@
+"""Shared fixtures and exact-law helpers for the test-suite."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from dllm_lit.markov import MarkovChain
+
+
+def chi_square_pvalue(observed: torch.Tensor, expected_probs: torch.Tensor, min_expected: float = 5.0) -> float:
+    """Pearson chi-square goodness-of-fit p-value; outcomes with expected count < min_expected are pooled.
+
+    The survival function of chi2(k) is Q(k/2, x/2), torch.special.gammaincc.
+    """
+    n = observed.sum().double()
+    exp = expected_probs.double() * n
+    obs = observed.double()
+    if (obs[exp == 0] > 0).any():
+        return 0.0  # an outcome of probability zero was observed
+    small = exp < min_expected
+    o = torch.cat([obs[~small], obs[small].sum()[None]]) if small.any() else obs[~small]
+    e = torch.cat([exp[~small], exp[small].sum()[None]]) if small.any() else exp[~small]
+    keep = e > 0
+    o, e = o[keep], e[keep]
+    stat = ((o - e) ** 2 / e).sum()
+    df = max(int(o.numel()) - 1, 1)
+    return float(torch.special.gammaincc(torch.tensor(df / 2.0, dtype=torch.float64), stat / 2.0))
+
+
+def sequence_counts(samples: torch.Tensor, V: int) -> torch.Tensor:
+    """Histogram of sequences over the V^T outcomes (lexicographic index)."""
+    T = samples.shape[1]
+    code = (samples * (V ** torch.arange(T - 1, -1, -1))).sum(1)
+    return torch.bincount(code, minlength=V**T)
+
+
+def all_sequences(V: int, T: int) -> torch.Tensor:
+    return torch.tensor(list(itertools.product(range(V), repeat=T)), dtype=torch.long)
+
+
+@pytest.fixture
+def tiny_chain() -> MarkovChain:
+    """V = 3 chain with one impossible transition, deterministic."""
+    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
+    return MarkovChain.from_kernel(P)
