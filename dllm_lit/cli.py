@@ -13,7 +13,7 @@ import warnings
 from lightning.pytorch.cli import LightningCLI
 
 from dllm_lit.data.datamodule import MarkovDataModule
-from dllm_lit.results.writer import ResultsWriter, StepsProgressBar
+from dllm_lit.results.writer import ResultsWriter
 from dllm_lit.samplers.base import Sampler
 
 __all__ = ["DllmCLI", "main"]
@@ -29,7 +29,7 @@ class DllmCLI(LightningCLI):
             subclass_mode_model=True,
             subclass_mode_data=True,
             trainer_defaults={
-                "callbacks": [ResultsWriter(), StepsProgressBar()],
+                "callbacks": [ResultsWriter()],
                 "logger": False,
                 "enable_checkpointing": False,
                 "enable_model_summary": False,

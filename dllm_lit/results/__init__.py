@@ -1,4 +1,4 @@
 """Results: metric accumulation during predict and the files a run writes."""
-from dllm_lit.results.writer import ResultsWriter, StepsProgressBar, atomic_write_text
+from dllm_lit.results.writer import ResultsWriter, atomic_write_text
 
-__all__ = ["ResultsWriter", "StepsProgressBar", "atomic_write_text"]
+__all__ = ["ResultsWriter", "atomic_write_text"]

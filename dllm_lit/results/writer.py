@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, TQDMProgressBar
+from lightning.pytorch.callbacks import Callback
 
 from dllm_lit.metrics.transition import METRIC_KEYS, TransitionMetrics
 
-__all__ = ["ResultsWriter", "StepsProgressBar", "atomic_write_text"]
+__all__ = ["ResultsWriter", "atomic_write_text"]
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -56,6 +56,13 @@ class ResultsWriter(Callback):
         for sampler, steps in self._order:
             self.metrics[_row_key(sampler, steps)] = TransitionMetrics(chain)
 
+    def on_predict_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Name the row being sampled in the progress bar, e.g. ``mdlm steps=64``."""
+        bar = getattr(trainer.progress_bar_callback, "predict_progress_bar", None)
+        if bar is not None and isinstance(batch, dict):
+            steps = batch.get("steps")
+            bar.set_description(f"{batch.get('sampler', 'predict')} " + ("AR" if steps is None else f"steps={steps}"))
+
     def on_predict_batch_end(self, trainer, pl_module, outputs: dict[str, Any], batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self.metrics[_row_key(outputs["sampler"], outputs["steps"])].update(outputs["samples"])
 
@@ -80,14 +87,3 @@ class ResultsWriter(Callback):
         for r in rows:
             w.writerow({k: ("" if v is None else v) for k, v in r.items()})
         atomic_write_text(out / "metrics.csv", buf.getvalue())
-
-
-class StepsProgressBar(TQDMProgressBar):
-    """Progress bar whose description names the row being sampled, e.g. ``mdlm steps=64``."""
-
-    def on_predict_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        super().on_predict_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
-        steps = batch.get("steps") if isinstance(batch, dict) else None
-        label = f"{batch.get('sampler', 'predict')} " + ("AR" if steps is None else f"steps={steps}")
-        if self.predict_progress_bar is not None:
-            self.predict_progress_bar.set_description(label)
