@@ -1,0 +1,60 @@
+"""MDLM's output law equals the exact law of its algorithm (DP over partially masked states)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import chi_square_pvalue, sequence_counts
+from dllm_lit.denoisers import OracleDenoiser
+from dllm_lit.markov import MarkovChain
+from dllm_lit.samplers import MDLM
+from exact_laws import chain_law, mdlm_law
+
+V, T, N = 3, 4, 20000
+ALPHA = 0.01
+
+
+@pytest.fixture(scope="module")
+def sampler() -> MDLM:
+    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
+    return MDLM(OracleDenoiser(MarkovChain.from_kernel(P)))
+
+
+@pytest.mark.parametrize("steps", [2, 5])
+def test_law_matches_dynamic_programming(sampler: MDLM, steps: int) -> None:
+    law = mdlm_law(sampler.chain, T, steps)
+    x = sampler.sample(N, T, steps, seed=steps)
+    assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
+
+
+def test_two_steps_is_visibly_biased(sampler: MDLM) -> None:
+    """The test has power: exact chain samples are rejected against the 2-step law."""
+    law = mdlm_law(sampler.chain, T, 2)
+    x = sampler.chain.sample(N, T, seed=3)
+    assert chi_square_pvalue(sequence_counts(x, V), law) < ALPHA
+
+
+def test_law_approaches_chain_as_steps_grow(sampler: MDLM) -> None:
+    target = chain_law(sampler.chain, T)
+    tv = [0.5 * (mdlm_law(sampler.chain, T, s) - target).abs().sum().item() for s in (2, 8, 64)]
+    assert tv[0] > tv[1] > tv[2]
+    assert tv[2] < 0.02
+
+
+def test_no_mask_left_and_batch_invariance(sampler: MDLM) -> None:
+    full = sampler.sample(12, 30, steps=7, seed=5)
+    assert full.min() >= 0 and full.max() < V
+    part = sampler.sample(5, 30, steps=7, seed=5, start_index=7)
+    assert torch.equal(full[7:], part)
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    assert torch.equal(sampler.sample(3, 10, 4, g1), sampler.sample(3, 10, 4, g2))
+
+
+def test_bad_settings() -> None:
+    with pytest.raises(ValueError, match="steps"):
+        MDLM(steps=0)
+    with pytest.raises(ValueError, match="steps"):
+        MDLM(steps=[8, -1])
+    s = MDLM()
+    with pytest.raises(ValueError, match="no denoiser"):
+        s.sample(2, 4, 2)
