@@ -76,6 +76,18 @@ class ResultsWriter(Callback):
         if trainer.is_global_zero:
             out = Path(self.output_dir or trainer.default_root_dir)
             self.write(rows, out)
+            self.log_rows(trainer, rows)
+
+    @staticmethod
+    def log_rows(trainer: L.Trainer, rows: list[dict[str, Any]]) -> None:
+        """Send every row to the trainer's loggers (W&B: one metric series per sampler plus a table)."""
+        for logger in trainer.loggers:
+            for r in rows:
+                numeric = {f"{r['sampler']}/{k}": v for k, v in r.items() if isinstance(v, float)}
+                logger.log_metrics(numeric, step=0 if r["steps"] is None else int(r["steps"]))
+            if hasattr(logger, "log_table") and rows:
+                cols = list(rows[0].keys())
+                logger.log_table(key="results", columns=cols, data=[[r[c] for c in cols] for r in rows])
 
     @staticmethod
     def write(rows: list[dict[str, Any]], out: Path) -> None:
