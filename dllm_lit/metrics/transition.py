@@ -22,60 +22,89 @@ from torchmetrics import Metric
 
 from dllm_lit.markov.chain import MarkovChain
 
-__all__ = ["TransitionMetrics", "transition_metrics_from_counts", "transition_counts", "METRIC_KEYS"]
+__all__ = ["TransitionMetrics", "transition_metrics_from_counts", "transition_metrics_from_pairs", "transition_counts", "transition_codes", "METRIC_KEYS"]
 
 METRIC_KEYS = ("nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac")
 
 
 def transition_counts(samples: torch.Tensor, vocab_size: int, weights: torch.Tensor | None = None) -> torch.Tensor:
     """c(i, j) = sum_n weight_n * #{t : x_t = i, x_{t+1} = j} as float64 [V, V] (int64 if unweighted)."""
-    x = samples.long()
-    codes = (x[:, :-1] * vocab_size + x[:, 1:])
+    codes = transition_codes(samples, vocab_size)
     if weights is None:
         return torch.bincount(codes.reshape(-1), minlength=vocab_size * vocab_size).view(vocab_size, vocab_size)
     w = weights.to(torch.float64)[:, None].expand_as(codes)
     return torch.bincount(codes.reshape(-1), weights=w.reshape(-1), minlength=vocab_size * vocab_size).view(vocab_size, vocab_size)
 
 
-def transition_metrics_from_counts(counts: torch.Tensor, kernel: torch.Tensor, stationary: torch.Tensor, support: torch.Tensor) -> dict[str, float]:
-    """The metrics of the module docstring from a count matrix (float64 arithmetic)."""
+def transition_metrics_from_pairs(codes: torch.Tensor, counts: torch.Tensor, chain: MarkovChain) -> dict[str, float]:
+    """The metrics of the module docstring from observed pairs only.
+
+    ``codes`` holds the distinct observed transitions i * V + j and ``counts`` their (possibly
+    fractional, e.g. bootstrap-weighted) counts; pairs with zero count are ignored.  Every metric
+    needs only observed pairs plus O(V) row totals: for TV, sum_j |p_hat - q| over a row equals
+    sum_observed (|p_hat - q| - q) + 1 because each row of q sums to one.  Cost O(#pairs + V).
+    """
+    V = chain.vocab_size
     c = counts.to(torch.float64)
+    keep = c > 0
+    codes, c = codes[keep].long(), c[keep]
     M = c.sum()
-    if M <= 0:
+    if codes.numel() == 0 or M <= 0:
         raise ValueError("no transitions were observed (sequences need length >= 2)")
-    q = kernel.to(torch.float64).clamp_min(1e-30)
-    rows = c.sum(1, keepdim=True)
-    w = rows[:, 0] / M
-    p_hat = torch.where(rows > 0, c / rows.clamp_min(1.0), torch.zeros_like(c))
-    obs = c > 0
-    logq = q.log()
-    nll = -(c * logq).sum() / M
-    log_ratio = torch.where(obs, p_hat.clamp_min(1e-300).log() - logq, torch.zeros_like(c))
-    kl = (c * log_ratio).sum() / M
-    tv_rows = 0.5 * (p_hat - kernel.to(torch.float64)).abs().sum(1)
-    tv = (w * tv_rows).sum()
-    ent = -(c * torch.where(obs, p_hat.clamp_min(1e-300).log(), torch.zeros_like(c))).sum() / M
-    other = (c * (~support).to(c.dtype)).sum() / M
-    support_frac = obs.sum().to(torch.float64) / M
-    unigram_l1 = (w - stationary.to(torch.float64)).abs().sum()
+    i, j = codes // V, codes % V
+    row_tot = torch.zeros(V, dtype=torch.float64).index_add_(0, i, c)
+    p_hat = c / row_tot[i]
+    q = chain.kernel[i, j]
+    logq = q.clamp_min(1e-30).log()
+    logp = p_hat.log()
+    w_pair = row_tot[i] / M
+    support = chain.topk_support()[i, j]
+    w = row_tot / M
     return {
-        "nll": nll.item(), "kl": kl.item(), "tv": tv.item(), "entropy": ent.item(),
-        "unigram_l1": unigram_l1.item(), "other_mass": other.item(), "support_frac": support_frac.item(),
+        "nll": (-(c * logq).sum() / M).item(),
+        "kl": ((c * (logp - logq)).sum() / M).item(),
+        "tv": (0.5 * (1.0 + (w_pair * ((p_hat - q).abs() - q)).sum())).item(),
+        "entropy": (-(c * logp).sum() / M).item(),
+        "unigram_l1": (w - chain.stationary).abs().sum().item(),
+        "other_mass": ((c * (~support).to(c.dtype)).sum() / M).item(),
+        "support_frac": (codes.numel() / M).item(),
     }
 
 
+def transition_metrics_from_counts(counts: torch.Tensor, chain: MarkovChain) -> dict[str, float]:
+    """The metrics from a dense count matrix c [V, V]."""
+    flat = counts.reshape(-1)
+    codes = flat.nonzero().squeeze(1)
+    return transition_metrics_from_pairs(codes, flat[codes], chain)
+
+
+def transition_codes(samples: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Transition codes x_t * V + x_{t+1} as int64 [N, T - 1]."""
+    x = samples.long()
+    return x[:, :-1] * vocab_size + x[:, 1:]
+
+
 class TransitionMetrics(Metric):
-    """torchmetrics wrapper: ``update(samples[N, T])`` accumulates counts; ``compute()`` returns a dict."""
+    """torchmetrics wrapper: ``update(samples[N, T])`` accumulates transitions; ``compute()`` returns a dict.
+
+    State: for V <= ``dense_max_vocab`` a dense int64 [V, V] count matrix summed across processes
+    (8 V^2 bytes); above it, the transition codes themselves (8 N_local (T - 1) bytes, gathered
+    across processes), so memory never exceeds min(8 V^2, 8 N (T - 1)) bytes per row.
+    """
 
     full_state_update = False
     higher_is_better = False
     is_differentiable = False
 
-    def __init__(self, chain: MarkovChain, **kwargs) -> None:
+    def __init__(self, chain: MarkovChain, dense_max_vocab: int = 1024, **kwargs) -> None:
         super().__init__(**kwargs)
         self.chain = chain
         V = chain.vocab_size
-        self.add_state("counts", default=torch.zeros(V, V, dtype=torch.int64), dist_reduce_fx="sum")
+        self.dense = V <= dense_max_vocab
+        if self.dense:
+            self.add_state("counts", default=torch.zeros(V, V, dtype=torch.int64), dist_reduce_fx="sum")
+        else:
+            self.add_state("codes", default=[], dist_reduce_fx="cat")
 
     def update(self, samples: torch.Tensor) -> None:
         if samples.dim() != 2 or samples.shape[1] < 2:
@@ -84,8 +113,14 @@ class TransitionMetrics(Metric):
         V = self.chain.vocab_size
         if x.numel() and (x.min() < 0 or x.max() >= V):
             raise ValueError(f"samples must hold token ids in [0, V={V}) with no MASK left")
-        self.counts += transition_counts(x, V).to(self.counts.device)
+        if self.dense:
+            self.counts += transition_counts(x, V).to(self.counts.device)
+        else:
+            self.codes.append(transition_codes(x, V).reshape(-1))
 
     def compute(self) -> dict[str, float]:
-        ch = self.chain
-        return transition_metrics_from_counts(self.counts.cpu(), ch.kernel, ch.stationary, ch.topk_support())
+        if self.dense:
+            return transition_metrics_from_counts(self.counts.cpu(), self.chain)
+        codes = self.codes if isinstance(self.codes, torch.Tensor) else (torch.cat(self.codes) if self.codes else torch.zeros(0, dtype=torch.long))
+        uniq, cnt = torch.unique(codes.cpu(), return_counts=True)
+        return transition_metrics_from_pairs(uniq, cnt, self.chain)

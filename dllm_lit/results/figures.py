@@ -1,0 +1,79 @@
+"""Paper-style figures: a metric against the number of sampling steps, one line per sampler.
+
+Steps are on a log2 axis (8, 16, ..., 1024), the AR baseline (exact chain samples) is a dashed
+horizontal line, and bootstrap intervals (``<key>_ci``), when present, are drawn as bands - the
+layout of the paper's Fig. 2-4.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+__all__ = ["plot_metric", "write_figures", "FIGURE_KEYS", "LABELS"]
+
+FIGURE_KEYS = ("kl", "nll", "entropy", "div3")
+LABELS = {
+    "kl": "transition KL (nats)", "nll": "NLL per token (nats)", "entropy": "transition entropy (nats)",
+    "div3": "3-gram diversity", "tv": "transition TV", "unigram_l1": "unigram L1", "div2": "2-gram diversity",
+    "dup_rate": "duplication rate", "other_mass": "other-mass rate", "support_frac": "support fraction",
+    "genppl": "GenPPL", "mauve": "MAUVE",
+}
+
+
+def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | None = None) -> Path:
+    """Plot ``key`` against steps for every sampler in ``rows``; AR rows (steps None) dashed. Atomic write."""
+    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    ar = [r for r in rows if r.get("steps") is None and r.get(key) is not None]
+    for r in rows:
+        if r.get("steps") is not None and r.get(key) is not None:
+            series[r["sampler"]].append(r)
+    fig, ax = plt.subplots(figsize=(5.0, 3.6), dpi=120)
+    for name, rs in sorted(series.items()):
+        rs = sorted(rs, key=lambda r: r["steps"])
+        xs = [r["steps"] for r in rs]
+        ys = [r[key] for r in rs]
+        (line,) = ax.plot(xs, ys, marker="o", ms=3, label=name)
+        cis = [r.get(f"{key}_ci") for r in rs]
+        if all(ci is not None for ci in cis):
+            ax.fill_between(xs, [c[0] for c in cis], [c[1] for c in cis], color=line.get_color(), alpha=0.2, lw=0)
+    for r in ar[:1]:
+        ax.axhline(r[key], color="black", ls="--", lw=1, label="AR (exact)")
+        ci = r.get(f"{key}_ci")
+        if ci is not None:
+            ax.axhspan(ci[0], ci[1], color="black", alpha=0.08, lw=0)
+    if any(series.values()):
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel("sampling steps")
+    ax.set_ylabel(LABELS.get(key, key))
+    ax.set_title(title or LABELS.get(key, key))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def write_figures(rows: list[dict[str, Any]], out_dir: Path, keys: tuple[str, ...] = FIGURE_KEYS) -> list[Path]:
+    """One PNG per metric key present in ``rows``: ``<out_dir>/figures/<key>_vs_steps.png``."""
+    paths = []
+    for key in keys:
+        if any(r.get(key) is not None for r in rows):
+            paths.append(plot_metric(rows, key, Path(out_dir) / "figures" / f"{key}_vs_steps.png"))
+    return paths
