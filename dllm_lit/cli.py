@@ -20,7 +20,10 @@ __all__ = ["DllmCLI", "main"]
 
 
 class DllmCLI(LightningCLI):
-    """LightningCLI with dllm_lit's defaults: results writer, labelled progress bar, no checkpoints."""
+    """LightningCLI with dllm_lit's defaults: a ``results`` group (ResultsWriter), no checkpoints, no logger."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_lightning_class_args(ResultsWriter, "results")
 
     def __init__(self, args=None, run: bool = True) -> None:
         super().__init__(
@@ -29,7 +32,6 @@ class DllmCLI(LightningCLI):
             subclass_mode_model=True,
             subclass_mode_data=True,
             trainer_defaults={
-                "callbacks": [ResultsWriter()],
                 "logger": False,
                 "enable_checkpointing": False,
                 "enable_model_summary": False,

@@ -13,7 +13,8 @@ from dllm_lit.metrics import TransitionMetrics
 from dllm_lit.results import ResultsWriter
 from dllm_lit.samplers import MDLM
 
-KEYS = {"sampler", "steps", "seed", "nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac"}
+METRICS = {"nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac", "div2", "div3", "dup_rate"}
+KEYS = {"sampler", "steps", "seed"} | METRICS | {f"{k}_ci" for k in METRICS}
 
 
 def test_cli_predict_writes_metrics(tmp_path) -> None:
@@ -26,11 +27,21 @@ def test_cli_predict_writes_metrics(tmp_path) -> None:
     assert [(r["sampler"], r["steps"]) for r in rows] == [("ar", None), ("mdlm", 4), ("mdlm", 16)]
     for r in rows:
         assert set(r) == KEYS and r["seed"] == 7
-        assert all(isinstance(r[k], float) and r[k] == r[k] for k in KEYS - {"sampler", "steps", "seed"})
+        assert all(isinstance(r[k], float) and r[k] == r[k] for k in METRICS)
+        for k in METRICS - {"dup_rate"}:
+            lo, hi = r[f"{k}_ci"]
+            assert 0 <= lo <= hi
+        assert r["dup_rate_ci"] is None
     assert rows[1]["kl"] > rows[2]["kl"]  # fewer steps, larger sampler error
     with open(tmp_path / "metrics.csv") as f:
         csv_rows = list(csv.DictReader(f))
-    assert len(csv_rows) == 3 and csv_rows[0]["steps"] == ""
+    assert len(csv_rows) == 3 and csv_rows[0]["steps"] == "" and float(csv_rows[1]["kl_ci_high"]) >= float(csv_rows[1]["kl_ci_low"])
+    saved = torch.load(tmp_path / "samples.pt", weights_only=True)
+    assert saved["format"] == "dllm_lit.samples" and [r["steps"] for r in saved["rows"]] == [None, 4, 16]
+    assert saved["rows"][1]["samples"].shape == (24, 40) and saved["rows"][1]["samples"].dtype == torch.uint8
+    assert "=== mdlm steps=4 ===" in (tmp_path / "samples.txt").read_text()
+    for key in ("kl", "nll", "entropy", "div3"):
+        assert (tmp_path / "figures" / f"{key}_vs_steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_predict_independent_of_chunking(tmp_path) -> None:
@@ -38,7 +49,7 @@ def test_predict_independent_of_chunking(tmp_path) -> None:
     results = []
     for chunk in (5, 13):
         dm = MarkovDataModule(num_sequences=26, seq_len=30, chunk_size=chunk, seed=11)
-        writer = ResultsWriter(output_dir=str(tmp_path / f"c{chunk}"))
+        writer = ResultsWriter(output_dir=str(tmp_path / f"c{chunk}"), bootstrap_resamples=20, figures=False)
         trainer = L.Trainer(callbacks=[writer], logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
         trainer.predict(MDLM(steps=[3, 9]), datamodule=dm, return_predictions=False)
         results.append(writer.rows)

@@ -98,10 +98,15 @@ class MarkovDataModule(L.LightningDataModule):
         return self.source.decoder()
 
     def reference_samples(self, num_sequences: int | None = None, seq_len: int | None = None) -> torch.Tensor:
-        """Exact chain samples [N, T] for the same (seed, index) keys as the AR baseline."""
+        """Exact chain samples [N, T] used as the reference set (e.g. for MAUVE).
+
+        They are sequences ``num_sequences .. num_sequences + N - 1`` of the run's seed, so they
+        are independent of the AR baseline row (sequences ``0 .. num_sequences - 1``).
+        """
         if self.chain is None:
             self.setup()
-        return self.chain.sample(num_sequences or self.num_sequences, seq_len or self.seq_len, seed=self.seed)
+        n = num_sequences or self.num_sequences
+        return self.chain.sample(n, seq_len or self.seq_len, seed=self.seed, start_index=self.num_sequences)
 
     def predict_dataloader(self) -> DataLoader:
         model = self.trainer.lightning_module if self.trainer is not None else None

@@ -122,6 +122,7 @@ class MarkovChain:
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.stationary_tol = float(stationary_tol)
         self._kernel: torch.Tensor | None = None
+        self._support: torch.Tensor | None = None
         self._topk_sparse_t: torch.Tensor | None = None
         self._stationary: torch.Tensor | None = None
         if stationary is not None:
@@ -161,10 +162,12 @@ class MarkovChain:
 
     def topk_support(self) -> torch.Tensor:
         """Bool [V, V]: True where j is in the top-K list S_i of state i (entries with positive P_topK)."""
-        V = self.vocab_size
-        S = torch.zeros(V, V, dtype=torch.bool)
-        S.scatter_(1, self.nbr_idx, self.nbr_prob > 0)
-        return S
+        if self._support is None:
+            V = self.vocab_size
+            S = torch.zeros(V, V, dtype=torch.bool)
+            S.scatter_(1, self.nbr_idx, self.nbr_prob > 0)
+            self._support = S
+        return self._support
 
     def _sparse_topk_transposed(self) -> torch.Tensor:
         if self._topk_sparse_t is None:
