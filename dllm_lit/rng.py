@@ -5,7 +5,7 @@ Every random draw in dllm_lit is a pure function of its coordinates:
     u = U(seed, sequence_index, stream, step, position, slot)  in (0, 1)
 
 computed with the SplitMix64 finaliser (Steele, Lea & Flood 2014) applied to the key
-chain.  Nothing depends on how sequences are grouped into batches, on the number of
+chain (a bijection of 64-bit words, so distinct (position, slot) under one key never collide).  Nothing depends on how sequences are grouped into batches, on the number of
 processes, or on the device: the same key gives bit-identical uniforms on CPU and CUDA.
 This is what makes "results depend only on (seed, sequence index)" hold by construction.
 
@@ -71,12 +71,16 @@ def sequence_keys(seed: int, sequence_index: torch.Tensor, stream: int) -> torch
 def uniform(keys: torch.Tensor, step: int | torch.Tensor, position: torch.Tensor | int, slot: int = 0) -> torch.Tensor:
     """Float64 uniforms in (0, 1) for ``keys`` (int64, any shape broadcastable with ``position``).
 
-    ``u = (top53(mix(mix(mix(key ^ step) ^ position) ^ slot)) + 0.5) / 2^53``.
+    ``u = (top53(mix(mix(key ^ step) ^ (position * 16 + slot))) + 0.5) / 2^53`` with ``0 <= slot < 16``.
+    The inner hash depends only on (key, step), so for a [B, 1] key column and a [1, T] position
+    row it costs O(B) and every element costs one SplitMix64 finaliser.
     """
+    if not 0 <= int(slot) < 16:
+        raise ValueError(f"slot must lie in [0, 16), got {slot}")
     h = _absorb(keys, step if isinstance(step, int) else step.to(torch.int64))
-    h = _absorb(h, position if isinstance(position, int) else position.to(torch.int64))
-    h = _absorb(h, int(slot))
-    return (_srl(h, 11).to(torch.float64) + 0.5) * (2.0**-53)
+    pos = position * 16 + int(slot) if isinstance(position, int) else position.to(torch.int64) * 16 + int(slot)
+    x = _absorb(h, pos)
+    return (_srl(x, 11).to(torch.float64) + 0.5) * (2.0**-53)
 
 
 def seed_from_generator(generator: torch.Generator | None) -> int:

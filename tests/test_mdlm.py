@@ -55,6 +55,46 @@ def test_bad_settings() -> None:
         MDLM(steps=0)
     with pytest.raises(ValueError, match="steps"):
         MDLM(steps=[8, -1])
+    with pytest.raises(ValueError, match="decoding"):
+        MDLM(decoding="fast")
     s = MDLM()
     with pytest.raises(ValueError, match="no denoiser"):
         s.sample(2, 4, 2)
+
+
+@pytest.mark.parametrize("steps", [2, 5])
+def test_stepwise_law_matches_dynamic_programming(sampler: MDLM, steps: int) -> None:
+    stepwise = MDLM(sampler.denoiser, decoding="stepwise")
+    law = mdlm_law(sampler.chain, T, steps)
+    x = stepwise.sample(N, T, steps, seed=steps)
+    assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
+
+
+def test_ordered_fast_path_equals_generic_path(sampler: MDLM) -> None:
+    """The neighbour-based O(kV) query gives the same draws as querying probs_at on the full state."""
+
+    class Generic(torch.nn.Module):  # the oracle seen only through the generic Denoiser interface
+        def __init__(self, oracle):
+            super().__init__()
+            self.oracle, self.vocab_size, self.mask_id = oracle, oracle.vocab_size, oracle.mask_id
+
+        def probs_at(self, z, b, p):
+            return self.oracle.probs_at(z, b, p)
+
+    fast = sampler.sample(50, 64, steps=9, seed=4)
+    slow = MDLM(Generic(sampler.denoiser)).sample(50, 64, steps=9, seed=4)
+    assert torch.equal(fast, slow)
+
+
+def test_previous_and_next_smaller() -> None:
+    from dllm_lit.samplers.ordered_decoding import next_smaller, previous_smaller
+
+    g = torch.Generator().manual_seed(0)
+    s = torch.randint(-1, 6, (30, 37), generator=g)
+    prev, nxt = previous_smaller(s), next_smaller(s)
+    for b in range(30):
+        for i in range(37):
+            left = [a for a in range(i) if s[b, a] < s[b, i]]
+            right = [c for c in range(i + 1, 37) if s[b, c] < s[b, i]]
+            assert prev[b, i] == (left[-1] if left else -1)
+            assert nxt[b, i] == (right[0] if right else 37)

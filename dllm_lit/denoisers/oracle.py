@@ -38,14 +38,19 @@ __all__ = ["OracleDenoiser", "nearest_revealed"]
 
 
 def nearest_revealed(z: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices of the nearest revealed position strictly left (-1 if none) and right (T if none)."""
+    """Indices (int32) of the nearest revealed position strictly left (-1 if none) and right (T if none).
+
+    Two scans over [B, T]: a running max of revealed indices from the left and a running min from
+    the right, each shifted by one position.
+    """
     B, T = z.shape
-    pos = torch.arange(T, device=z.device).expand(B, T)
+    pos = torch.arange(T, device=z.device, dtype=torch.int32).expand(B, T)
     revealed = z != mask_id
-    left_incl = torch.where(revealed, pos, -1).cummax(dim=1).values
-    right_incl = torch.where(revealed, pos, T).flip(1).cummin(dim=1).values.flip(1)
-    left = torch.cat([torch.full((B, 1), -1, dtype=pos.dtype, device=z.device), left_incl[:, :-1]], dim=1)
-    right = torch.cat([right_incl[:, 1:], torch.full((B, 1), T, dtype=pos.dtype, device=z.device)], dim=1)
+    left = torch.full((B, T), -1, dtype=torch.int32, device=z.device)
+    right = torch.full((B, T), T, dtype=torch.int32, device=z.device)
+    if T > 1:
+        left[:, 1:] = torch.where(revealed[:, :-1], pos[:, :-1], -1).cummax(dim=1).values
+        right[:, :-1] = torch.where(revealed[:, 1:], pos[:, 1:], T).flip(1).cummin(dim=1).values.flip(1)
     return left, right
 
 
@@ -106,38 +111,38 @@ class OracleDenoiser(Denoiser):
         self.eval()
 
     # ------------------------------------------------------------------ core query
-    def _factors(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor, left: torch.Tensor, right: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        V, D = self.vocab_size, self.depth
-        T = z.shape[1]
-        a = left[b, p]
-        c = right[b, p]
-        has_left = a >= 0
-        has_right = c < T
-        x_a = z[b, a.clamp(min=0)]
-        x_c = z[b, c.clamp(max=T - 1)]
-        d1 = (p - a)
-        d2 = (c - p)
-        if not self.certified:
-            return self._factors_exact(has_left, has_right, x_a, x_c, d1, d2)
-        r_idx = torch.where(has_left, (d1.clamp(max=D) - 1) * V + x_a, D * V)
-        c_idx = torch.where(has_right, (d2.clamp(max=D) - 1) * V + x_c, D * V)
-        return self.row_table[r_idx], self.col_table[c_idx]
+    def probs_given_neighbours(self, x_left: torch.Tensor, d_left: torch.Tensor, x_right: torch.Tensor, d_right: torch.Tensor) -> torch.Tensor:
+        """gamma(v) proportional to P'^(d_left)(x_left, v) P'^(d_right)(v, x_right), rows summing to one: [n, V].
 
-    def _factors_exact(self, has_left, has_right, x_a, x_c, d1, d2):
-        """Uncertified cache: distances beyond D by repeated multiplication (exact, slower)."""
+        ``d_left <= 0`` means no revealed token on the left (factor pi), ``d_right <= 0`` none on
+        the right (factor 1).  If the product vanishes (unreachable right neighbour) the left
+        factor alone is returned, normalised.  Cost O(n V).
+        """
+        has_left, has_right = d_left > 0, d_right > 0
+        x_left, x_right = x_left.long(), x_right.long()
+        d_left, d_right = d_left.long(), d_right.long()
         V, D = self.vocab_size, self.depth
-        r_idx = torch.where(has_left, (d1.clamp(max=D) - 1) * V + x_a, D * V)
-        c_idx = torch.where(has_right, (d2.clamp(max=D) - 1) * V + x_c, D * V)
-        left_f = self.row_table[r_idx].clone()
-        right_f = self.col_table[c_idx].clone()
-        for vec, dist, has in ((left_f, d1, has_left), (right_f, d2, has_right)):
+        r_idx = torch.where(has_left, (d_left.clamp(min=1, max=D) - 1) * V + x_left.clamp(0, V - 1), D * V)
+        c_idx = torch.where(has_right, (d_right.clamp(min=1, max=D) - 1) * V + x_right.clamp(0, V - 1), D * V)
+        lf, rf = self.row_table[r_idx], self.col_table[c_idx]
+        if not self.certified:
+            lf, rf = self._beyond_cache(lf, rf, has_left, has_right, d_left, d_right)
+        g = lf * rf
+        s = g.sum(-1, keepdim=True)
+        return torch.where(s > 0, g / s.clamp_min(torch.finfo(g.dtype).tiny), lf / lf.sum(-1, keepdim=True))
+
+    def _beyond_cache(self, left_f, right_f, has_left, has_right, d1, d2):
+        """Uncertified cache: distances beyond D by repeated multiplication with cached powers (exact, slower)."""
+        D = self.depth
+        left_f, right_f = left_f.clone(), right_f.clone()
+        for vec, dist, has, is_left in ((left_f, d1, has_left, True), (right_f, d2, has_right, False)):
             rem = torch.where(has, dist - D, 0).clamp(min=0)
             while bool((rem > 0).any()):
                 step = rem.clamp(max=D)
                 for s in torch.unique(step[step > 0]).tolist():
                     sel = (step == s).nonzero().squeeze(1)
                     mat = self.powers[s - 1]
-                    vec[sel] = vec[sel] @ (mat if vec is left_f else mat.T)
+                    vec[sel] = vec[sel] @ (mat if is_left else mat.T)
                 rem = rem - step
         return left_f, right_f
 
@@ -150,12 +155,12 @@ class OracleDenoiser(Denoiser):
         check_tokens(z, self.vocab_size)
         b = batch_index.long()
         p = position_index.long()
+        T = z.shape[1]
         left, right = neighbours if neighbours is not None else nearest_revealed(z, self.mask_id)
-        lf, rf = self._factors(z, b, p, left, right)
-        g = lf * rf
-        s = g.sum(-1, keepdim=True)
-        ls = lf.sum(-1, keepdim=True)
-        post = torch.where(s > 0, g / s.clamp_min(torch.finfo(g.dtype).tiny), lf / ls)
+        a, c = left[b, p].long(), right[b, p].long()
+        d1 = torch.where(a >= 0, p - a, 0)
+        d2 = torch.where(c < T, c - p, 0)
+        post = self.probs_given_neighbours(z[b, a.clamp(min=0)], d1, z[b, c.clamp(max=T - 1)], d2)
         tok = z[b, p]
         revealed = tok != self.mask_id
         onehot = torch.nn.functional.one_hot(tok.clamp(max=self.vocab_size - 1), self.vocab_size).to(post.dtype)

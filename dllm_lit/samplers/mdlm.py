@@ -8,9 +8,12 @@ linear move chance (alpha_t = 1 - t), at a masked position
 and unmasked positions are carried over.  After the last step every remaining MASK is filled
 with argmax_v p(x0 = v | z) (``noise_removal``), all at once.
 
-Because the stay-masked probability s/t does not depend on the denoiser, the step first
-decides which positions unmask (one uniform each) and queries the denoiser only there:
-O(k V) for k unmasked positions, the same law as drawing from the (V+1)-way categorical.
+Because the stay-masked probability s/t does not depend on the denoiser, a masked position's
+unmasking step is an independent draw with P(step j) = t_j - t_{j+1} and P(final fill) = t_min
+(see :mod:`dllm_lit.samplers.ordered_decoding`).  ``decoding="ordered"`` (default) draws it once
+per position and decodes with O(k V) work per step; ``decoding="stepwise"`` follows upstream's
+loop literally (a fresh coin per masked position per step, O(B T) per step).  Both have the same
+law (tested against the exact DP law).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import torch
 
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.ordered_decoding import decode_in_order
 
 __all__ = ["MDLM", "time_grid"]
 
@@ -32,7 +36,33 @@ class MDLM(Sampler):
 
     sampler_name = "mdlm"
 
+    def __init__(self, denoiser=None, steps: int | list[int] = 128, ar_baseline: bool = True, decoding: str = "ordered") -> None:
+        """``decoding``: "ordered" (precomputed unmasking steps, O(k V) per step) or "stepwise" (upstream's loop)."""
+        super().__init__(denoiser=denoiser, steps=steps, ar_baseline=ar_baseline)
+        if decoding not in ("ordered", "stepwise"):
+            raise ValueError(f"decoding must be 'ordered' or 'stepwise', got {decoding!r}")
+        self.decoding = decoding
+
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        if self.decoding == "ordered":
+            return self._generate_ordered(indices, seq_len, steps, seed)
+        return self._generate_stepwise(indices, seq_len, steps, seed)
+
+    def _generate_ordered(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        den = self.denoiser
+        B, T, M = indices.numel(), seq_len, self.mask_id
+        uni = StepUniforms(seed, indices, steps)
+        ts = time_grid(steps).to(indices.device)
+        cdf = 1.0 - ts[1:]  # P(decode step <= j) = 1 - t_{j+1}; beyond: the final fill (prob t_min)
+        decode_step = torch.searchsorted(cdf, uni.grid(0, T, slot=2), right=True)
+
+        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+            return probs.argmax(-1) if j == steps else categorical(probs, uni.at(j, b, p, slot=1))
+
+        z = torch.full((B, T), M, dtype=torch.long, device=indices.device)
+        return decode_in_order(den, z, decode_step, steps, draw)
+
+    def _generate_stepwise(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         den = self.denoiser
         B, T, M = indices.numel(), seq_len, self.mask_id
         z = torch.full((B, T), M, dtype=torch.long, device=indices.device)
