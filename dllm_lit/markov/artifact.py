@@ -117,7 +117,7 @@ def load_paper_artifact(path: str | Path, trust_pickle: bool = False) -> tuple[M
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"paper artifact not found: {path}")
+        raise FileNotFoundError(f"paper artifact not found: {path} (set --data.source.init_args.path to the authors' .pt file)")
     try:
         d = torch.load(path, map_location="cpu", weights_only=not trust_pickle)
     except Exception as exc:
