@@ -273,23 +273,19 @@ class MarkovChain:
         N, T = int(num_sequences), int(length)
         idx = torch.arange(start_index, start_index + N, device=device)
         keys = rng.sequence_keys(seed, idx, rng.Stream.CHAIN)
+        u = rng.uniform(keys[:, None], 0, torch.arange(T, device=device)[None, :])  # [N, T]
         nbr_idx = self.nbr_idx.to(device)
         row_cdf = self.nbr_prob.to(device).cumsum(1)
-        nu_cdf = self.nu.to(device).cumsum(0)
-        pi_cdf = self.stationary.to(device).cumsum(0)
+        # the teleport branch and x_0 do not depend on the previous token: draw them for all t at once
+        tele = u < self.eps
+        tok_tele = _inverse_cdf_1d(self.nu.to(device).cumsum(0), (u / self.eps) if self.eps > 0 else u)
+        u_row = ((u - self.eps) / (1.0 - self.eps)).clamp(0.0, 1.0)
         out = torch.empty(N, T, dtype=torch.int64, device=device)
-        u = rng.uniform(keys, 0, 0)
-        out[:, 0] = _inverse_cdf(pi_cdf.expand(N, -1), u)
+        out[:, 0] = _inverse_cdf_1d(self.stationary.to(device).cumsum(0), u[:, 0])
         for t in range(1, T):
-            u = rng.uniform(keys, 0, t)
             prev = out[:, t - 1]
-            tele = u < self.eps
-            u_tele = (u / self.eps) if self.eps > 0 else u
-            u_row = ((u - self.eps) / (1.0 - self.eps)).clamp(0.0, 1.0)
-            k = _inverse_cdf(row_cdf[prev], u_row)
-            tok_row = nbr_idx[prev, k]
-            tok_tele = _inverse_cdf(nu_cdf.expand(N, -1), u_tele)
-            out[:, t] = torch.where(tele, tok_tele, tok_row)
+            k = _inverse_cdf(row_cdf[prev], u_row[:, t])
+            out[:, t] = torch.where(tele[:, t], tok_tele[:, t], nbr_idx[prev, k])
         return out
 
     # ------------------------------------------------------------------ constructors
@@ -385,6 +381,12 @@ class MarkovChain:
 
     def __repr__(self) -> str:
         return f"MarkovChain(V={self.vocab_size}, K={self.top_k}, eps={self.eps:g}, source={self.metadata.get('source', '?')!r})"
+
+
+def _inverse_cdf_1d(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse CDF of one distribution (cdf [V]) at many uniforms (any shape)."""
+    k = torch.searchsorted(cdf, (u.to(cdf.dtype) * cdf[-1]).contiguous(), right=True)
+    return k.clamp_(max=cdf.shape[0] - 1)
 
 
 def _inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
