@@ -1,0 +1,233 @@
+"""ReMDM remasking samplers (cap, rescale, conf, loop), upstream-samplers.md Sec. 2.
+
+Schedule.  Upstream ReMDM (and the paper's runs) use the *linear* schedule alpha_t = 1 - t on
+the grid ``t_j = linspace(1, t_min, steps + 1)`` (t_min = 1e-5), s = t_{j+1}; ``schedule`` only
+accepts ``"linear"``.  Internally everything is written with the move chance m = 1 - alpha
+(m_t = t for the linear schedule), which keeps the sigma = 0 kernel bit-identical to MDLM's.
+
+Generic kernel (ReMDM Eq. 6) with remasking probability sigma:
+
+    unmasked position:  keep w.p. 1 - sigma, remask w.p. sigma (a token never switches);
+    masked position:    P(v)    = p_v (alpha_s - (1 - sigma) alpha_t) / (1 - alpha_t)
+                                = p_v (m_t - m_s + sigma alpha_t) / m_t,
+                        P(MASK) = (1 - alpha_s - sigma alpha_t) / (1 - alpha_t)
+                                = (m_s - sigma alpha_t) / m_t,
+
+valid for 0 <= sigma <= sigma_max = min(1, (1 - alpha_s) / alpha_t).  p = p(x0 | z_t) after
+nucleus filtering (``top_p``, :mod:`dllm_lit.samplers.nucleus`) at every decoded position.
+
+Variants (``variant``):
+
+* ``cap``:     sigma = min(eta, sigma_max)            (upstream default eta = 0.008)
+* ``rescale``: sigma = eta * sigma_max                (upstream default eta = 0.015)
+* ``conf``:    per-position sigma_i = eta_i * sigma_max, eta_i = softmax_i(conf) over the
+  UNMASKED positions of the sequence (0 at masked positions, which therefore follow the MDLM
+  kernel).  conf_i = -psi_i, psi_i = the nucleus-filtered probability of the token drawn at i,
+  frozen at decode time; remasked positions get conf = -inf.  Low-confidence tokens are thus
+  remasked more often; expected remasks per step = sigma_max.  Upstream has no eta for conf;
+  the optional ``eta_cap`` replaces sigma_max by min(eta_cap, sigma_max) (ReMDM paper's
+  conf-with-cap combination; default None = upstream).  Upstream computes the softmax in
+  bfloat16; here it is float64 (a deliberate precision fix).
+* ``loop`` (t_on, t_off, alpha_on, eta; upstream 0.55, 0.05, 0.9, 0.02):
+  t > t_on: MDLM step on alpha(t) = (1 - t) alpha_on / (1 - t_on);
+  t_off < t <= t_on: generic kernel with alpha_t = alpha_s = alpha_on and
+  sigma = min(eta, sigma_max) (= eta whenever eta <= (1 - alpha_on)/alpha_on, e.g. the paper's
+  settings; the cap is the paper's App. formula and keeps the kernel valid otherwise);
+  t <= t_off: MDLM step on alpha(t) = 1 - t (1 - alpha_on) / t_off.
+  When a coarse grid makes alpha(s) > 1 in the first phase, alpha(s) is clamped to 1 (every
+  masked position unmasks) - the law upstream's exponential race gives to the negative
+  MASK weight.
+
+After the last step every remaining MASK is filled with argmax_v p(x0 = v | z) (no nucleus),
+as upstream.
+
+Efficiency and randomness.  Neither the remask decision nor the unmask decision depends on the
+denoiser's token distribution, so each step first decides, with one uniform per position, which
+masked positions unmask (stream TOKEN, slot 0 - the same uniforms as :class:`MDLM`) and which
+unmasked positions are remasked (stream REMASK, slot 0), then queries the denoiser only at the
+k unmasking positions (O(k V)) and draws their tokens by the float64 inverse CDF (stream TOKEN,
+slot 1, as MDLM).  Hence with sigma = 0 and ``top_p = 1`` (cap/rescale with eta = 0) ReMDM
+reproduces ``MDLM(decoding="stepwise")`` draw for draw (MDLM's default "ordered" decoding has the
+same law but other draws).  A step costs O(B T) for the decisions (as stepwise MDLM) plus O(k V)
+for the k decoded positions; conf adds an O(B T) weight sum.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dllm_lit import rng
+from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.mdlm import argmax_fill, time_grid
+from dllm_lit.samplers.nucleus import check_top_p, top_p_filter
+
+__all__ = ["ReMDM", "VARIANTS", "DEFAULT_ETA"]
+
+VARIANTS = ("conf", "loop", "cap", "rescale")
+#: upstream script defaults (T = 1024, 1024 steps)
+DEFAULT_ETA = {"cap": 0.008, "rescale": 0.015, "loop": 0.02}
+SCHEDULES = ("linear",)
+
+
+def _number(name: str, value) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+def sigma_max(m_t: float, m_s: float) -> float:
+    """min(1, (1 - alpha_s) / alpha_t) with move chances m = 1 - alpha (1 when alpha_t = 0)."""
+    a_t = 1.0 - m_t
+    return 1.0 if m_s >= a_t else m_s / a_t
+
+
+class ReMDM(Sampler):
+    """ReMDM sampler with the exact oracle (or any) denoiser; see the module docstring.
+
+    Args:
+        denoiser, steps, ar_baseline: as :class:`Sampler`.
+        variant: "conf", "loop", "cap" or "rescale".
+        eta: remasking parameter of cap / rescale / loop, in [0, 1]; None = upstream default
+            (cap 0.008, rescale 0.015, loop 0.02).  Not used by conf (must be None).
+        eta_cap: conf only: cap on the per-step remasking budget, sigma = min(eta_cap, sigma_max);
+            None (default, upstream) = sigma_max.
+        t_on, t_off, alpha_on: loop window and plateau (0 < t_off < t_on < 1, 0 < alpha_on < 1).
+        top_p: nucleus mass in (0, 1]; 1 = no filtering.
+        schedule: "linear" (alpha_t = 1 - t), the only schedule upstream ReMDM uses.
+        t_min: end of the time grid (upstream 1e-5).
+    """
+
+    def __init__(
+        self,
+        denoiser=None,
+        steps: int | list[int] = 128,
+        ar_baseline: bool = True,
+        variant: str = "conf",
+        eta: float | None = None,
+        eta_cap: float | None = None,
+        t_on: float = 0.55,
+        t_off: float = 0.05,
+        alpha_on: float = 0.9,
+        top_p: float = 0.9,
+        schedule: str = "linear",
+        t_min: float = 1e-5,
+    ) -> None:
+        super().__init__(denoiser=denoiser, steps=steps, ar_baseline=ar_baseline)
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        self.variant = variant
+        self.sampler_name = f"remdm_{variant}"
+        if eta is not None and variant == "conf":
+            raise ValueError("eta is not used by variant 'conf' (upstream has none); leave it None or use eta_cap")
+        if eta_cap is not None and variant != "conf":
+            raise ValueError(f"eta_cap is only used by variant 'conf', not {variant!r}; use eta")
+        self.eta = DEFAULT_ETA.get(variant, 0.0) if eta is None else eta
+        self.eta_cap = eta_cap
+        self.t_on, self.t_off, self.alpha_on = t_on, t_off, alpha_on
+        self.top_p = top_p
+        self.schedule = schedule
+        self.t_min = t_min
+        self.validate_settings()
+
+    # ------------------------------------------------------------------ settings
+    def validate_settings(self, seq_len: int | None = None) -> None:
+        """Raise ValueError naming the offending field (called at construction and before sampling)."""
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        self.eta = _number("eta", self.eta)
+        if not 0.0 <= self.eta <= 1.0:
+            raise ValueError(f"eta must lie in [0, 1], got {self.eta!r}")
+        if self.eta_cap is not None:
+            self.eta_cap = _number("eta_cap", self.eta_cap)
+            if not 0.0 <= self.eta_cap <= 1.0:
+                raise ValueError(f"eta_cap must lie in [0, 1], got {self.eta_cap!r}")
+        self.t_on = _number("t_on", self.t_on)
+        self.t_off = _number("t_off", self.t_off)
+        self.alpha_on = _number("alpha_on", self.alpha_on)
+        if not 0.0 < self.t_on < 1.0:
+            raise ValueError(f"t_on must lie in (0, 1), got {self.t_on!r}")
+        if not 0.0 < self.t_off < 1.0:
+            raise ValueError(f"t_off must lie in (0, 1), got {self.t_off!r}")
+        if self.t_off >= self.t_on:
+            raise ValueError(f"t_off must be smaller than t_on, got t_off={self.t_off!r} >= t_on={self.t_on!r}")
+        if not 0.0 < self.alpha_on < 1.0:
+            raise ValueError(f"alpha_on must lie in (0, 1), got {self.alpha_on!r}")
+        self.top_p = check_top_p(self.top_p, "top_p")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        self.t_min = _number("t_min", self.t_min)
+        if not 0.0 < self.t_min < 1.0:
+            raise ValueError(f"t_min must lie in (0, 1), got {self.t_min!r}")
+
+    # ------------------------------------------------------------------ schedule
+    def step_rates(self, t: float, s: float) -> tuple[float, float, float]:
+        """(m_t, m_s, sigma) of the step t -> s; for conf sigma is the budget multiplying eta_i."""
+        if self.variant == "loop":
+            if t > self.t_on:
+                k = self.alpha_on / (1.0 - self.t_on)
+                return 1.0 - (1.0 - t) * k, max(0.0, 1.0 - (1.0 - s) * k), 0.0
+            if t > self.t_off:
+                m = 1.0 - self.alpha_on
+                return m, m, min(self.eta, sigma_max(m, m))
+            k = (1.0 - self.alpha_on) / self.t_off
+            return t * k, s * k, 0.0
+        m_t, m_s = t, s  # linear: alpha = 1 - t
+        smax = sigma_max(m_t, m_s)
+        if self.variant == "cap":
+            return m_t, m_s, min(self.eta, smax)
+        if self.variant == "rescale":
+            return m_t, m_s, self.eta * smax
+        return m_t, m_s, smax if self.eta_cap is None else min(self.eta_cap, smax)
+
+    # ------------------------------------------------------------------ sampling
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        den = self.denoiser
+        B, T, M = indices.numel(), seq_len, self.mask_id
+        dev = indices.device
+        conf_variant = self.variant == "conf"
+        z = torch.full((B, T), M, dtype=torch.long, device=dev)
+        uni = StepUniforms(seed, indices, steps)
+        rem = StepUniforms(seed, indices, steps, stream=rng.Stream.REMASK)
+        # conf: softmax weights exp(conf_i) = exp(-psi_i), stored at decode time (0 while masked)
+        weight = torch.zeros((B, T), dtype=torch.float64, device=dev) if conf_variant else None
+        ts = time_grid(steps, self.t_min).tolist()
+        for j in range(steps):
+            t, s = ts[j], ts[j + 1]
+            m_t, m_s, sig = self.step_rates(t, s)
+            masked = z == M
+            # masked positions: unmask w.p. (m_t - m_s + sigma alpha_t) / m_t (sigma = 0 for conf)
+            sig_masked = 0.0 if conf_variant else sig
+            move = masked & (uni.grid(j, T) < (m_t - m_s + sig_masked * (1.0 - m_t)) / m_t)
+            # unmasked positions: remask w.p. sigma (conf: sigma * eta_i, eta_i = weight_i / sum weight)
+            remask = None
+            if sig > 0.0:
+                if conf_variant:
+                    scale = sig / weight.sum(-1, keepdim=True).clamp_min(1e-300)
+                    remask = rem.grid(j, T) < weight * scale  # weight = 0 at masked positions
+                else:
+                    remask = ~masked & (rem.grid(j, T) < sig)
+            b, p = move.nonzero(as_tuple=True)
+            if b.numel():
+                probs = den.probs_at(z, b, p)  # conditioned on z_t, before any remask
+                if self.top_p < 1.0:
+                    probs = top_p_filter(probs, self.top_p)
+                tok = categorical(probs, uni.at(j, b, p, slot=1))
+            if remask is not None:
+                z.masked_fill_(remask, M)
+                if conf_variant:
+                    weight.masked_fill_(remask, 0.0)  # conf = -inf
+            if b.numel():
+                z[b, p] = tok
+                if conf_variant:
+                    q = probs.to(torch.float64)
+                    psi = q.gather(1, tok[:, None]).squeeze(1) / q.sum(-1)
+                    weight[b, p] = torch.exp(-psi)
+        return argmax_fill(den, z)
