@@ -80,6 +80,8 @@ class OracleDenoiser(Denoiser):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.chain = chain
         self.vocab_size = chain.vocab_size
+        #: the posterior at a position depends only on its nearest revealed neighbours (used by PosteriorCache)
+        self.markov_local = True
         self.mixing_tol = float(mixing_tol)
         V = chain.vocab_size
         itemsize = torch.finfo(dtype).bits // 8

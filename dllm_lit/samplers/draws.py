@@ -13,7 +13,7 @@ import torch
 
 from dllm_lit import rng
 
-__all__ = ["categorical", "StepUniforms"]
+__all__ = ["categorical", "categorical_from_cdf", "cdf_and_last", "StepUniforms"]
 
 
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -27,6 +27,18 @@ def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     # u * total can round up to total: return the last entry with positive mass
     last = (probs > 0).to(torch.int64).cumsum(-1).argmax(-1)
     return torch.minimum(k, last)
+
+
+def categorical_from_cdf(cdf: torch.Tensor, last: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """:func:`categorical` from a precomputed float64 cumsum ``cdf`` [n, V] and last positive index ``last`` [n]."""
+    target = (u.to(torch.float64) * cdf[..., -1]).unsqueeze(-1)
+    k = torch.searchsorted(cdf.contiguous(), target, right=True).squeeze(-1)
+    return torch.minimum(k, last)
+
+
+def cdf_and_last(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float64 cumsum, index of the last positive entry) of unnormalised rows [n, V], as :func:`categorical` uses."""
+    return probs.to(torch.float64).cumsum(-1), (probs > 0).to(torch.int64).cumsum(-1).argmax(-1)
 
 
 class StepUniforms:

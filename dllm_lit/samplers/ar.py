@@ -1,0 +1,160 @@
+"""Exact autoregressive sampling of the chain as a sampler, with optional local sharpening.
+
+The AR row of every results table, and the paper's GenPPL-gaming check (Sec. 6.3, "GenPPL can
+be gamed by local sharpening alone"): an autoregressive bigram generator whose transition rows
+are sharpened by a factor beta > 0,
+
+    x_0 ~ pi,     x_t ~ P_beta(. | x_{t-1}),
+    P_beta(. | i) = (1 - eps) normalise(P_topK(. | i)^beta) + eps nu,
+
+i.e. the top-K part of each row is raised to the power beta and renormalised while the
+teleport eps nu is left unchanged (beta = 1 is the exact chain; beta > 1 sharpens, beta < 1
+flattens).  The first token is drawn from the stationary law pi unchanged.
+
+Draws use the chain's own counter-based scheme (``MarkovChain.sample``: Stream.CHAIN, one
+uniform per position, u < eps picks the teleport), so with beta = 1 the samples equal
+``chain.sample`` draw for draw, and every sequence depends only on (seed, sequence index).
+``steps`` is ignored: there is a single results row per sampler, reported with steps = None.
+No denoiser is needed (none is built).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from dllm_lit import rng
+from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.samplers.base import Sampler, compact_dtype
+
+__all__ = ["AR", "sharpened_rows"]
+
+
+def _inverse_cdf_1d(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Same rule as ``dllm_lit.markov.chain._inverse_cdf_1d`` (local copy of a private helper)."""
+    k = torch.searchsorted(cdf, (u.to(cdf.dtype) * cdf[-1]).contiguous(), right=True)
+    return k.clamp_(max=cdf.shape[0] - 1)
+
+
+def _inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Same rule as ``dllm_lit.markov.chain._inverse_cdf`` (local copy of a private helper)."""
+    target = (u.to(cdf.dtype) * cdf[..., -1]).unsqueeze(-1)
+    k = torch.searchsorted(cdf.contiguous(), target, right=True).squeeze(-1)
+    return k.clamp_(max=cdf.shape[-1] - 1)
+
+
+def sharpened_rows(chain: MarkovChain, beta: float) -> torch.Tensor:
+    """normalise(P_topK(. | i)^beta) over each top-K list: float64 [V, K] (``nbr_prob`` at beta = 1)."""
+    if beta == 1:
+        return chain.nbr_prob
+    p = chain.nbr_prob.to(torch.float64)
+    p = (p / p.amax(1, keepdim=True)) ** beta  # zero entries stay zero for beta > 0
+    return p / p.sum(1, keepdim=True)
+
+
+class AR(Sampler):
+    """Exact (beta = 1) or sharpened autoregressive chain sampler (see module docstring).
+
+    Args:
+        denoiser: ignored except to find the chain (``denoiser.chain``).
+        steps: ignored (accepted for a uniform interface).
+        ar_baseline: also emit the exact baseline row "ar" (only meaningful when beta != 1).
+        beta: sharpening exponent > 0 applied to the top-K part of each row (1 = exact).
+        chain: the chain to sample; taken from the data module when None.
+    """
+
+    sampler_name = "ar"
+
+    def __init__(self, denoiser=None, steps: int | list[int] = 1, ar_baseline: bool = False,
+                 beta: float = 1.0, chain: MarkovChain | None = None) -> None:
+        super().__init__(denoiser=denoiser, steps=steps, ar_baseline=ar_baseline)
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
+            raise ValueError(f"beta must be a finite float > 0 (1 = exact chain), got {beta!r}")
+        self.beta = float(beta)
+        if chain is not None:
+            self.chain = chain
+
+    @property
+    def name(self) -> str:
+        return "ar" if self.beta == 1 else f"ar_beta{self.beta:g}"
+
+    # ------------------------------------------------------------------ wiring (no denoiser)
+    def attach_chain(self, chain: MarkovChain) -> None:
+        self.chain = chain
+
+    def setup(self, stage: str) -> None:
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        chain = getattr(dm, "chain", None)
+        if chain is not None:
+            self.attach_chain(chain)
+        self.validate_settings()
+
+    def validate_settings(self, seq_len: int | None = None) -> None:
+        if self.chain is None:
+            raise ValueError("AR needs a chain: pass chain=, a denoiser with .chain, or use MarkovDataModule")
+
+    @property
+    def vocab_size(self) -> int:
+        assert self.chain is not None
+        return self.chain.vocab_size
+
+    # ------------------------------------------------------------------ sampling
+    @torch.no_grad()
+    def sample(self, num_sequences: int, seq_len: int, steps: int | None = None,
+               generator: torch.Generator | None = None, *, seed: int | None = None,
+               start_index: int = 0) -> torch.Tensor:
+        """``num_sequences`` sequences of length ``seq_len`` (``steps`` ignored)."""
+        self.validate_settings(seq_len)
+        if int(num_sequences) < 1:
+            raise ValueError(f"num_sequences must be >= 1, got {num_sequences}")
+        if int(seq_len) < 1:
+            raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+        if seed is None:
+            seed = rng.seed_from_generator(generator)
+        idx = torch.arange(start_index, start_index + int(num_sequences), device=self.device)
+        return self.generate(idx, int(seq_len), 0, seed)
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        return self.draw(indices, seq_len, seed, self.beta)
+
+    def draw(self, indices: torch.Tensor, seq_len: int, seed: int, beta: float) -> torch.Tensor:
+        """x_0 ~ pi, x_t ~ P_beta(. | x_{t-1}) with MarkovChain.sample's uniforms."""
+        self.validate_settings(seq_len)
+        chain, dev = self.chain, indices.device
+        N, T = indices.numel(), int(seq_len)
+        keys = rng.sequence_keys(seed, indices, rng.Stream.CHAIN)
+        u = rng.uniform(keys[:, None], 0, torch.arange(T, device=dev)[None, :])  # [N, T], as chain.sample
+        eps = chain.eps
+        nbr_idx = chain.nbr_idx.to(dev)
+        row_cdf = sharpened_rows(chain, beta).to(dev).cumsum(1)
+        # teleport branch and x_0 do not depend on the previous token: drawn for all t at once
+        tele = u < eps
+        tok_tele = _inverse_cdf_1d(chain.nu.to(dev).cumsum(0), (u / eps) if eps > 0 else u)
+        u_row = ((u - eps) / (1.0 - eps)).clamp(0.0, 1.0)
+        out = torch.empty(N, T, dtype=torch.int64, device=dev)
+        out[:, 0] = _inverse_cdf_1d(chain.stationary.to(dev).cumsum(0), u[:, 0])
+        for t in range(1, T):
+            prev = out[:, t - 1]
+            k = _inverse_cdf(row_cdf[prev], u_row[:, t])
+            out[:, t] = torch.where(tele[:, t], tok_tele[:, t], nbr_idx[prev, k])
+        return out
+
+    # ------------------------------------------------------------------ predict rows
+    def runs(self) -> list[tuple[str, int | None]]:
+        """One row per sampler (steps = None): the exact "ar" row and, if beta != 1, the sharpened one."""
+        rows: list[tuple[str, int | None]] = []
+        if self.ar_baseline or self.name == "ar":
+            rows.append(("ar", None))
+        if self.name != "ar":
+            rows.append((self.name, None))
+        return rows
+
+    @torch.no_grad()
+    def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
+        idx = batch["index"].to(self.device)
+        T, seed = int(batch["seq_len"]), int(batch["seed"])
+        beta = self.beta if batch["sampler"] == self.name else 1.0
+        x = self.draw(idx, T, seed, beta)
+        return {"index": idx.cpu(), "seed": seed, "sampler": batch["sampler"], "steps": batch["steps"],
+                "samples": x.to(compact_dtype(self.vocab_size)).cpu()}

@@ -1,0 +1,315 @@
+"""LLaDA's ``generate()`` (ML-GSAI/LLaDA generate.py), upstream-samplers.md Sec. 4 and
+paper-reference-code.md Sec. 3.
+
+The output is ``x = [prompt | generated]`` of length T; the generated part (length G = T - P)
+is split into G / block_length blocks decoded left to right (semi-autoregressive), with
+S = steps / num_blocks steps per block.  A block with n masked positions commits
+
+    k_i = n // S + [i < n % S]        tokens at its step i = 0..S-1
+
+(``get_num_transfer_tokens``), so the whole block is decoded after S steps (no final step).
+At a step, with p_l = p(x0_l | z) the denoiser's marginal at masked position l of the block:
+
+* proposal ``x0_l``: argmax_v p_l(v) at temperature 0 (ties -> lowest token id); at tau > 0 a
+  draw from softmax(log p_l / tau) = p_l^(1/tau) / sum_v p_l(v)^(1/tau), the law of upstream's
+  Gumbel race ``argmax(logits / tau + G)``;
+* confidence: ``low_confidence`` c_l = p_l(x0_l) (the probability under p, *no* temperature);
+  ``random`` c_l ~ Uniform(0, 1) independent of everything else;
+* commit: the k_i masked positions of the current block with the largest confidence take
+  their proposal; every other proposal is discarded (those positions stay masked).  Committed
+  tokens never change.
+
+Top-k tie-break (implementation-defined upstream): confidence descending, then position
+ascending - a stable descending sort over positions in increasing order.  Ties are exact ties
+of the denoiser's floating-point output.
+
+Efficiency.  ``low_confidence`` needs c_l at every masked position of the current block at
+every step: the denoiser is queried there, and only there (O(#masked V) per step, inherent).
+``random`` confidences do not depend on the denoiser: a uniform random k-subset of the
+remaining masked positions at each step is the same, in law, as a uniformly random order of the
+block's positions drawn once at the block's start and consumed k_i at a time (i.i.d. keys,
+stable sort).  Every position's decode step is then known up front and
+:func:`dllm_lit.samplers.ordered_decoding.decode_in_order` queries the denoiser only at the k_i
+committed positions (O(k V) per step; with the oracle's neighbour fast path no O(B T) scan).
+
+Prompts.  ``prompt`` fixes tokens at positions 0..P-1; ``prompt_mode`` (the paper's conditional
+LLaDA, App. "Conditional LLaDA") instead draws one token at position 0 per sequence, from the
+chain's stationary law pi ("pi"), from its head ("pi_head": tokens by pi descending while the
+cumulative mass is <= 30%, plus the next one, renormalised) or its tail ("pi_tail": the same in
+ascending order), with ``Stream.PROMPT`` uniforms (independent of ``steps``, so every step count
+sees the same prompt for a given sequence).  Prompt tokens are never changed.
+
+Randomness: token proposals use ``StepUniforms`` (Stream.TOKEN) at (global step, position);
+random-remasking orders use Stream.ORDER uniforms keyed by the block index.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from dllm_lit import rng
+from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, cdf_and_last
+from dllm_lit.samplers.ordered_decoding import decode_in_order
+from dllm_lit.samplers.posterior_cache import PosteriorCache
+
+__all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "transfer_schedule", "prompt_law", "propose", "topk_stable"]
+
+REMASKING = ("low_confidence", "random")
+PROMPT_MODES = (None, "pi", "pi_head", "pi_tail")
+#: cumulative mass of pi that defines the head / tail prompt sets (paper's conditional LLaDA)
+PROMPT_SET_MASS = 0.3
+
+
+def transfer_schedule(n: int, steps: int) -> list[int]:
+    """Tokens committed per step for n masked positions in ``steps`` steps (upstream
+    ``get_num_transfer_tokens``): base = n // steps, the first n % steps steps get one extra."""
+    base, rem = divmod(int(n), int(steps))
+    return [base + (1 if i < rem else 0) for i in range(int(steps))]
+
+
+def prompt_law(pi: torch.Tensor, mode: str, mass: float = PROMPT_SET_MASS) -> torch.Tensor:
+    """Law of the position-0 prompt token for ``prompt_mode`` in {"pi", "pi_head", "pi_tail"}.
+
+    "pi": pi itself.  "pi_head" / "pi_tail": sort tokens by pi descending / ascending (ties by
+    token id, stable), keep those whose cumulative mass is <= ``mass`` (up to 1e-12) plus the next one, and
+    renormalise pi on that set.  Returns float64 [V].
+    """
+    pi = pi.to(torch.float64)
+    pi = pi / pi.sum()
+    if mode == "pi":
+        return pi
+    if mode not in ("pi_head", "pi_tail"):
+        raise ValueError(f"prompt_mode must be one of {PROMPT_MODES}, got {mode!r}")
+    order = torch.sort(pi, descending=(mode == "pi_head"), stable=True).indices
+    cum = pi[order].cumsum(0)
+    n_keep = min(int((cum <= mass + 1e-12).sum()) + 1, pi.numel())  # tolerance: 0.1 + 0.2 <= 0.3
+    keep = order[:n_keep]
+    out = torch.zeros_like(pi)
+    out[keep] = pi[keep]
+    if out.sum() <= 0:  # only zero-probability tokens in the set (pathological pi)
+        raise ValueError(f"prompt_mode={mode!r}: the selected token set has zero stationary mass")
+    return out / out.sum()
+
+
+def propose(probs: torch.Tensor, u: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Proposal token per row of ``probs`` [n, V]: argmax (first maximum) at temperature 0,
+    else the inverse-CDF draw from p^(1/temperature) renormalised, with uniforms ``u`` [n]."""
+    if temperature == 0:
+        return probs.argmax(-1)
+    if temperature == 1:
+        return categorical(probs, u)
+    p = probs.to(torch.float64)
+    p = (p / p.amax(-1, keepdim=True)) ** (1.0 / temperature)  # max entry 1: no underflow to all-zero
+    return categorical(p, u)
+
+
+def topk_stable(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Column indices [B, k] of the k largest scores per row, ties -> lower column first."""
+    return torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
+
+
+class LLaDA(Sampler):
+    """LLaDA ``generate()`` with an exact or learned denoiser (see module docstring).
+
+    Args:
+        denoiser: frozen denoiser (oracle built from the data module's chain if None).
+        steps: total sampling steps (or a grid); must be divisible by the number of blocks.
+        ar_baseline: also emit exact chain samples.
+        remasking: "low_confidence" (commit the k most confident proposals, c = p(x0)) or
+            "random" (commit k uniformly random masked positions).
+        temperature: 0 = greedy argmax proposal (upstream default); tau > 0 samples the proposal
+            from p^(1/tau) renormalised (the paper's main runs use 1.0).
+        block_length: semi-autoregressive block length; None = one block covering the whole
+            generated part.  Must divide the generated length T - len(prompt).
+        prompt: token ids fixed at positions 0..P-1 (never changed).
+        prompt_mode: None, or "pi" / "pi_head" / "pi_tail": one position-0 token per sequence
+            drawn from pi, its head or its tail (needs the chain; excludes ``prompt``).
+    """
+
+    sampler_name = "llada"
+
+    def __init__(
+        self,
+        denoiser=None,
+        steps: int | list[int] = 128,
+        ar_baseline: bool = True,
+        remasking: str = "low_confidence",
+        temperature: float = 0.0,
+        block_length: int | None = None,
+        prompt: list[int] | None = None,
+        prompt_mode: str | None = None,
+    ) -> None:
+        super().__init__(denoiser=denoiser, steps=steps, ar_baseline=ar_baseline)
+        if remasking not in REMASKING:
+            raise ValueError(f"remasking must be one of {REMASKING}, got {remasking!r}")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+            raise ValueError(f"temperature must be a finite float >= 0 (0 = argmax), got {temperature!r}")
+        if block_length is not None and (isinstance(block_length, bool) or not isinstance(block_length, int) or block_length < 1):
+            raise ValueError(f"block_length must be a positive integer or None (one block), got {block_length!r}")
+        if prompt_mode not in PROMPT_MODES:
+            raise ValueError(f"prompt_mode must be one of {PROMPT_MODES}, got {prompt_mode!r}")
+        if prompt is not None:
+            if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
+                raise ValueError(f"prompt must be a list of token ids, got {prompt!r}")
+            if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in prompt):
+                raise ValueError(f"prompt token ids must be integers in [0, V), got {list(prompt)!r}")
+            if prompt_mode is not None:
+                raise ValueError("give either prompt or prompt_mode, not both (prompt_mode draws the position-0 token)")
+        self.remasking = remasking
+        self.temperature = float(temperature)
+        self.block_length = block_length
+        self.prompt = list(prompt) if prompt is not None else []
+        self.prompt_mode = prompt_mode
+        #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
+        self.use_cache = True
+
+    # ------------------------------------------------------------------ settings
+    def prompt_length(self) -> int:
+        return 1 if self.prompt_mode is not None else len(self.prompt)
+
+    def _blocks(self, seq_len: int) -> tuple[int, int, int]:
+        """(prompt length P, block length, number of blocks) for ``seq_len``."""
+        P = self.prompt_length()
+        G = seq_len - P
+        bl = self.block_length if self.block_length is not None else G
+        return P, bl, (G // bl if bl > 0 else 0)
+
+    def validate_settings(self, seq_len: int | None = None) -> None:
+        if self.denoiser is not None and self.prompt:
+            V = self.vocab_size
+            bad = [v for v in self.prompt if v >= V]
+            if bad:
+                raise ValueError(f"prompt token ids must lie in [0, V={V}), got {bad}")
+        if self.prompt_mode is not None and self.denoiser is not None and self.chain is None:
+            raise ValueError(f"prompt_mode={self.prompt_mode!r} needs the chain's stationary law: attach a chain")
+        if seq_len is None:
+            return
+        P = self.prompt_length()
+        if P > seq_len:
+            raise ValueError(f"prompt (length {P}) is longer than seq_len={seq_len}")
+        G = seq_len - P
+        if self.block_length is not None and G > 0 and G % self.block_length:
+            raise ValueError(
+                f"block_length={self.block_length} must divide the generated length "
+                f"seq_len - len(prompt) = {G}"
+            )
+
+    def check_steps(self, seq_len: int, steps: int) -> None:
+        """Upstream asserts steps % num_blocks == 0."""
+        _, _, nb = self._blocks(seq_len)
+        if nb > 0 and steps % nb:
+            raise ValueError(f"steps={steps} must be divisible by the number of blocks ({nb}) for seq_len={seq_len}")
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        T = getattr(dm, "seq_len", None)
+        if T is not None:
+            self.validate_settings(int(T))
+            for s in self.steps_grid:
+                self.check_steps(int(T), s)
+
+    # ------------------------------------------------------------------ sampling
+    def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int) -> torch.Tensor:
+        """All-MASK [B, T] with the prompt (fixed or drawn per sequence) written in."""
+        B, dev = indices.numel(), indices.device
+        x = torch.full((B, seq_len), self.mask_id, dtype=torch.long, device=dev)
+        if self.prompt:
+            x[:, : len(self.prompt)] = torch.tensor(self.prompt, dtype=torch.long, device=dev)
+        elif self.prompt_mode is not None:
+            law = prompt_law(self.chain.stationary, self.prompt_mode).to(dev)
+            u = rng.uniform(rng.sequence_keys(seed, indices, rng.Stream.PROMPT), 0, 0)
+            x[:, 0] = categorical(law.expand(B, -1), u)
+        return x
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        self.validate_settings(seq_len)
+        self.check_steps(seq_len, steps)
+        den, M, T = self.denoiser, self.mask_id, seq_len
+        B, dev = indices.numel(), indices.device
+        x = self.initial_state(indices, T, seed)
+        P, bl, nb = self._blocks(T)
+        if nb == 0:
+            return x
+        S = steps // nb
+        tok_u = StepUniforms(seed, indices, steps)
+        if self.remasking == "random":
+            return self._generate_random(x, P, bl, nb, S, steps, seed, indices, tok_u)
+        V = self.vocab_size
+        for blk in range(nb):
+            lo, hi = P + blk * bl, P + (blk + 1) * bl
+            n = int((x[0, lo:hi] == M).sum())  # same in every row (prompt positions are shared)
+            cache = None
+            if self.use_cache and PosteriorCache.fits(B, 2 * V + 2, length=hi - lo):
+                cache = PosteriorCache(den, B, lo, hi, self._proposal_features,
+                                       {"cdf": ((V,), torch.float64), "last": ((), torch.int64), "probs": ((V,), torch.float32),
+                                        "argmax": ((), torch.int64)}, dev)
+            for i, k in enumerate(transfer_schedule(n, S)):
+                if k > 0:
+                    self._low_confidence_step(x, lo, hi, k, blk * S + i, tok_u, cache)
+        return x
+
+    def _proposal_features(self, probs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What a low-confidence step needs per position: the proposal law's cdf, p itself, argmax."""
+        tau = self.temperature
+        if tau == 0:
+            law = probs
+        elif tau == 1:
+            law = probs
+        else:
+            law = (probs.to(torch.float64) / probs.amax(-1, keepdim=True)) ** (1.0 / tau)
+        cdf, last = cdf_and_last(law)
+        return {"cdf": cdf, "last": last, "probs": probs.to(torch.float32), "argmax": probs.argmax(-1)}
+
+    def _generate_random(self, x: torch.Tensor, P: int, bl: int, nb: int, S: int, steps: int, seed: int,
+                         indices: torch.Tensor, tok_u: StepUniforms) -> torch.Tensor:
+        """Random remasking: each block's positions get a uniformly random order (i.i.d. Stream.ORDER
+        keys, stable sort), cut into the scheduled counts; the decode step of every position is thus
+        known up front and :func:`decode_in_order` queries the denoiser only where tokens commit."""
+        B, T, dev = x.shape[0], x.shape[1], x.device
+        ord_keys = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER).keys
+        decode = torch.full((B, T), -1, dtype=torch.long, device=dev)
+        rows = torch.arange(B, device=dev)[:, None]
+        step_of_rank = torch.repeat_interleave(torch.arange(S, device=dev), torch.tensor(transfer_schedule(bl, S), device=dev))
+        for blk in range(nb):
+            lo, hi = P + blk * bl, P + (blk + 1) * bl
+            keys = rng.uniform(ord_keys[:, None], blk, torch.arange(lo, hi, device=dev)[None, :])
+            order = topk_stable(keys, bl)  # [B, bl]: a uniformly random order of the block
+            decode[rows, order + lo] = (blk * S + step_of_rank)[None, :].expand(B, bl)
+
+        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+            return propose(probs, tok_u.at(j, b, p), self.temperature)
+
+        return decode_in_order(self.denoiser, x, decode, steps - 1, draw)
+
+    def _low_confidence_step(self, x: torch.Tensor, lo: int, hi: int, k: int, j: int, tok_u: StepUniforms,
+                             cache: PosteriorCache | None = None) -> None:
+        """Propose at every masked position of the block, commit the k most confident (ties -> lower position).
+
+        With a :class:`PosteriorCache` the posterior-derived features are reused where the nearest
+        revealed neighbours did not change; the draws are identical to recomputing them.
+        """
+        M, B = self.mask_id, x.shape[0]
+        b, p = (x[:, lo:hi] == M).nonzero(as_tuple=True)
+        p = p + lo
+        if cache is None:
+            probs = self.denoiser.probs_at(x, b, p)
+            tok = propose(probs, tok_u.at(j, b, p), self.temperature)
+            conf = probs.gather(1, tok[:, None]).squeeze(1).to(torch.float64)
+        else:
+            cache.refresh(x)
+            if self.temperature == 0:
+                tok = cache.get("argmax", b, p)
+            else:
+                tok = categorical_from_cdf(cache.get("cdf", b, p), cache.get("last", b, p), tok_u.at(j, b, p))
+            conf = cache.get("probs", b, p).gather(1, tok[:, None]).squeeze(1).to(torch.float64)
+        score = torch.full((B, hi - lo), -math.inf, dtype=torch.float64, device=x.device)
+        score[b, p - lo] = conf
+        proposal = torch.zeros((B, hi - lo), dtype=torch.long, device=x.device)
+        proposal[b, p - lo] = tok
+        sel = topk_stable(score, k)  # [B, k] block-relative columns
+        rr = torch.arange(B, device=x.device)[:, None].expand(B, k)
+        x[rr, sel + lo] = proposal[rr, sel]

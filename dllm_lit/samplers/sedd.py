@@ -1,0 +1,200 @@
+"""SEDD's absorbing-graph sampler with an exact oracle score (upstream-samplers.md Sec. 3;
+paper Sec. 4 "SEDD Sampler: Oracle Scores" and App. "SEDD: Concrete Score and Oracle Replacement").
+
+Noise: loglinear with eps = ``noise_eps`` (1e-3): sigma(t) = -log1p(-(1 - eps) t),
+g(t) = sigma'(t) = (1 - eps) / (1 - (1 - eps) t).  Time grid t_j = linspace(1, t_min, steps + 1)
+(the paper's t_min = 1e-3; upstream's default is 1e-5), dt = t_j - t_{j+1}.
+
+Score at a masked position with oracle marginal p = p(x0 | z) over the V real tokens:
+
+    s_v = p_v e^-sigma / (1 - e^-sigma) = p_v / expm1(sigma(t)),     s_MASK = 1.
+
+The paper's temperature (``beta``) scales the log-score, log s_v -> beta log s_v
+(s_MASK = 1 is unchanged), i.e. s_v -> s_v^beta.  Predictor step probabilities at a masked
+position (unmasked positions never change):
+
+    analytic (Tweedie tau-leaping):  P(v) = s_v^beta (e^dsigma - 1),  dsigma = sigma(t) - sigma(t - dt)
+    euler:                           P(v) = dt g(t) s_v^beta
+    both:                            P(MASK) = 1 - sum_v P(v).
+
+For the loglinear schedule e^dsigma - 1 = dt g(t) exactly, so the two predictors give the same
+step probabilities for every score; with beta = 1 both equal MDLM's P(v) = p_v dt / t,
+P(MASK) = (t - dt) / t.
+
+beta also changes the unmasking schedule.  The unmask probability U = sum_v P(v) =
+c(t) sum_v p_v^beta with c = (e^dsigma - 1) / expm1(sigma)^beta depends on the denoiser when
+beta != 1: beta > 1 unmasks more slowly early (expm1(sigma) > 1) and faster late
+(expm1(sigma) < 1), and the token law becomes p^beta renormalised.  When sum_v P(v) > 1 the
+paper's P(MASK) is negative (late steps for beta > 1, e.g. beta = 2 at 8 steps; early steps for
+beta < 1).  Here P(MASK) is clipped at 0 and the token probabilities renormalised (the position
+unmasks surely).  Upstream (``sample_categorical``: argmax of probs / Exp(1)) does the same in
+law: a negative entry can never win the race and the race samples proportionally to the
+positive entries.
+
+``token_temperature`` tau sharpens only the token law: given that a position unmasks, its token
+is drawn from P(v)^(1/tau) renormalised (= p^(beta/tau)), the unmasking probability U is left
+unchanged (tau = 0: argmax, ties -> lowest id; tau = 1: off).
+
+Final denoise step (upstream ``Denoiser``, at t = t_min with dsigma = sigma(t_min)): every
+leftover MASK is *sampled* from a law proportional to s_v^beta (then ^(1/tau)) over the real
+tokens, i.e. proportional to p^(beta/tau) - not argmax.
+
+Efficiency.  With beta = 1 the unmask probability U_j at step j does not depend on the
+denoiser, so each position's unmasking step is drawn once up front (inverse CDF of the
+discrete "first unmask step" law from one uniform per position, the same law as a Bernoulli(U_j)
+per step) and :func:`dllm_lit.samplers.ordered_decoding.decode_in_order` queries the denoiser
+only at the positions that unmask (O(k V) per step, final step included).
+With beta != 1, U depends on sum_v p_v^beta, so every masked position is queried at every step.
+Uniforms: Stream.ORDER (unmask steps, beta = 1) or slot 0 of Stream.TOKEN (unmask decision,
+beta != 1); token draws slot 1 of Stream.TOKEN at (step, position); final step j = steps.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dllm_lit import rng
+from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.llada import propose
+from dllm_lit.samplers.ordered_decoding import decode_in_order
+
+__all__ = ["SEDD", "PREDICTORS", "loglinear_sigma", "loglinear_rate", "sedd_time_grid", "step_scale", "step_probabilities", "token_law"]
+
+PREDICTORS = ("analytic", "euler")
+
+
+def loglinear_sigma(t: float, eps: float = 1e-3) -> float:
+    """Total noise sigma(t) = -log1p(-(1 - eps) t) (upstream LogLinearNoise.total_noise)."""
+    return -math.log1p(-(1.0 - eps) * t)
+
+
+def loglinear_rate(t: float, eps: float = 1e-3) -> float:
+    """Noise rate g(t) = sigma'(t) = (1 - eps) / (1 - (1 - eps) t) (LogLinearNoise.rate_noise)."""
+    return (1.0 - eps) / (1.0 - (1.0 - eps) * t)
+
+
+def sedd_time_grid(steps: int, t_min: float = 1e-3) -> list[float]:
+    """``linspace(1, t_min, steps + 1)`` in float64 (SEDD ``timesteps``, the paper's t_min)."""
+    return torch.linspace(1.0, t_min, steps + 1, dtype=torch.float64).tolist()
+
+
+def step_scale(t: float, s: float, predictor: str, eps: float = 1e-3) -> float:
+    """Factor c with P(v) = c * s_v (before clipping): e^dsigma - 1 (analytic) or dt g(t) (euler)."""
+    if predictor == "analytic":
+        return math.expm1(loglinear_sigma(t, eps) - loglinear_sigma(s, eps))
+    if predictor == "euler":
+        return (t - s) * loglinear_rate(t, eps)
+    raise ValueError(f"predictor must be one of {PREDICTORS}, got {predictor!r}")
+
+
+def _token_weights(p: torch.Tensor, sigma: float, beta: float) -> torch.Tensor:
+    """Tempered scores s_v^beta = (p_v / expm1(sigma))^beta in float64 [n, V]."""
+    p = p.to(torch.float64)
+    if beta == 1:
+        return p / math.expm1(sigma)
+    return torch.exp(beta * (p.log() - math.log(math.expm1(sigma))))  # p = 0 -> 0
+
+
+def step_probabilities(p: torch.Tensor, t: float, s: float, predictor: str = "analytic", beta: float = 1.0,
+                       token_temperature: float = 1.0, eps: float = 1e-3) -> torch.Tensor:
+    """Step law at masked positions with marginals p [n, V]: float64 [n, V + 1] (last column MASK).
+
+    P(v) = c s_v^beta, P(MASK) = 1 - sum_v P(v) clipped at 0 (tokens renormalised when the sum
+    exceeds one), then the token part re-shaped by ``token_temperature`` at fixed total.
+    """
+    w = step_scale(t, s, predictor, eps) * _token_weights(p, loglinear_sigma(t, eps), beta)
+    unmask = w.sum(-1, keepdim=True).clamp(max=1.0)
+    q = token_law(p, beta, token_temperature)
+    return torch.cat([unmask * q, 1.0 - unmask], dim=-1)
+
+
+def token_law(p: torch.Tensor, beta: float = 1.0, tau: float = 1.0) -> torch.Tensor:
+    """Token law given unmasking: p^(beta/tau) renormalised, float64 [n, V] (tau = 0: argmax,
+    ties -> lowest id).  Proportional to s^beta (then ^(1/tau)): the sigma factor cancels."""
+    p = p.to(torch.float64)
+    if tau == 0:
+        return torch.nn.functional.one_hot(p.argmax(-1), p.shape[-1]).to(torch.float64)
+    power = beta / tau
+    if power != 1:
+        p = (p / p.amax(-1, keepdim=True)) ** power  # max entry 1: never all-zero
+    return p / p.sum(-1, keepdim=True)
+
+
+def _check_positive(name: str, v, allow_zero: bool = False) -> float:
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+    if not ok:
+        raise ValueError(f"{name} must be a finite float {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+    return float(v)
+
+
+class SEDD(Sampler):
+    """SEDD absorbing sampler with oracle scores (see module docstring for the update).
+
+    Args:
+        denoiser: frozen denoiser (oracle built from the data module's chain if None).
+        steps: predictor steps (or a grid); one final denoise step follows.
+        ar_baseline: also emit exact chain samples.
+        predictor: "analytic" (Tweedie tau-leaping, upstream run_sample default) or "euler".
+        beta: the paper's score temperature, log s -> beta log s (> 0; 1 = exact score).
+        token_temperature: tau >= 0; token law p^(1/tau) given unmasking, schedule unchanged.
+        t_min: end of the time grid linspace(1, t_min, steps + 1) (paper 1e-3).
+        noise_eps: loglinear noise eps (upstream 1e-3).
+    """
+
+    sampler_name = "sedd"
+
+    def __init__(self, denoiser=None, steps: int | list[int] = 128, ar_baseline: bool = True,
+                 predictor: str = "analytic", beta: float = 1.0, token_temperature: float = 1.0,
+                 t_min: float = 1e-3, noise_eps: float = 1e-3) -> None:
+        super().__init__(denoiser=denoiser, steps=steps, ar_baseline=ar_baseline)
+        if predictor not in PREDICTORS:
+            raise ValueError(f"predictor must be one of {PREDICTORS}, got {predictor!r}")
+        self.predictor = predictor
+        self.beta = _check_positive("beta", beta)
+        self.token_temperature = _check_positive("token_temperature", token_temperature, allow_zero=True)
+        self.t_min = _check_positive("t_min", t_min)
+        self.noise_eps = _check_positive("noise_eps", noise_eps)
+        if not self.t_min < 1:
+            raise ValueError(f"t_min must lie in (0, 1), got {t_min!r}")
+        if not self.noise_eps < 1:
+            raise ValueError(f"noise_eps must lie in (0, 1), got {noise_eps!r}")
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        den, M, T = self.denoiser, self.mask_id, seq_len
+        B, dev = indices.numel(), indices.device
+        z = torch.full((B, T), M, dtype=torch.long, device=dev)
+        uni = StepUniforms(seed, indices, steps)
+        ts = sedd_time_grid(steps, self.t_min)
+        eps, beta, tau = self.noise_eps, self.beta, self.token_temperature
+        if beta == 1:
+            # U_j = c_j / expm1(sigma(t_j)) (sum_v p_v = 1): the unmask step is drawn up front.
+            U = torch.tensor([min(1.0, step_scale(ts[j], ts[j + 1], self.predictor, eps) / math.expm1(loglinear_sigma(ts[j], eps)))
+                              for j in range(steps)], dtype=torch.float64)
+            survive = torch.cumprod(1.0 - U, 0)  # P(still masked after step j)
+            first = (1.0 - survive).to(dev)  # P(unmasked by step j), non-decreasing
+            u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER).grid(0, T)
+            when = torch.searchsorted(first, u.reshape(-1), right=True)  # first j with u < first[j]; steps = never
+
+            def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+                return propose(probs, uni.at(j, b, p, slot=1), tau)  # final step j = steps: same law at beta = 1
+
+            return decode_in_order(den, z, when.view(B, T), steps, draw)
+        # beta != 1: the unmask probability depends on sum_v p_v^beta -> query every masked position
+        for j in range(steps):
+            b, p = (z == M).nonzero(as_tuple=True)
+            if b.numel() == 0:
+                break
+            probs = den.probs_at(z, b, p)
+            w = step_scale(ts[j], ts[j + 1], self.predictor, eps) * _token_weights(probs, loglinear_sigma(ts[j], eps), beta)
+            move = uni.at(j, b, p) < w.sum(-1)  # U = min(sum, 1): clipping P(MASK) at 0
+            if not bool(move.any()):
+                continue
+            bm, pm = b[move], p[move]
+            z[bm, pm] = categorical(token_law(probs[move], beta, tau), uni.at(j, bm, pm, slot=1))
+        # final denoise step: leftover masks sampled proportional to s^beta (then ^(1/tau))
+        b, p = (z == M).nonzero(as_tuple=True)
+        if b.numel():
+            z[b, p] = categorical(token_law(den.probs_at(z, b, p), beta, tau), uni.at(steps, b, p, slot=1))
+        return z

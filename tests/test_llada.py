@@ -1,0 +1,273 @@
+"""LLaDA generate(): output law equals the exact law of its algorithm (DP), schedule, prompts, settings."""
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+
+import pytest
+import torch
+
+from conftest import chi_square_pvalue, sequence_counts
+from dllm_lit.denoisers import OracleDenoiser
+from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.markov import MarkovChain
+from dllm_lit.samplers.llada import LLaDA, prompt_law
+from exact_laws import PosteriorCache, chain_law, law_vector
+
+V, T, N = 3, 4, 20000
+ALPHA = 0.01
+TIE_DECIMALS = 9  # confidences equal to 9 decimals are ties (exact ties in the sampler's float output)
+
+
+def _schedule(n: int, S: int) -> list[int]:
+    return [n // S + (1 if i < n % S else 0) for i in range(S)]
+
+
+def _proposal(g: torch.Tensor, temperature: float) -> list[tuple[int, float]]:
+    """(token, prob) options of the proposal at one position with exact marginal g [V]."""
+    if temperature == 0:
+        top = float(g.max())
+        return [(next(v for v in range(V) if float(g[v]) >= top - 1e-9), 1.0)]
+    w = g.clamp_min(0) ** (1.0 / temperature)
+    w = w / w.sum()
+    return [(v, float(w[v])) for v in range(V) if w[v] > 0]
+
+
+def llada_law(chain: MarkovChain, T: int, steps: int, remasking: str, temperature: float,
+              block_length: int | None = None, init: dict | None = None, prompt_len: int = 0) -> torch.Tensor:
+    """Exact output law of LLaDA generate() (upstream-samplers.md Sec. 4) by DP over masked states."""
+    M = chain.mask_id
+    post = PosteriorCache(chain)
+    dist: dict = dict(init) if init is not None else {(M,) * T: 1.0}
+    G = T - prompt_len
+    bl = block_length or G
+    nb = G // bl
+    S = steps // nb
+    for blk in range(nb):
+        lo, hi = prompt_len + blk * bl, prompt_len + (blk + 1) * bl
+        for k in _schedule(bl, S):
+            if k == 0:
+                continue
+            new: dict = defaultdict(float)
+            for z, pz in dist.items():
+                g = post(z)
+                masked = [i for i in range(lo, hi) if z[i] == M]
+                opts = {i: _proposal(g[i], temperature) for i in masked}
+                if remasking == "random":
+                    subsets = list(itertools.combinations(masked, k))
+                    for sub in subsets:
+                        for combo in itertools.product(*(opts[i] for i in sub)):
+                            zz = list(z)
+                            pr = pz / len(subsets)
+                            for i, (v, q) in zip(sub, combo):
+                                zz[i] = v
+                                pr *= q
+                            new[tuple(zz)] += pr
+                else:
+                    for combo in itertools.product(*(opts[i] for i in masked)):
+                        pr = pz * math.prod(q for _, q in combo)
+                        ranked = sorted((-round(float(g[i, v]), TIE_DECIMALS), i) for i, (v, _) in zip(masked, combo))
+                        chosen = {i for _, i in ranked[:k]}
+                        zz = list(z)
+                        for i, (v, _) in zip(masked, combo):
+                            if i in chosen:
+                                zz[i] = v
+                        new[tuple(zz)] += pr
+            dist = new
+    return law_vector(dist, chain.vocab_size, T)
+
+
+@pytest.fixture(scope="module")
+def chain() -> MarkovChain:
+    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
+    return MarkovChain.from_kernel(P)
+
+
+@pytest.fixture(scope="module")
+def den(chain: MarkovChain) -> OracleDenoiser:
+    return OracleDenoiser(chain)
+
+
+@pytest.mark.parametrize(
+    "remasking, temperature, steps, block_length",
+    [
+        ("low_confidence", 1.0, 2, None),   # the paper's main LLaDA, few steps
+        ("low_confidence", 1.0, 4, None),   # one token per step: still biased (most confident first)
+        ("low_confidence", 0.5, 3, None),
+        ("low_confidence", 1.0, 2, 2),      # two blocks, one step each
+        ("low_confidence", 2.0, 4, 2),
+        ("random", 0.5, 2, None),
+        ("random", 1.0, 2, 2),
+    ],
+)
+def test_law_matches_dynamic_programming(chain, den, remasking, temperature, steps, block_length) -> None:
+    law = llada_law(chain, T, steps, remasking, temperature, block_length)
+    s = LLaDA(den, remasking=remasking, temperature=temperature, block_length=block_length)
+    x = s.sample(N, T, steps, seed=steps)
+    assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
+
+
+def test_few_steps_is_visibly_biased(chain) -> None:
+    """Power: exact chain samples are rejected against the low-confidence laws."""
+    x = chain.sample(N, T, seed=3)
+    for steps in (2, 4):
+        law = llada_law(chain, T, steps, "low_confidence", 1.0)
+        assert chi_square_pvalue(sequence_counts(x, V), law) < ALPHA
+
+
+def test_temperature_zero_is_deterministic_and_matches_dp(chain, den) -> None:
+    for remasking in ("low_confidence", "random"):
+        for steps in (1, 2, 4):
+            s = LLaDA(den, remasking=remasking, temperature=0.0)
+            x = s.sample(64, T, steps, seed=11)
+            if remasking == "low_confidence":  # no randomness at all
+                assert (x == x[0]).all()
+                assert torch.equal(x, s.sample(64, T, steps, seed=12))
+            law = llada_law(chain, T, steps, remasking, 0.0)
+            if remasking == "low_confidence":
+                assert law.max() == pytest.approx(1.0)
+            else:
+                assert chi_square_pvalue(sequence_counts(s.sample(N, T, steps, seed=steps), V), law) > ALPHA
+            support = set((law > 0).nonzero().flatten().tolist())
+            codes = (x * (V ** torch.arange(T - 1, -1, -1))).sum(1).tolist()
+            assert set(codes) <= support
+
+
+class Recorder(Denoiser):
+    """Wraps a denoiser and records the state z at every query."""
+
+    def __init__(self, inner: OracleDenoiser) -> None:
+        super().__init__()
+        self.inner = inner
+        self.vocab_size = inner.vocab_size
+        self.chain = inner.chain
+        self.states: list[torch.Tensor] = []
+
+    def probs_at(self, z, b, p):
+        self.states.append(z.clone())
+        return self.inner.probs_at(z, b, p)
+
+
+@pytest.mark.parametrize(
+    "seq_len, steps, block_length, prompt, expected",
+    [
+        (12, 5, None, None, [3, 3, 2, 2, 2]),
+        (12, 7, None, None, [2, 2, 2, 2, 2, 1, 1]),
+        (12, 4, 6, None, [3, 3, 3, 3]),
+        (12, 4, 5, [1, 2], [3, 2, 3, 2]),
+        (12, 6, 4, None, [2, 2, 2, 2, 2, 2]),
+    ],
+)
+@pytest.mark.parametrize("remasking", ["low_confidence", "random"])
+def test_commits_scheduled_tokens_per_step(den, seq_len, steps, block_length, prompt, expected, remasking) -> None:
+    rec = Recorder(den)
+    s = LLaDA(rec, remasking=remasking, temperature=0.0, block_length=block_length, prompt=prompt)
+    x = s.sample(3, seq_len, steps, seed=4)
+    states = rec.states + [x]
+    P = len(prompt or [])
+    bl = block_length or seq_len - P
+    S = steps // ((seq_len - P) // bl)
+    revealed = [(z != den.mask_id).sum(1) for z in states]
+    assert all((r == r[0]).all() for r in revealed)
+    assert [int(b[0] - a[0]) for a, b in zip(revealed, revealed[1:])] == expected
+    for j, (a, b) in enumerate(zip(states, states[1:])):
+        new = (a == den.mask_id) & (b != den.mask_id)
+        blk = j // S
+        cols = new.nonzero()[:, 1]
+        assert ((cols >= P + blk * bl) & (cols < P + (blk + 1) * bl)).all()  # only the current block
+        keep = a != den.mask_id
+        assert torch.equal(a[keep], b[keep])  # committed tokens never change
+    assert (x != den.mask_id).all()
+
+
+def test_prompt_is_fixed_and_conditions_the_law(chain, den) -> None:
+    s = LLaDA(den, remasking="low_confidence", temperature=1.0, prompt=[1])
+    x = s.sample(N, T, 3, seed=21)
+    assert (x[:, 0] == 1).all()
+    law = llada_law(chain, T, 3, "low_confidence", 1.0, init={(1, 3, 3, 3): 1.0}, prompt_len=1)
+    assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
+    y = LLaDA(den, remasking="random", temperature=1.0, prompt=[2, 0], block_length=5).sample(40, 12, 4, seed=2)
+    assert (y[:, :2] == torch.tensor([2, 0])).all()
+
+
+def test_prompt_pi_with_one_token_per_step_is_exact(chain, den) -> None:
+    """pi prompt + random order + one token per step = exact sequential sampling of the chain."""
+    s = LLaDA(den, remasking="random", temperature=1.0, prompt_mode="pi")
+    x = s.sample(N, T, T - 1, seed=22)
+    assert chi_square_pvalue(sequence_counts(x, V), chain_law(chain, T)) > ALPHA
+
+
+@pytest.mark.parametrize("mode", ["pi_head", "pi_tail"])
+def test_head_tail_prompt_draws(chain, den, mode) -> None:
+    law0 = prompt_law(chain.stationary, mode)
+    s = LLaDA(den, remasking="low_confidence", temperature=1.0, prompt_mode=mode)
+    x = s.sample(N, T, 3, seed=23)
+    assert chi_square_pvalue(torch.bincount(x[:, 0], minlength=V), law0) > ALPHA
+    init = {(v, 3, 3, 3): float(law0[v]) for v in range(V) if law0[v] > 0}
+    law = llada_law(chain, T, 3, "low_confidence", 1.0, init=init, prompt_len=1)
+    assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
+    # the prompt does not depend on steps: paired across the steps grid
+    assert torch.equal(x[:50, 0], s.sample(50, T, 1, seed=23)[:, 0])
+
+
+def test_prompt_sets_as_defined() -> None:
+    pi = torch.tensor([0.05, 0.4, 0.1, 0.25, 0.2], dtype=torch.float64)
+    # descending 0.4 (cum 0.4 > 0.3): nothing within 30%, plus the next -> {1}
+    assert torch.allclose(prompt_law(pi, "pi_head"), torch.tensor([0, 1.0, 0, 0, 0], dtype=torch.float64))
+    # ascending 0.05, 0.1 (cum 0.15) within 30%, plus the next 0.2 -> {0, 2, 4}
+    assert torch.allclose(prompt_law(pi, "pi_tail"), torch.tensor([0.05, 0, 0.1, 0, 0.2], dtype=torch.float64) / 0.35)
+    pi = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    assert torch.allclose(prompt_law(pi, "pi_head"), torch.tensor([0, 0, 0, 1.0], dtype=torch.float64))
+    assert torch.allclose(prompt_law(pi, "pi_tail"), torch.tensor([0.1, 0.2, 0.3, 0], dtype=torch.float64) / 0.6)
+    assert torch.allclose(prompt_law(pi, "pi"), pi)
+
+
+def test_no_mask_left_and_batch_invariance(den) -> None:
+    for kw in ({"temperature": 1.0}, {"remasking": "random", "temperature": 0.7, "block_length": 10},
+               {"temperature": 1.0, "prompt_mode": "pi_tail"}):
+        s = LLaDA(den, **kw)
+        full = s.sample(12, 30, steps=6, seed=5)
+        assert full.min() >= 0 and full.max() < V
+        assert torch.equal(full[7:], s.sample(5, 30, steps=6, seed=5, start_index=7))
+
+
+def test_bad_settings(den) -> None:
+    with pytest.raises(ValueError, match="steps"):
+        LLaDA(den, steps=0)
+    with pytest.raises(ValueError, match="remasking"):
+        LLaDA(den, remasking="confidence")
+    with pytest.raises(ValueError, match="temperature"):
+        LLaDA(den, temperature=-0.1)
+    with pytest.raises(ValueError, match="prompt_mode"):
+        LLaDA(den, prompt_mode="head")
+    with pytest.raises(ValueError, match="block_length"):
+        LLaDA(den, block_length=0)
+    with pytest.raises(ValueError, match="prompt"):
+        LLaDA(den, prompt=[-1])
+    with pytest.raises(ValueError, match="prompt"):
+        LLaDA(den, prompt=[1], prompt_mode="pi")
+    with pytest.raises(ValueError, match="block_length"):
+        LLaDA(den, block_length=3).sample(2, 8, 2, seed=0)
+    with pytest.raises(ValueError, match="steps"):
+        LLaDA(den, block_length=4).sample(2, 12, 4, seed=0)  # 3 blocks
+    with pytest.raises(ValueError, match="prompt"):
+        LLaDA(den, prompt=[0, 3]).sample(2, 8, 2, seed=0)  # id 3 = V is out of range
+    with pytest.raises(ValueError, match="prompt"):
+        LLaDA(den, prompt=[0, 1, 2]).sample(2, 2, 2, seed=0)  # longer than seq_len
+    with pytest.raises(ValueError, match="no denoiser"):
+        LLaDA().sample(2, 4, 2)
+
+
+def test_posterior_cache_gives_identical_draws() -> None:
+    """Reusing posterior features where the nearest revealed neighbours did not change is exact."""
+    from dllm_lit.denoisers import OracleDenoiser
+    from dllm_lit.markov import english_char_chain
+    from dllm_lit.samplers import LLaDA
+
+    oracle = OracleDenoiser(english_char_chain())
+    for tau, block in ((1.0, None), (0.0, 16), (0.6, 32)):
+        s = LLaDA(oracle, temperature=tau, block_length=block)
+        cached = s.sample(8, 64, 16, seed=3)
+        s.use_cache = False
+        assert torch.equal(cached, s.sample(8, 64, 16, seed=3)), (tau, block)
