@@ -99,6 +99,8 @@ class OracleDenoiser(Denoiser):
                     certified = True
                     break
             cur = chain.apply_right(cur)
+        #: P' > 0 entrywise (e.g. a teleport with full-support nu): no evidence has probability zero
+        self.strictly_positive = bool((chain.kernel > 0).all()) and bool(positive.all())
         self.depth = len(powers)
         self.certified = certified
         self.mixing_residual = resid
@@ -129,9 +131,14 @@ class OracleDenoiser(Denoiser):
         lf, rf = self.row_table[r_idx], self.col_table[c_idx]
         if not self.certified:
             lf, rf = self._beyond_cache(lf, rf, has_left, has_right, d_left, d_right)
+        if self.strictly_positive:  # every P'^d > 0: the product never vanishes, normalise in place
+            g = lf.mul_(rf)
+            return g.div_(g.sum(-1, keepdim=True))
         g = lf * rf
         s = g.sum(-1, keepdim=True)
-        return torch.where(s > 0, g / s.clamp_min(torch.finfo(g.dtype).tiny), lf / lf.sum(-1, keepdim=True))
+        bad = s <= 0  # unreachable right neighbour: left-only law
+        g = torch.where(bad, lf, g)
+        return g.div_(torch.where(bad, lf.sum(-1, keepdim=True), s))
 
     def _beyond_cache(self, left_f, right_f, has_left, has_right, d1, d2):
         """Uncertified cache: distances beyond D by repeated multiplication with cached powers (exact, slower)."""
@@ -174,12 +181,23 @@ class OracleDenoiser(Denoiser):
 
     @torch.no_grad()
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        """log p*(x_i = v | z) for every position: Tensor[B, T, V] (one-hot at revealed positions)."""
+        """log p*(x_i = v | z) for every position: Tensor[B, T, V] (one-hot at revealed positions).
+
+        Posteriors are computed at masked positions only; revealed rows are written as 0 / -inf.
+        """
         check_tokens(z, self.vocab_size)
         B, T = z.shape
-        b = torch.arange(B, device=z.device).repeat_interleave(T)
-        p = torch.arange(T, device=z.device).repeat(B)
-        return self.log_probs_at(z, b, p).view(B, T, self.vocab_size)
+        V = self.vocab_size
+        flat = z.reshape(-1)
+        masked = flat == self.mask_id
+        out = torch.full((B * T, V), float("-inf"), dtype=self.row_table.dtype, device=z.device)
+        idx = masked.nonzero().squeeze(1)
+        if idx.numel():
+            b, p = idx // T, idx % T
+            out[idx] = self.probs_at(z, b, p).log_()
+        rev = (~masked).nonzero().squeeze(1)
+        out[rev, flat[rev]] = 0.0
+        return out.view(B, T, V)
 
     def extra_repr(self) -> str:
         return f"V={self.vocab_size}, depth={self.depth}, certified={self.certified}, residual={self.mixing_residual:.2e}"
