@@ -168,3 +168,16 @@ def test_bad_settings(den) -> None:
         SEDD(den, noise_eps=0.0)
     with pytest.raises(ValueError, match="no denoiser"):
         SEDD().sample(2, 4, 2)
+
+
+def test_tempered_cache_matches_direct_path(monkeypatch) -> None:
+    """beta != 1 with the posterior cache draws what querying every masked position each step draws."""
+    from dllm_lit.denoisers import OracleDenoiser
+    from dllm_lit.markov import english_char_chain
+    from dllm_lit.samplers import SEDD
+    from dllm_lit.samplers.posterior_cache import PosteriorCache
+
+    s = SEDD(OracleDenoiser(english_char_chain()), beta=3.0, token_temperature=0.7)
+    cached = s.sample(8, 48, 12, seed=2)
+    monkeypatch.setattr(PosteriorCache, "fits", staticmethod(lambda *a, **k: False))
+    assert torch.equal(cached, s.sample(8, 48, 12, seed=2))

@@ -56,9 +56,10 @@ import torch
 
 from dllm_lit import rng
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, cdf_and_last
 from dllm_lit.samplers.llada import propose
 from dllm_lit.samplers.ordered_decoding import decode_in_order
+from dllm_lit.samplers.posterior_cache import PosteriorCache
 
 __all__ = ["SEDD", "PREDICTORS", "loglinear_sigma", "loglinear_rate", "sedd_time_grid", "step_scale", "step_probabilities", "token_law"]
 
@@ -181,7 +182,10 @@ class SEDD(Sampler):
                 return propose(probs, uni.at(j, b, p, slot=1), tau)  # final step j = steps: same law at beta = 1
 
             return decode_in_order(den, z, when.view(B, T), steps, draw)
-        # beta != 1: the unmask probability depends on sum_v p_v^beta -> query every masked position
+        # beta != 1: the unmask probability depends on sum_v p_v^beta at every masked position
+        V = self.vocab_size
+        if PosteriorCache.fits(B, V + 2, length=T):
+            return self._generate_tempered_cached(z, uni, ts, steps)
         for j in range(steps):
             b, p = (z == M).nonzero(as_tuple=True)
             if b.numel() == 0:
@@ -197,4 +201,36 @@ class SEDD(Sampler):
         b, p = (z == M).nonzero(as_tuple=True)
         if b.numel():
             z[b, p] = categorical(token_law(den.probs_at(z, b, p), beta, tau), uni.at(steps, b, p, slot=1))
+        return z
+
+    def _tempered_features(self, probs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per position: S_beta = sum_v p_v^beta (float64) and the token law's cdf."""
+        p = probs.to(torch.float64)
+        mass = torch.exp(self.beta * p.log()).sum(-1)  # p = 0 -> 0
+        cdf, last = cdf_and_last(token_law(probs, self.beta, self.token_temperature))
+        return {"mass": mass, "cdf": cdf, "last": last}
+
+    def _generate_tempered_cached(self, z: torch.Tensor, uni: StepUniforms, ts: list[float], steps: int) -> torch.Tensor:
+        """beta != 1 with a :class:`PosteriorCache`: P(unmask) = c_j S_beta / expm1(sigma_j)^beta (clipped at 1),
+        token ~ p^(beta/tau); S_beta and the token cdf are recomputed only where the posterior can change."""
+        den, M = self.denoiser, self.mask_id
+        B, T = z.shape
+        V = self.vocab_size
+        eps, beta = self.noise_eps, self.beta
+        cache = PosteriorCache(den, B, 0, T, self._tempered_features,
+                               {"mass": ((), torch.float64), "cdf": ((V,), torch.float64), "last": ((), torch.int64)}, z.device)
+        for j in range(steps):
+            b, p = (z == M).nonzero(as_tuple=True)
+            if b.numel() == 0:
+                break
+            cache.refresh(z)
+            scale = step_scale(ts[j], ts[j + 1], self.predictor, eps) * math.exp(-beta * math.log(math.expm1(loglinear_sigma(ts[j], eps))))
+            move = uni.at(j, b, p) < scale * cache.get("mass", b, p)
+            bm, pm = b[move], p[move]
+            if bm.numel():
+                z[bm, pm] = categorical_from_cdf(cache.get("cdf", bm, pm), cache.get("last", bm, pm), uni.at(j, bm, pm, slot=1))
+        b, p = (z == M).nonzero(as_tuple=True)
+        if b.numel():
+            cache.refresh(z)
+            z[b, p] = categorical_from_cdf(cache.get("cdf", b, p), cache.get("last", b, p), uni.at(steps, b, p, slot=1))
         return z
