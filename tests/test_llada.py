@@ -144,6 +144,10 @@ class Recorder(Denoiser):
         self.chain = inner.chain
         self.states: list[torch.Tensor] = []
 
+    def forward(self, z):
+        self.states.append(z.clone())
+        return self.inner(z)
+
     def probs_at(self, z, b, p):
         self.states.append(z.clone())
         return self.inner.probs_at(z, b, p)

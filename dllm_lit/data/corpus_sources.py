@@ -31,6 +31,7 @@ import math
 import shutil
 import tempfile
 import time
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -190,11 +191,13 @@ class CorpusChainSource(ChainSource):
 
     cache_kind: str = "chain-corpus"
 
-    def cache_settings(self) -> dict[str, Any]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def cache_settings(self) -> dict[str, Any]:
+        """Every setting that changes the built chain (the cache key)."""
 
-    def _build_into(self, directory: Path) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _build_into(self, directory: Path) -> None:
+        """Count, build and write ``chain.pt``, ``counts.pt`` and any extra files into ``directory``."""
 
     def _load_extras(self, entry: Path) -> None:
         """Load what the decoder needs besides the chain (BPE: the tokenizer)."""

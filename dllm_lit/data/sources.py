@@ -4,6 +4,7 @@ to decode its token ids to text.  Sources are plain classes so LightningCLI conf
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,11 +37,12 @@ class IdDecoder:
         return [self.decode(row) for row in ids]
 
 
-class ChainSource:
+class ChainSource(ABC):
     """Base class: ``build(cache_dir) -> MarkovChain`` and ``decoder() -> TextDecoder``."""
 
-    def build(self, cache_dir: Path | None = None) -> MarkovChain:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def build(self, cache_dir: Path | None = None) -> MarkovChain:
+        """Build (or load from ``cache_dir``) the chain."""
 
     def decoder(self) -> TextDecoder:
         chain = getattr(self, "_chain", None)

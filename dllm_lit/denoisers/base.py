@@ -7,6 +7,8 @@ so the interface has no time argument.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import torch
 from torch import nn
 
@@ -21,7 +23,7 @@ def check_tokens(z: torch.Tensor, vocab_size: int, name: str = "z") -> None:
         raise ValueError(f"{name} must hold integer token ids, got dtype {z.dtype}")
 
 
-class Denoiser(nn.Module):
+class Denoiser(nn.Module, ABC):
     """Base class: subclasses implement :meth:`forward`; :meth:`log_probs_at` may be specialised."""
 
     vocab_size: int
@@ -30,8 +32,9 @@ class Denoiser(nn.Module):
     def mask_id(self) -> int:
         return self.vocab_size
 
-    def forward(self, z: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """log p(x0_i = v | z) for every position: Tensor[B, T, V]."""
 
     def log_probs_at(self, z: torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor) -> torch.Tensor:
         """log p(x0 | z) at the listed (batch, position) pairs only: Tensor[n, V].

@@ -7,6 +7,7 @@ sequence's sample does not depend on the batch or the number of processes.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,7 +40,7 @@ def _check_steps(steps: int | Sequence[int]) -> list[int]:
     return values
 
 
-class Sampler(L.LightningModule):
+class Sampler(L.LightningModule, ABC):
     """Common machinery: denoiser wiring, step grid, seeding, predict_step and ``sample``.
 
     Args:
@@ -101,9 +102,9 @@ class Sampler(L.LightningModule):
         return self.vocab_size
 
     # ------------------------------------------------------------------ sampling
+    @abstractmethod
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         """Run the reverse diffusion for sequences ``indices``; returns LongTensor[B, T] in [0, V)."""
-        raise NotImplementedError
 
     @torch.no_grad()
     def sample(
