@@ -6,6 +6,7 @@ import itertools
 import pytest
 import torch
 
+from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain
 
 
@@ -40,8 +41,23 @@ def all_sequences(V: int, T: int) -> torch.Tensor:
     return torch.tensor(list(itertools.product(range(V), repeat=T)), dtype=torch.long)
 
 
+#: V = 3 kernel with one impossible transition (1 -> 1): parallel decoding can produce it, which
+#: gives the sampler law tests power
+TINY_KERNEL = [[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]]
+
+
 @pytest.fixture
 def tiny_chain() -> MarkovChain:
-    """V = 3 chain with one impossible transition, deterministic."""
-    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
-    return MarkovChain.from_kernel(P)
+    return MarkovChain.from_kernel(torch.tensor(TINY_KERNEL, dtype=torch.float64))
+
+
+@pytest.fixture(scope="module")
+def chain() -> MarkovChain:
+    """The tiny chain, shared by the sampler law tests of a module."""
+    return MarkovChain.from_kernel(torch.tensor(TINY_KERNEL, dtype=torch.float64))
+
+
+@pytest.fixture(scope="module")
+def den(chain: MarkovChain) -> OracleDenoiser:
+    """Exact oracle of the tiny chain."""
+    return OracleDenoiser(chain)

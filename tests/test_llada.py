@@ -78,17 +78,6 @@ def llada_law(chain: MarkovChain, T: int, steps: int, remasking: str, temperatur
     return law_vector(dist, chain.vocab_size, T)
 
 
-@pytest.fixture(scope="module")
-def chain() -> MarkovChain:
-    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
-    return MarkovChain.from_kernel(P)
-
-
-@pytest.fixture(scope="module")
-def den(chain: MarkovChain) -> OracleDenoiser:
-    return OracleDenoiser(chain)
-
-
 @pytest.mark.parametrize(
     "remasking, temperature, steps, block_length",
     [

@@ -6,7 +6,6 @@ import torch
 
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import OracleDenoiser
-from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers import MDLM
 from exact_laws import chain_law, mdlm_law
 
@@ -15,9 +14,8 @@ ALPHA = 0.01
 
 
 @pytest.fixture(scope="module")
-def sampler() -> MDLM:
-    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
-    return MDLM(OracleDenoiser(MarkovChain.from_kernel(P)))
+def sampler(den: OracleDenoiser) -> MDLM:
+    return MDLM(den)
 
 
 @pytest.mark.parametrize("steps", [2, 5])

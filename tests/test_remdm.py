@@ -35,17 +35,6 @@ def single_thread():
     torch.set_num_threads(n)
 
 
-@pytest.fixture(scope="module")
-def chain() -> MarkovChain:
-    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
-    return MarkovChain.from_kernel(P)
-
-
-@pytest.fixture(scope="module")
-def den(chain: MarkovChain) -> OracleDenoiser:
-    return OracleDenoiser(chain)
-
-
 # ---------------------------------------------------------------------- exact law (DP)
 def nucleus(q: list[float], p: float) -> tuple[list[float], float]:
     """Strict top-p on one row (ties: lower id first); returns (filtered row, min |cumsum - p|)."""

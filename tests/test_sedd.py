@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from conftest import chi_square_pvalue, sequence_counts
-from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers.sedd import SEDD, loglinear_sigma, sedd_time_grid, step_probabilities
 from exact_laws import PosteriorCache, chain_law, law_vector, product_step
@@ -60,17 +59,6 @@ def sedd_law(chain: MarkovChain, T: int, steps: int, predictor: str = "analytic"
 
     final = product_step(dist, final_options)
     return law_vector(final, V, T)
-
-
-@pytest.fixture(scope="module")
-def chain() -> MarkovChain:
-    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
-    return MarkovChain.from_kernel(P)
-
-
-@pytest.fixture(scope="module")
-def den(chain: MarkovChain) -> OracleDenoiser:
-    return OracleDenoiser(chain)
 
 
 @pytest.mark.parametrize(

@@ -255,6 +255,7 @@ class MarkovChain:
         seed: int | None = None,
         start_index: int = 0,
         device: torch.device | str | None = None,
+        topk_probs: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Exact ancestral samples [N, T]: x_0 ~ pi, x_t ~ P'(. | x_{t-1}).
 
@@ -262,6 +263,8 @@ class MarkovChain:
         ``seed`` is the same whatever ``num_sequences`` or batching.  Without ``seed`` one is
         drawn from ``generator`` (torch's global RNG if None).  Each step uses one uniform u:
         u < eps picks the teleport nu, otherwise the top-K row (inverse CDF, float64).
+        ``topk_probs`` [V, K] replaces ``nbr_prob`` for the transitions (e.g. a sharpened kernel;
+        x_0 is still drawn from pi).
         """
         if int(num_sequences) < 1:
             raise ChainError(f"num_sequences must be >= 1, got {num_sequences}")
@@ -275,16 +278,19 @@ class MarkovChain:
         keys = rng.sequence_keys(seed, idx, rng.Stream.CHAIN)
         u = rng.uniform(keys[:, None], 0, torch.arange(T, device=device)[None, :])  # [N, T]
         nbr_idx = self.nbr_idx.to(device)
-        row_cdf = self.nbr_prob.to(device).cumsum(1)
+        rows = self.nbr_prob if topk_probs is None else topk_probs
+        if rows.shape != self.nbr_prob.shape:
+            raise ChainError(f"topk_probs must have shape {tuple(self.nbr_prob.shape)}, got {tuple(rows.shape)}")
+        row_cdf = rows.to(device=device, dtype=torch.float64).cumsum(1)
         # the teleport branch and x_0 do not depend on the previous token: draw them for all t at once
         tele = u < self.eps
-        tok_tele = _inverse_cdf_1d(self.nu.to(device).cumsum(0), (u / self.eps) if self.eps > 0 else u)
+        tok_tele = inverse_cdf_1d(self.nu.to(device).cumsum(0), (u / self.eps) if self.eps > 0 else u)
         u_row = ((u - self.eps) / (1.0 - self.eps)).clamp(0.0, 1.0)
         out = torch.empty(N, T, dtype=torch.int64, device=device)
-        out[:, 0] = _inverse_cdf_1d(self.stationary.to(device).cumsum(0), u[:, 0])
+        out[:, 0] = inverse_cdf_1d(self.stationary.to(device).cumsum(0), u[:, 0])
         for t in range(1, T):
             prev = out[:, t - 1]
-            k = _inverse_cdf(row_cdf[prev], u_row[:, t])
+            k = inverse_cdf(row_cdf[prev], u_row[:, t])
             out[:, t] = torch.where(tele[:, t], tok_tele[:, t], nbr_idx[prev, k])
         return out
 
@@ -383,13 +389,13 @@ class MarkovChain:
         return f"MarkovChain(V={self.vocab_size}, K={self.top_k}, eps={self.eps:g}, source={self.metadata.get('source', '?')!r})"
 
 
-def _inverse_cdf_1d(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def inverse_cdf_1d(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse CDF of one distribution (cdf [V]) at many uniforms (any shape)."""
     k = torch.searchsorted(cdf, (u.to(cdf.dtype) * cdf[-1]).contiguous(), right=True)
     return k.clamp_(max=cdf.shape[0] - 1)
 
 
-def _inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Index k with cdf[k-1] <= u * total < cdf[k] per row (float64; total = cdf[..., -1])."""
     target = (u.to(cdf.dtype) * cdf[..., -1]).unsqueeze(-1)
     k = torch.searchsorted(cdf.contiguous(), target, right=True).squeeze(-1)

@@ -31,19 +31,6 @@ from dllm_lit.samplers.base import Sampler, compact_dtype
 __all__ = ["AR", "sharpened_rows"]
 
 
-def _inverse_cdf_1d(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Same rule as ``dllm_lit.markov.chain._inverse_cdf_1d`` (local copy of a private helper)."""
-    k = torch.searchsorted(cdf, (u.to(cdf.dtype) * cdf[-1]).contiguous(), right=True)
-    return k.clamp_(max=cdf.shape[0] - 1)
-
-
-def _inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Same rule as ``dllm_lit.markov.chain._inverse_cdf`` (local copy of a private helper)."""
-    target = (u.to(cdf.dtype) * cdf[..., -1]).unsqueeze(-1)
-    k = torch.searchsorted(cdf.contiguous(), target, right=True).squeeze(-1)
-    return k.clamp_(max=cdf.shape[-1] - 1)
-
-
 def sharpened_rows(chain: MarkovChain, beta: float) -> torch.Tensor:
     """normalise(P_topK(. | i)^beta) over each top-K list: float64 [V, K] (``nbr_prob`` at beta = 1)."""
     if beta == 1:
@@ -119,26 +106,13 @@ class AR(Sampler):
         return self.draw(indices, seq_len, seed, self.beta)
 
     def draw(self, indices: torch.Tensor, seq_len: int, seed: int, beta: float) -> torch.Tensor:
-        """x_0 ~ pi, x_t ~ P_beta(. | x_{t-1}) with MarkovChain.sample's uniforms."""
+        """x_0 ~ pi, x_t ~ P_beta(. | x_{t-1}): ``MarkovChain.sample`` with the sharpened top-K rows."""
         self.validate_settings(seq_len)
-        chain, dev = self.chain, indices.device
-        N, T = indices.numel(), int(seq_len)
-        keys = rng.sequence_keys(seed, indices, rng.Stream.CHAIN)
-        u = rng.uniform(keys[:, None], 0, torch.arange(T, device=dev)[None, :])  # [N, T], as chain.sample
-        eps = chain.eps
-        nbr_idx = chain.nbr_idx.to(dev)
-        row_cdf = sharpened_rows(chain, beta).to(dev).cumsum(1)
-        # teleport branch and x_0 do not depend on the previous token: drawn for all t at once
-        tele = u < eps
-        tok_tele = _inverse_cdf_1d(chain.nu.to(dev).cumsum(0), (u / eps) if eps > 0 else u)
-        u_row = ((u - eps) / (1.0 - eps)).clamp(0.0, 1.0)
-        out = torch.empty(N, T, dtype=torch.int64, device=dev)
-        out[:, 0] = _inverse_cdf_1d(chain.stationary.to(dev).cumsum(0), u[:, 0])
-        for t in range(1, T):
-            prev = out[:, t - 1]
-            k = _inverse_cdf(row_cdf[prev], u_row[:, t])
-            out[:, t] = torch.where(tele[:, t], tok_tele[:, t], nbr_idx[prev, k])
-        return out
+        start = int(indices[0])
+        if not torch.equal(indices.cpu(), torch.arange(start, start + indices.numel())):
+            raise ValueError("AR chunks must hold consecutive sequence indices")
+        return self.chain.sample(indices.numel(), int(seq_len), seed=seed, start_index=start, device=indices.device,
+                                 topk_probs=sharpened_rows(self.chain, beta))
 
     # ------------------------------------------------------------------ predict rows
     def runs(self) -> list[tuple[str, int | None]]:
