@@ -19,9 +19,7 @@ nothing).
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -177,17 +175,9 @@ def train_bytelevel_bpe(
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
     """Write ``tokenizer`` as ``tokenizer.json``-style JSON to ``path`` atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        tokenizer.save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    from dllm_lit.atomic import atomic_write_text
+
+    return atomic_write_text(path, tokenizer.to_str())
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:

@@ -40,7 +40,8 @@ import torch
 
 from dllm_lit.data.sources import ChainSource, TextDecoder
 from dllm_lit.markov import MarkovChain, load_chain, save_chain
-from dllm_lit.markov.artifact import ARTIFACT_VERSION, atomic_torch_save
+from dllm_lit.atomic import atomic_torch_save
+from dllm_lit.markov.artifact import ARTIFACT_VERSION
 
 __all__ = [
     "CORPUS_CHAIN_FORMAT",

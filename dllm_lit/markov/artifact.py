@@ -15,16 +15,14 @@ hold ``gt_samples_ids[N,T]``.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from dllm_lit.atomic import atomic_torch_save
 from dllm_lit.markov.chain import ChainError, MarkovChain
 
 __all__ = ["save_chain", "load_chain", "load_paper_artifact", "load_reference_samples", "ARTIFACT_FORMAT", "ARTIFACT_VERSION"]
@@ -42,25 +40,6 @@ def _digest(payload: dict[str, Any]) -> str:
         h.update(t.numpy().tobytes())
     h.update(json.dumps({"eps": payload["eps"], "metadata": payload["metadata"], "version": payload["version"]}, sort_keys=True, default=str).encode())
     return h.hexdigest()
-
-
-def atomic_torch_save(obj: Any, path: str | Path) -> None:
-    """torch.save to a temporary file in the same folder, then os.replace: no half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            buf = io.BytesIO()
-            torch.save(obj, buf)
-            f.write(buf.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def save_chain(chain: MarkovChain, path: str | Path) -> None:

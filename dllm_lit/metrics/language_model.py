@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics import Metric
 
+from dllm_lit.atomic import atomic_torch_save
 from dllm_lit.metrics.bootstrap import ratio_ci
 from dllm_lit.metrics.distributed import EmptyMetricError, TypedCatStateMixin, synced_cat_states
 
@@ -494,18 +494,7 @@ class MauveScore(_LanguageModelMixin, TypedCatStateMixin, Metric):
 
     @staticmethod
     def _write_cache(path: Path, key: str, feats: Tensor) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                torch.save({"key": key, "features": feats, "sha256": _tensor_digest(feats)}, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_torch_save({"key": key, "features": feats, "sha256": _tensor_digest(feats)}, path)
 
     def reference_features(self) -> Tensor:
         """Reference features ``float32[R, d]`` (memory cache, then disk cache, else featurise)."""

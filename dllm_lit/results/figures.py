@@ -6,8 +6,6 @@ layout of the paper's Fig. 2-4.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from dllm_lit.atomic import atomic_write  # noqa: E402
 
 __all__ = ["plot_metric", "write_figures", "FIGURE_KEYS", "LABELS"]
 
@@ -57,16 +57,10 @@ def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | N
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
+        atomic_write(path, lambda fh: fig.savefig(fh, format="png"))
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 

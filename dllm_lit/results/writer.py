@@ -23,8 +23,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +31,7 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 
-from dllm_lit.markov.artifact import atomic_torch_save
+from dllm_lit.atomic import atomic_torch_save, atomic_write_text
 from dllm_lit.metrics.bootstrap import ratio_ci
 from dllm_lit.metrics.surface import DuplicationRate, NgramDiversity, distinct_ngrams_per_sequence
 from dllm_lit.metrics.transition import METRIC_KEYS, TransitionMetrics, bootstrap_transition_cis
@@ -41,20 +39,6 @@ from dllm_lit.metrics.transition import METRIC_KEYS, TransitionMetrics, bootstra
 __all__ = ["ResultsWriter", "atomic_write_text", "SAMPLES_FORMAT"]
 
 SAMPLES_FORMAT = "dllm_lit.samples"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write text to a temporary file beside ``path`` and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _row_key(sampler: str, steps: int | None) -> str:
