@@ -14,12 +14,10 @@ To add a metric (e.g. ``dllm_lit.metrics.transition.TransitionMetrics``), write 
 from __future__ import annotations
 
 import os
-import random
 import socket
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +28,8 @@ from torchmetrics import Metric
 
 from dllm_lit.metrics.language_model import GenerativePerplexity, MauveScore
 from dllm_lit.metrics.surface import DuplicationRate, NgramDiversity
+from dllm_lit.metrics.transition import TransitionMetrics
+from tiny_models import build_tiny_gpt2, make_texts
 
 WORLD_SIZE = 2
 Batch = tuple[Any, ...]  # positional arguments of one ``metric.update`` call
@@ -61,14 +61,6 @@ class MetricCase:
 
 
 # ----------------------------------------------------------------------------- data
-WORDS = "the a of and to in is was he for it with as his on be at by had are but from or she an they".split()
-
-
-def _texts(num: int, seed: int, max_words: int = 30) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, max_words))) for _ in range(num)]
-
-
 def _token_batches(ctx: dict[str, Any]) -> list[Batch]:
     g = torch.Generator().manual_seed(0)
     b0 = torch.randint(0, 3, (13, 6), generator=g)  # 3**6 sequences: few duplicates within the batch
@@ -79,7 +71,7 @@ def _token_batches(ctx: dict[str, Any]) -> list[Batch]:
 
 
 def _text_batches(ctx: dict[str, Any]) -> list[Batch]:
-    texts = _texts(20, seed=1)
+    texts = make_texts(20, seed=1)
     return [(texts[:8],), (texts[8:11],), (texts[11:],)]
 
 
@@ -100,7 +92,22 @@ def _genppl(ctx: dict[str, Any]) -> Metric:
 
 
 def _mauve(ctx: dict[str, Any]) -> Metric:
-    return MauveScore(_texts(20, seed=2), featurizer=ctx["model_dir"], max_text_length=48, num_buckets=4, batch_size=4)
+    return MauveScore(make_texts(20, seed=2), featurizer=ctx["model_dir"], max_text_length=48, num_buckets=4, batch_size=4)
+
+
+def _transition_dense(ctx: dict[str, Any]) -> Metric:
+    from dllm_lit.markov import MarkovChain
+
+    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
+    return TransitionMetrics(MarkovChain.from_kernel(P))
+
+
+def _transition_sparse(ctx: dict[str, Any]) -> Metric:
+    """The code-list state used for large vocabularies (forced here with dense_max_vocab=1)."""
+    from dllm_lit.markov import MarkovChain
+
+    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
+    return TransitionMetrics(MarkovChain.from_kernel(P), dense_max_vocab=1)
 
 
 def _bootstrap(metric: Metric) -> tuple[float, float]:
@@ -113,6 +120,9 @@ CASES: list[MetricCase] = [
     MetricCase("ngram3", _ngram3, _token_batches, rank0_batches=2),
     MetricCase("duplication_straddling", _dup, _token_batches, rank0_batches=1),
     MetricCase("duplication_rank1_empty", _dup, _token_batches, rank0_batches=3),
+    MetricCase("transition_dense", _transition_dense, _token_batches, rank0_batches=1, rtol=1e-12),
+    MetricCase("transition_sparse_rank1_empty", _transition_sparse, _token_batches, rank0_batches=3, rtol=1e-12),
+    MetricCase("transition_sparse", _transition_sparse, _token_batches, rank0_batches=2, rtol=1e-12),
     MetricCase("genppl", _genppl, _text_batches, rank0_batches=1, extra=_bootstrap, rtol=1e-6),
     MetricCase("mauve", _mauve, _text_batches, rank0_batches=2, atol=1e-5),
     MetricCase("mauve_rank1_empty", _mauve, _text_batches, rank0_batches=3, atol=1e-5),
@@ -151,39 +161,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _build_tiny_gpt2(directory: Path) -> str:
-    """A 2-layer GPT-2 (n_embd=32) and a ~300-token byte-level BPE tokenizer, saved to ``directory``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(_texts(200, seed=99), trainer)
-    eos = "<|endoftext|>"
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, bos_token=eos, unk_token=eos)
-    fast.save_pretrained(directory)
-    torch.manual_seed(0)
-    config = GPT2Config(
-        n_layer=2,
-        n_embd=32,
-        n_head=2,
-        n_positions=64,
-        vocab_size=len(fast),
-        bos_token_id=fast.eos_token_id,
-        eos_token_id=fast.eos_token_id,
-    )
-    GPT2LMHeadModel(config).save_pretrained(directory)
-    return str(directory)
-
-
 @pytest.fixture(scope="module")
 def ddp_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     root = tmp_path_factory.mktemp("ddp")
-    ctx = {"model_dir": _build_tiny_gpt2(root / "tiny-gpt2")}
+    ctx = {"model_dir": str(build_tiny_gpt2(root / "tiny-gpt2", n_positions=64))}
     names = [c.name for c in CASES]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny ops; avoid thread-pool stalls on a shared CPU (workers do the same)

@@ -9,7 +9,7 @@ import torch
 from dllm_lit.data import MarkovDataModule
 from dllm_lit.results import ResultsWriter
 from dllm_lit.samplers import MDLM
-from test_metrics_language_model import build_tiny_gpt2
+from tiny_models import build_tiny_gpt2
 
 
 def test_predict_with_genppl_and_mauve(tmp_path) -> None:

@@ -21,6 +21,7 @@ import torch
 from torchmetrics import Metric
 
 from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.metrics.distributed import TypedCatStateMixin, cat_state
 
 __all__ = ["TransitionMetrics", "transition_metrics_from_counts", "transition_metrics_from_pairs", "transition_counts", "transition_codes", "METRIC_KEYS"]
 
@@ -84,7 +85,7 @@ def transition_codes(samples: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return x[:, :-1] * vocab_size + x[:, 1:]
 
 
-class TransitionMetrics(Metric):
+class TransitionMetrics(TypedCatStateMixin, Metric):
     """torchmetrics wrapper: ``update(samples[N, T])`` accumulates transitions; ``compute()`` returns a dict.
 
     State: for V <= ``dense_max_vocab`` a dense int64 [V, V] count matrix summed across processes
@@ -95,6 +96,7 @@ class TransitionMetrics(Metric):
     full_state_update = False
     higher_is_better = False
     is_differentiable = False
+    _cat_state_specs = {"codes": (torch.int64, ())}
 
     def __init__(self, chain: MarkovChain, dense_max_vocab: int = 1024, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -121,8 +123,7 @@ class TransitionMetrics(Metric):
     def compute(self) -> dict[str, float]:
         if self.dense:
             return transition_metrics_from_counts(self.counts.cpu(), self.chain)
-        codes = self.codes if isinstance(self.codes, torch.Tensor) else (torch.cat(self.codes) if self.codes else torch.zeros(0, dtype=torch.long))
-        uniq, cnt = torch.unique(codes.cpu(), return_counts=True)
+        uniq, cnt = torch.unique(cat_state(self.codes, torch.int64).cpu(), return_counts=True)
         return transition_metrics_from_pairs(uniq, cnt, self.chain)
 
 
