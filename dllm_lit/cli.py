@@ -8,6 +8,8 @@ Every predict run writes ``metrics.json`` and ``metrics.csv`` into ``trainer.def
 """
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 
 from lightning.pytorch.cli import LightningCLI
@@ -44,10 +46,42 @@ class DllmCLI(LightningCLI):
         )
 
 
+#: exceptions that mean "bad input" (a setting, a missing file or model): shown as one clear line
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, OSError, RuntimeError)
+
+
+def _user_error(exc: BaseException) -> BaseException | None:
+    """The innermost cause of ``exc`` that is one of dllm_lit's own input errors, if any.
+
+    jsonargparse wraps a constructor's ValueError (which names the field and the allowed values)
+    in its own "Does not validate against any of the Union subtypes" error; the message the user
+    needs is the original one.
+    """
+    found, seen = None, set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, USER_ERRORS) and type(cur).__module__.startswith(("dllm_lit", "builtins")):
+            found = cur
+        cur = cur.__cause__ or cur.__context__
+    return found
+
+
 def main(args=None) -> DllmCLI:
+    """Run the CLI; bad settings end with ``error: <message naming the field>`` and exit status 2.
+
+    Set ``DLLM_LIT_TRACEBACK=1`` to see the full traceback instead.
+    """
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*predict_dataloader.*num_workers.*")
-    return DllmCLI(args=args)
+    try:
+        return DllmCLI(args=args)
+    except USER_ERRORS as exc:
+        cause = _user_error(exc)
+        if cause is None or os.environ.get("DLLM_LIT_TRACEBACK"):
+            raise
+        print(f"error: {cause}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

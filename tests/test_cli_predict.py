@@ -62,3 +62,20 @@ def test_predict_independent_of_chunking(tmp_path) -> None:
     m = TransitionMetrics(dm.chain)
     m.update(s.sample(26, 30, seed=11))
     assert m.compute()["kl"] == results[0][1]["kl"]
+
+
+def test_bad_settings_give_one_clear_line(tmp_path, capsys) -> None:
+    import pytest
+
+    cases = [
+        (["--config", "configs/remdm_conf.yaml", "--model.top_p", "1.5"], "top_p must lie in (0, 1]"),
+        (["--config", "configs/mdlm.yaml", "--data.seq_len", "1"], "seq_len must be >= 2"),
+        (["--config", "configs/llada.yaml", "--model.block_length", "100"], "block_length=100 must divide"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(SystemExit) as info:
+            main(["predict", *extra, "--data.num_sequences", "4", "--trainer.default_root_dir", str(tmp_path / "bad")])
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert f"error: {message}" in err and "Traceback" not in err
+    assert not (tmp_path / "bad" / "metrics.json").exists()
