@@ -51,20 +51,24 @@ USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, O
 
 
 def _user_error(exc: BaseException) -> BaseException | None:
-    """The innermost cause of ``exc`` that is one of dllm_lit's own input errors, if any.
+    """The exception in ``exc``'s cause chain whose message the user needs, if it is an input error.
 
-    jsonargparse wraps a constructor's ValueError (which names the field and the allowed values)
-    in its own "Does not validate against any of the Union subtypes" error; the message the user
-    needs is the original one.
+    dllm_lit's own exception types (e.g. ModelNotAvailableError, ChainError) win, outermost first:
+    they name the field and the remedy.  Otherwise the innermost built-in ValueError / OSError /
+    RuntimeError: jsonargparse wraps a constructor's ValueError (which names the field and the
+    allowed values) in its own "Does not validate against any of the Union subtypes" error.
     """
-    found, seen = None, set()
+    chain, seen = [], set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        if isinstance(cur, USER_ERRORS) and type(cur).__module__.startswith(("dllm_lit", "builtins")):
-            found = cur
+        chain.append(cur)
         cur = cur.__cause__ or cur.__context__
-    return found
+    for e in chain:
+        if isinstance(e, USER_ERRORS) and type(e).__module__.startswith("dllm_lit"):
+            return e
+    builtin = [e for e in chain if isinstance(e, USER_ERRORS) and type(e).__module__ == "builtins"]
+    return builtin[-1] if builtin else None
 
 
 def main(args=None) -> DllmCLI:
