@@ -13,7 +13,7 @@ import torch
 
 from dllm_lit import rng
 
-__all__ = ["categorical", "categorical_from_cdf", "cdf_and_last", "StepUniforms"]
+__all__ = ["categorical", "categorical_from_cdf", "StepUniforms"]
 
 
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -21,24 +21,18 @@ def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
     Unnormalised rows are allowed; zero-probability entries are never returned.
     """
-    cdf = probs.to(torch.float64).cumsum(-1)
-    target = (u.to(torch.float64) * cdf[..., -1]).unsqueeze(-1)
-    k = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    # u * total can round up to total: return the last entry with positive mass
-    last = (probs > 0).to(torch.int64).cumsum(-1).argmax(-1)
-    return torch.minimum(k, last)
+    return categorical_from_cdf(probs.to(torch.float64).cumsum(-1), u)
 
 
-def categorical_from_cdf(cdf: torch.Tensor, last: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """:func:`categorical` from a precomputed float64 cumsum ``cdf`` [n, V] and last positive index ``last`` [n]."""
-    target = (u.to(torch.float64) * cdf[..., -1]).unsqueeze(-1)
-    k = torch.searchsorted(cdf.contiguous(), target, right=True).squeeze(-1)
-    return torch.minimum(k, last)
+def categorical_from_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """:func:`categorical` from a precomputed float64 cumsum ``cdf`` [n, V].
 
-
-def cdf_and_last(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(float64 cumsum, index of the last positive entry) of unnormalised rows [n, V], as :func:`categorical` uses."""
-    return probs.to(torch.float64).cumsum(-1), (probs > 0).to(torch.int64).cumsum(-1).argmax(-1)
+    The target u * total is kept strictly below the total (u * total can round up to it), so the
+    first index with cdf > target always has positive mass.
+    """
+    total = cdf[..., -1]
+    target = torch.minimum(u.to(torch.float64) * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf.contiguous(), target.unsqueeze(-1), right=True).squeeze(-1)
 
 
 class StepUniforms:

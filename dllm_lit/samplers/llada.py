@@ -51,7 +51,7 @@ import torch
 
 from dllm_lit import rng
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, cdf_and_last
+from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf
 from dllm_lit.samplers.ordered_decoding import decode_in_order
 from dllm_lit.samplers.posterior_cache import PosteriorCache
 
@@ -245,7 +245,7 @@ class LLaDA(Sampler):
             cache = None
             if self.use_cache and PosteriorCache.fits(B, 2 * V + 2, length=hi - lo):
                 cache = PosteriorCache(den, B, lo, hi, self._proposal_features,
-                                       {"cdf": ((V,), torch.float64), "last": ((), torch.int64), "probs": ((V,), torch.float32),
+                                       {"cdf": ((V,), torch.float64), "probs": ((V,), torch.float32),
                                         "argmax": ((), torch.int64)}, dev)
             for i, k in enumerate(transfer_schedule(n, S)):
                 if k > 0:
@@ -261,8 +261,7 @@ class LLaDA(Sampler):
             law = probs
         else:
             law = (probs.to(torch.float64) / probs.amax(-1, keepdim=True)) ** (1.0 / tau)
-        cdf, last = cdf_and_last(law)
-        return {"cdf": cdf, "last": last, "probs": probs.to(torch.float32), "argmax": probs.argmax(-1)}
+        return {"cdf": law.to(torch.float64).cumsum(-1), "probs": probs.to(torch.float32), "argmax": probs.argmax(-1)}
 
     def _generate_random(self, x: torch.Tensor, P: int, bl: int, nb: int, S: int, steps: int, seed: int,
                          indices: torch.Tensor, tok_u: StepUniforms) -> torch.Tensor:
@@ -304,8 +303,8 @@ class LLaDA(Sampler):
             if self.temperature == 0:
                 tok = cache.get("argmax", b, p)
             else:
-                tok = categorical_from_cdf(cache.get("cdf", b, p), cache.get("last", b, p), tok_u.at(j, b, p))
-            conf = cache.get("probs", b, p).gather(1, tok[:, None]).squeeze(1).to(torch.float64)
+                tok = categorical_from_cdf(cache.get("cdf", b, p), tok_u.at(j, b, p))
+            conf = cache.get("probs", b, p, tok).to(torch.float64)
         score = torch.full((B, hi - lo), -math.inf, dtype=torch.float64, device=x.device)
         score[b, p - lo] = conf
         proposal = torch.zeros((B, hi - lo), dtype=torch.long, device=x.device)

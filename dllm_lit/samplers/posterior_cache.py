@@ -68,13 +68,19 @@ class PosteriorCache:
         b, p = need.nonzero(as_tuple=True)
         if b.numel() == 0:
             return
-        if self.local:
-            probs = self.den.probs_at(z, b, p + lo, neighbours=(left, right))
+        if self.local:  # masked positions only: straight from the neighbours, no one-hot rows
+            T = z.shape[1]
+            pos = p + lo
+            a, c = left[b, pos].long(), right[b, pos].long()
+            probs = self.den.probs_given_neighbours(z[b, a.clamp(min=0)], torch.where(a >= 0, pos - a, 0),
+                                                    z[b, c.clamp(max=T - 1)], torch.where(c < T, c - pos, 0))
         else:
             probs = self.den.probs_at(z, b, p + lo)
         for name, value in self.features(probs).items():
             self.store[name][b, p] = value
 
-    def get(self, name: str, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-        """Feature ``name`` at (batch, absolute position) pairs."""
-        return self.store[name][b, p - self.lo]
+    def get(self, name: str, b: torch.Tensor, p: torch.Tensor, k: torch.Tensor | None = None) -> torch.Tensor:
+        """Feature ``name`` at (batch, absolute position) pairs; with ``k``, only entry k of each row."""
+        if k is None:
+            return self.store[name][b, p - self.lo]
+        return self.store[name][b, p - self.lo, k]

@@ -56,7 +56,7 @@ import torch
 
 from dllm_lit import rng
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, cdf_and_last
+from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf
 from dllm_lit.samplers.llada import propose
 from dllm_lit.samplers.ordered_decoding import decode_in_order
 from dllm_lit.samplers.posterior_cache import PosteriorCache
@@ -207,8 +207,7 @@ class SEDD(Sampler):
         """Per position: S_beta = sum_v p_v^beta (float64) and the token law's cdf."""
         p = probs.to(torch.float64)
         mass = torch.exp(self.beta * p.log()).sum(-1)  # p = 0 -> 0
-        cdf, last = cdf_and_last(token_law(probs, self.beta, self.token_temperature))
-        return {"mass": mass, "cdf": cdf, "last": last}
+        return {"mass": mass, "cdf": token_law(probs, self.beta, self.token_temperature).cumsum(-1)}
 
     def _generate_tempered_cached(self, z: torch.Tensor, uni: StepUniforms, ts: list[float], steps: int) -> torch.Tensor:
         """beta != 1 with a :class:`PosteriorCache`: P(unmask) = c_j S_beta / expm1(sigma_j)^beta (clipped at 1),
@@ -218,7 +217,7 @@ class SEDD(Sampler):
         V = self.vocab_size
         eps, beta = self.noise_eps, self.beta
         cache = PosteriorCache(den, B, 0, T, self._tempered_features,
-                               {"mass": ((), torch.float64), "cdf": ((V,), torch.float64), "last": ((), torch.int64)}, z.device)
+                               {"mass": ((), torch.float64), "cdf": ((V,), torch.float64)}, z.device)
         for j in range(steps):
             b, p = (z == M).nonzero(as_tuple=True)
             if b.numel() == 0:
@@ -228,9 +227,9 @@ class SEDD(Sampler):
             move = uni.at(j, b, p) < scale * cache.get("mass", b, p)
             bm, pm = b[move], p[move]
             if bm.numel():
-                z[bm, pm] = categorical_from_cdf(cache.get("cdf", bm, pm), cache.get("last", bm, pm), uni.at(j, bm, pm, slot=1))
+                z[bm, pm] = categorical_from_cdf(cache.get("cdf", bm, pm), uni.at(j, bm, pm, slot=1))
         b, p = (z == M).nonzero(as_tuple=True)
         if b.numel():
             cache.refresh(z)
-            z[b, p] = categorical_from_cdf(cache.get("cdf", b, p), cache.get("last", b, p), uni.at(steps, b, p, slot=1))
+            z[b, p] = categorical_from_cdf(cache.get("cdf", b, p), uni.at(steps, b, p, slot=1))
         return z
