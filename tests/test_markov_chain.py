@@ -160,3 +160,15 @@ def test_english_chain() -> None:
     assert pi.argmax().item() == 26  # space is the most frequent character
     q, u = ord("q") - 97, ord("u") - 97
     assert ch.kernel[q].argmax().item() == u
+
+
+def test_from_counts_with_corpus_unigram() -> None:
+    """Empty rows take the given corpus unigram (the paper's OWT rule), which is also the default nu."""
+    counts = torch.tensor([[0.0, 3.0, 1.0], [0.0, 0.0, 0.0], [2.0, 2.0, 0.0]])
+    uni = torch.tensor([5.0, 1.0, 4.0])
+    ch = MarkovChain.from_counts(counts, eps=0.1, unigram=uni, pseudocount=0.0)
+    expect = 0.9 * uni / uni.sum() + 0.1 * uni / uni.sum()
+    assert torch.allclose(ch.kernel[1], expect.double())
+    assert torch.allclose(ch.nu, (uni / uni.sum()).double())
+    with pytest.raises(ChainError, match="unigram must have 3"):
+        MarkovChain.from_counts(counts, unigram=torch.ones(4))

@@ -505,6 +505,7 @@ class OpenWebTextBPE(CorpusChainSource):
         n_tokens = int(unigram.sum().item())
         chain = MarkovChain.from_counts(
             C, top_k=self.top_k, target_mass=self.target_mass, k_percentile=self.k_percentile, eps=self.eps, nu=nu,
+            unigram=unigram,
             metadata={
                 "source": "owt_bpe", "dataset": self.dataset, "split": self.split, "teleport_law": "token_unigram",
                 "tokenizer_vocab_size": int(tok.get_vocab_size()), "num_tokens": n_tokens,

@@ -319,6 +319,7 @@ class MarkovChain:
         nu: torch.Tensor | None = None,
         pseudocount: float = 1e-8,
         metadata: dict[str, Any] | None = None,
+        unigram: torch.Tensor | None = None,
     ) -> "MarkovChain":
         """The paper's construction from bigram counts C [V, V] (App. E.2-E.4).
 
@@ -331,8 +332,9 @@ class MarkovChain:
         3. Keep the top-K entries of each row (ties broken by lower token id), renormalise.
         4. P' = (1 - eps) P_topK + eps 1 nu^T, nu = empirical unigram by default.
 
-        The unigram of a bigram table is taken as the mean of its row and column sums (each
-        token's count as predecessor and as successor).
+        ``unigram`` (token counts or frequencies [V]) is the corpus unigram when known; otherwise it
+        is estimated from the bigram table as the mean of its row and column sums (each token's
+        count as predecessor and as successor).
         """
         C = _as_float64("counts", counts)
         if C.dim() != 2 or C.shape[0] != C.shape[1]:
@@ -344,7 +346,15 @@ class MarkovChain:
             raise ChainError("counts is all zero; at least one bigram must be observed")
         if not (pseudocount >= 0 and math.isfinite(pseudocount)):
             raise ChainError(f"pseudocount must be a finite float >= 0, got {pseudocount!r}")
-        unigram = 0.5 * (C.sum(0) + C.sum(1))
+        if unigram is None:
+            unigram = 0.5 * (C.sum(0) + C.sum(1))
+        else:
+            unigram = _as_float64("unigram", unigram).flatten()
+            if unigram.numel() != V:
+                raise ChainError(f"unigram must have {V} entries (one per token), got {unigram.numel()}")
+            _check_finite_nonneg("unigram", unigram)
+            if unigram.sum() <= 0:
+                raise ChainError("unigram is all zero")
         empty = C.sum(1) == 0
         if empty.any():
             C = C.clone()
