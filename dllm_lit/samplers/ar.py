@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 
-from dllm_lit import rng
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.samplers.base import Sampler, compact_dtype
 
@@ -52,6 +51,7 @@ class AR(Sampler):
     """
 
     sampler_name = "ar"
+    requires_denoiser = False
 
     def __init__(self, denoiser=None, steps: int | list[int] = 1, ar_baseline: bool = False,
                  beta: float = 1.0, chain: MarkovChain | None = None) -> None:
@@ -70,13 +70,6 @@ class AR(Sampler):
     def attach_chain(self, chain: MarkovChain) -> None:
         self.chain = chain
 
-    def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        chain = getattr(dm, "chain", None)
-        if chain is not None:
-            self.attach_chain(chain)
-        self.validate_settings()
-
     def validate_settings(self, seq_len: int | None = None) -> None:
         if self.chain is None:
             raise ValueError("AR needs a chain: pass chain=, a denoiser with .chain, or use MarkovDataModule")
@@ -87,21 +80,6 @@ class AR(Sampler):
         return self.chain.vocab_size
 
     # ------------------------------------------------------------------ sampling
-    @torch.no_grad()
-    def sample(self, num_sequences: int, seq_len: int, steps: int | None = None,
-               generator: torch.Generator | None = None, *, seed: int | None = None,
-               start_index: int = 0) -> torch.Tensor:
-        """``num_sequences`` sequences of length ``seq_len`` (``steps`` ignored)."""
-        self.validate_settings(seq_len)
-        if int(num_sequences) < 1:
-            raise ValueError(f"num_sequences must be >= 1, got {num_sequences}")
-        if int(seq_len) < 1:
-            raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-        if seed is None:
-            seed = rng.seed_from_generator(generator)
-        idx = torch.arange(start_index, start_index + int(num_sequences), device=self.device)
-        return self.generate(idx, int(seq_len), 0, seed)
-
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         return self.draw(indices, seq_len, seed, self.beta)
 

@@ -52,6 +52,8 @@ class Sampler(L.LightningModule, ABC):
 
     #: name written in result rows; subclasses override or derive it from options
     sampler_name: str = "sampler"
+    #: False for samplers that draw from the chain itself (AR) and need no denoiser
+    requires_denoiser: bool = True
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, ar_baseline: bool = True) -> None:
         super().__init__()
@@ -85,7 +87,7 @@ class Sampler(L.LightningModule, ABC):
         chain = getattr(dm, "chain", None)
         if chain is not None:
             self.attach_chain(chain)
-        if self.denoiser is None:
+        if self.denoiser is None and self.requires_denoiser:
             raise ValueError("no denoiser: pass denoiser= or use a data module that provides a chain")
         self.validate_settings()
 
@@ -122,7 +124,7 @@ class Sampler(L.LightningModule, ABC):
         Sequence ``start_index + n`` depends only on (seed, its index): without ``seed`` one is drawn
         from ``generator`` (torch's global RNG if None).
         """
-        if self.denoiser is None:
+        if self.denoiser is None and self.requires_denoiser:
             raise ValueError("no denoiser: pass denoiser= to the constructor or call attach_chain(chain)")
         if int(num_sequences) < 1:
             raise ValueError(f"num_sequences must be >= 1, got {num_sequences}")
