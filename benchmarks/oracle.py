@@ -100,11 +100,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--baseline-repeats", type=int, default=1)
     ap.add_argument("--skip-owt", action="store_true", help="only the text8-sized chain")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=1024)
     args = ap.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    bench("text8-sized (bundled English chars)", english_char_chain(), 8, 1024, args.repeats, args.baseline_repeats)
+    B, T = args.batch, args.seq_len
+    bench("text8-sized (bundled English chars)", english_char_chain(), B, T, args.repeats, args.baseline_repeats)
     if not args.skip_owt:
-        bench("OWT-sized synthetic", synthetic_chain(4096, 206, eps=1e-4, seed=0), 8, 1024, args.repeats, args.baseline_repeats)
+        bench("OWT-sized synthetic", synthetic_chain(4096, 206, eps=1e-4, seed=0), B, T, args.repeats, args.baseline_repeats)
 
 
 if __name__ == "__main__":
