@@ -264,3 +264,20 @@ def test_posterior_cache_gives_identical_draws() -> None:
         cached = s.sample(8, 64, 16, seed=3)
         s.use_cache = False
         assert torch.equal(cached, s.sample(8, 64, 16, seed=3)), (tau, block)
+
+
+def test_stored_cdf_draw_equals_searchsorted() -> None:
+    from dllm_lit.samplers.draws import categorical_from_cdf, categorical_from_stored_cdf
+
+    g = torch.Generator().manual_seed(0)
+    for V in (1, 2, 27, 64, 100):
+        P = torch.rand(300, V, generator=g, dtype=torch.float64)
+        P[P < 0.3] = 0
+        P[:, 0] += 1e-3  # no empty row
+        cdf = P.cumsum(-1)
+        rows = torch.randint(0, 300, (4000,), generator=g)
+        u = torch.rand(4000, generator=g, dtype=torch.float64)
+        u[:10] = 1 - 2**-53  # the rounding edge
+        k = categorical_from_stored_cdf(cdf, rows, u)
+        assert torch.equal(k, categorical_from_cdf(cdf[rows], u))
+        assert (P[rows, k] > 0).all()

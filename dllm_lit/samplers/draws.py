@@ -13,7 +13,7 @@ import torch
 
 from dllm_lit import rng
 
-__all__ = ["categorical", "categorical_from_cdf", "StepUniforms"]
+__all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "StepUniforms"]
 
 
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -33,6 +33,27 @@ def categorical_from_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     total = cdf[..., -1]
     target = torch.minimum(u.to(torch.float64) * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf.contiguous(), target.unsqueeze(-1), right=True).squeeze(-1)
+
+
+def categorical_from_stored_cdf(cdf_rows: torch.Tensor, rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """:func:`categorical_from_cdf` for rows ``rows`` of a stored cdf table [R, V], without gathering whole rows.
+
+    Counts the entries <= target by binary lifting over the row (ceil(log2 V) scalar gathers per
+    draw), which is what ``searchsorted(right=True)`` returns: identical draws, less memory traffic.
+    """
+    V = cdf_rows.shape[-1]
+    flat = cdf_rows.reshape(-1)
+    base = rows.long() * V
+    total = flat[base + (V - 1)]
+    target = torch.minimum(u.to(torch.float64) * total, torch.nextafter(total, torch.zeros_like(total)))
+    k = torch.zeros_like(base)
+    step = 1 << (V.bit_length() - 1)
+    while step:
+        idx = k + (step - 1)
+        ok = (idx < V) & (flat[base + idx.clamp(max=V - 1)] <= target)
+        k = torch.where(ok, k + step, k)
+        step >>= 1
+    return k
 
 
 class StepUniforms:

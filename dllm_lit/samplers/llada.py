@@ -51,7 +51,7 @@ import torch
 
 from dllm_lit import rng
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf
+from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_stored_cdf
 from dllm_lit.samplers.ordered_decoding import decode_in_order
 from dllm_lit.samplers.posterior_cache import PosteriorCache
 
@@ -303,7 +303,8 @@ class LLaDA(Sampler):
             if self.temperature == 0:
                 tok = cache.get("argmax", b, p)
             else:
-                tok = categorical_from_cdf(cache.get("cdf", b, p), tok_u.at(j, b, p))
+                cdf = cache.store["cdf"]
+                tok = categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), cache.rows(b, p), tok_u.at(j, b, p))
             conf = cache.get("probs", b, p, tok).to(torch.float64)
         score = torch.full((B, hi - lo), -math.inf, dtype=torch.float64, device=x.device)
         score[b, p - lo] = conf

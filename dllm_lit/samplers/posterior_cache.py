@@ -79,6 +79,10 @@ class PosteriorCache:
         for name, value in self.features(probs).items():
             self.store[name][b, p] = value
 
+    def rows(self, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """Flat row index of (batch, absolute position) pairs in a [B, hi - lo, ...] feature."""
+        return b * (self.hi - self.lo) + (p - self.lo)
+
     def get(self, name: str, b: torch.Tensor, p: torch.Tensor, k: torch.Tensor | None = None) -> torch.Tensor:
         """Feature ``name`` at (batch, absolute position) pairs; with ``k``, only entry k of each row."""
         if k is None:
