@@ -127,6 +127,24 @@ class Sampler(L.LightningModule, ABC):
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int) -> torch.Tensor:
         """Run the reverse diffusion for sequences ``indices``; returns LongTensor[B, T] in [0, V)."""
 
+    def nfe(self, seq_len: int, steps: int | None) -> float | None:
+        """Denoiser evaluations per sequence for a run with ``steps`` steps (None: no denoiser).
+
+        One evaluation = one (batched) denoiser forward in which the sequence takes part.  The default
+        is one per step; samplers with a final fill or adaptive step counts override this or
+        :meth:`generate_with_nfe`.
+        """
+        return None if not self.requires_denoiser or steps is None else float(steps)
+
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`generate` plus the denoiser evaluations of each sequence: (LongTensor[B, T], float64[B]; NaN = none).
+
+        Adaptive samplers (whose step count depends on the draws) override this to count per sequence.
+        """
+        x = self.generate(indices, seq_len, steps, seed)
+        n = self.nfe(seq_len, steps)
+        return x, torch.full((indices.numel(),), float("nan") if n is None else n, dtype=torch.float64)
+
     @torch.no_grad()
     def sample(
         self,
@@ -157,13 +175,14 @@ class Sampler(L.LightningModule, ABC):
 
     @torch.no_grad()
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
-        """One work item {"row", "index", "seq_len", "seed"} of the plan -> its samples (compact dtype)."""
+        """One work item {"row", "index", "seq_len", "seed"} of the plan -> its samples (compact dtype) and NFE."""
         if self.plan is None:
             raise ValueError("the sampler has no run plan: wire the run with dllm_lit.engine.connect(...)")
         row = self.plan.rows[int(batch["row"])]
         idx = batch["index"].to(self.device)
-        x = row.sampler.generate(idx, int(batch["seq_len"]), row.steps, int(batch["seed"]))
-        return {"row": int(batch["row"]), "index": idx.cpu(), "samples": x.to(compact_dtype(self.vocab_size)).cpu()}
+        x, nfe = row.sampler.generate_with_nfe(idx, int(batch["seq_len"]), row.steps, int(batch["seed"]))
+        return {"row": int(batch["row"]), "index": idx.cpu(), "samples": x.to(compact_dtype(self.vocab_size)).cpu(),
+                "nfe": nfe.cpu()}
 
     def configure_optimizers(self) -> None:  # sampling only: nothing to train
         return None
