@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from dllm_lit.corpus.charlevel import CharDecoder, count_char_bigrams
-from dllm_lit.corpus.sources import DatasetUnavailableError, read_text_file
+from dllm_lit.corpus.documents import DatasetUnavailableError, read_text_file
 from dllm_lit.data.corpus_sources import (
     CORPUS_CHAIN_FORMAT,
     LocalTextChars,

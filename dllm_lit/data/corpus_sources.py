@@ -349,7 +349,7 @@ class Text8Chars(_CharDecoderMixin, CorpusChainSource):
 
     def _build_into(self, directory: Path) -> None:
         from dllm_lit.corpus.charlevel import count_char_bigrams
-        from dllm_lit.corpus.sources import iter_documents
+        from dllm_lit.corpus.documents import iter_documents
 
         local = _is_local(self.dataset)
         docs = iter_documents(
@@ -400,7 +400,7 @@ class LocalTextChars(_CharDecoderMixin, CorpusChainSource):
 
     def _build_into(self, directory: Path) -> None:
         from dllm_lit.corpus.charlevel import count_char_bigrams
-        from dllm_lit.corpus.sources import read_text_file
+        from dllm_lit.corpus.documents import read_text_file
 
         counts = count_char_bigrams(read_text_file(self.path, encoding=self.encoding), max_chars=self.max_chars)
         _write_char_entry(directory, counts, self, {"source": "local_text_chars", "path": str(Path(self.path).expanduser()), "max_chars": self.max_chars})
@@ -453,12 +453,11 @@ class OpenWebTextBPE(CorpusChainSource):
         text_field: str = "text",
         sample_by: Literal["line", "paragraph", "document"] = "line",
     ) -> None:
-        from dllm_lit.corpus.bpe import MIN_BPE_VOCAB_SIZE
+        from dllm_lit.corpus.bpe import check_vocab_size
 
         if not isinstance(dataset, str) or not dataset:
             raise ValueError(f"dataset must be a non-empty str (hub id, local path or builder name), got {dataset!r}")
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < MIN_BPE_VOCAB_SIZE:
-            raise ValueError(f"vocab_size must be an int >= {MIN_BPE_VOCAB_SIZE} (256 bytes + 4 specials), got {vocab_size!r}")
+        check_vocab_size(vocab_size)
         if top_k is not None:
             target_mass, k_percentile = None, None
         _check_chain_options(top_k, target_mass, k_percentile, eps)
@@ -485,7 +484,7 @@ class OpenWebTextBPE(CorpusChainSource):
 
     def _documents(self) -> Any:
         from dllm_lit.corpus.bpe import clean_documents
-        from dllm_lit.corpus.sources import iter_documents
+        from dllm_lit.corpus.documents import iter_documents
 
         streaming = True if _is_local(self.dataset) else self.streaming
         raw = iter_documents(
