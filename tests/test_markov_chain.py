@@ -172,3 +172,28 @@ def test_from_counts_with_corpus_unigram() -> None:
     assert torch.allclose(ch.nu, (uni / uni.sum()).double())
     with pytest.raises(ChainError, match="unigram must have 3"):
         MarkovChain.from_counts(counts, unigram=torch.ones(4))
+
+
+def test_fingerprint_identifies_the_law() -> None:
+    """Identical chains share a fingerprint; any change of a probability, a neighbour, nu or eps changes it;
+    metadata does not enter it."""
+    syn = synthetic_chain(40, 6, eps=1e-3, seed=2)
+    assert synthetic_chain(40, 6, eps=1e-3, seed=2).fingerprint == syn.fingerprint
+    idx, prob, nu = syn.nbr_idx, syn.nbr_prob, syn.nu
+    ch = MarkovChain(idx, prob, eps=1e-3, nu=nu, metadata={"source": "a"})
+    fp = ch.fingerprint
+    assert len(fp) == 64 and int(fp, 16) >= 0 and ch.fingerprint == fp
+    same = MarkovChain(idx.clone(), prob.clone(), eps=1e-3, nu=nu.clone(), metadata={"source": "b", "x": 1})
+    assert same.fingerprint == fp
+    moved = prob.clone()
+    moved[3, 0] -= 1e-9
+    moved[3, 1] += 1e-9
+    assert MarkovChain(idx, moved, eps=1e-3, nu=nu).fingerprint != fp
+    assert MarkovChain(idx, prob, eps=2e-3, nu=nu).fingerprint != fp
+    swapped = nu.clone()
+    swapped[0], swapped[1] = nu[1], nu[0]
+    assert MarkovChain(idx, prob, eps=1e-3, nu=swapped).fingerprint != fp
+    assert synthetic_chain(40, 6, eps=1e-3, seed=3).fingerprint != syn.fingerprint
+    counts = torch.arange(1.0, 17.0).reshape(4, 4)
+    assert MarkovChain.from_counts(counts).fingerprint == MarkovChain.from_counts(counts.clone()).fingerprint
+    assert MarkovChain.from_counts(counts).fingerprint != MarkovChain.from_counts(counts, eps=1e-6).fingerprint
