@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import all_sequences, chi_square_pvalue, sequence_counts
 from dllm_lit.markov import ChainError, MarkovChain, english_char_chain, load_chain, load_paper_artifact, save_chain, synthetic_chain
+from dllm_lit.markov.io import ARTIFACT_VERSION
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def test_kernel_roundtrip_and_stationary(tiny_chain: MarkovChain) -> None:
@@ -132,6 +136,31 @@ def test_artifact_roundtrip_and_checksum(tmp_path) -> None:
     path.write_bytes(b"garbage")
     with pytest.raises(ChainError, match="cannot read"):
         load_chain(path)
+
+
+def test_artifact_version_1_still_loads(tmp_path) -> None:
+    """tests/data/chain_v1.pt was written by save_chain before version 2 (synthetic_chain(6, 3, eps=0.01,
+    seed=5)): its checksum still verifies, and a tampered copy is still refused."""
+    v1 = DATA / "chain_v1.pt"
+    assert torch.load(v1, weights_only=True)["version"] == 1
+    loaded = load_chain(v1)
+    ref = synthetic_chain(6, 3, eps=0.01, seed=5)
+    assert torch.equal(loaded.nbr_idx, ref.nbr_idx) and torch.allclose(loaded.kernel, ref.kernel, atol=1e-15, rtol=0)
+    assert loaded.eps == 0.01 and loaded.metadata["seed"] == 5
+    d = torch.load(v1, weights_only=True)
+    d["nu"][0] += 1e-6
+    torch.save(d, tmp_path / "edited.pt")
+    with pytest.raises(ChainError, match="checksum"):
+        load_chain(tmp_path / "edited.pt")
+    # new files are version 2; an unknown version is refused with the versions that are read
+    save_chain(loaded, tmp_path / "v2.pt")
+    d = torch.load(tmp_path / "v2.pt", weights_only=True)
+    assert d["version"] == ARTIFACT_VERSION == 2 and d["sha256"] != torch.load(v1, weights_only=True)["sha256"]
+    assert torch.equal(load_chain(tmp_path / "v2.pt").nbr_idx, ref.nbr_idx)
+    d["version"] = 3
+    torch.save(d, tmp_path / "v3.pt")
+    with pytest.raises(ChainError, match="version 3 is not supported"):
+        load_chain(tmp_path / "v3.pt")
 
 
 def test_paper_artifact_format(tmp_path) -> None:

@@ -41,7 +41,7 @@ import torch
 from dllm_lit.data.sources import ChainSource, TextDecoder
 from dllm_lit.markov import MarkovChain, load_chain, save_chain
 from dllm_lit.atomic import atomic_torch_save
-from dllm_lit.markov.artifact import ARTIFACT_VERSION
+from dllm_lit.markov.io import READABLE_VERSIONS
 
 __all__ = [
     "CORPUS_CHAIN_FORMAT",
@@ -212,7 +212,9 @@ class CorpusChainSource(ChainSource):
         return getattr(self, "_entry", None)
 
     def _full_settings(self) -> dict[str, Any]:
-        return {"corpus_chain_format": CORPUS_CHAIN_FORMAT, "artifact_version": ARTIFACT_VERSION, **self.cache_settings()}
+        # "artifact_version" is the oldest chain-artifact version load_chain still reads: entries written with
+        # any readable version stay valid, and dropping a version renews every key.
+        return {"corpus_chain_format": CORPUS_CHAIN_FORMAT, "artifact_version": min(READABLE_VERSIONS), **self.cache_settings()}
 
     def build(self, cache_dir: Path | str | None = None) -> MarkovChain:
         """Return the chain, from the cache under ``cache_dir`` if a valid entry exists, else building it
