@@ -19,8 +19,9 @@ import torch
 import yaml
 
 from dllm_lit.denoisers import OracleDenoiser
-from dllm_lit.markov import english_char_chain, synthetic_chain
+from dllm_lit.markov import synthetic_chain
 from dllm_lit.metrics import TransitionMetrics
+from dllm_lit.sources import english_char_chain
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_CONFIGS = ["mdlm", "mdlm_paper", "llada", "sedd", "remdm_conf", "remdm_loop"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import all_sequences, chi_square_pvalue, sequence_counts
-from dllm_lit.markov import ChainError, MarkovChain, english_char_chain, load_chain, load_paper_artifact, save_chain, synthetic_chain
+from dllm_lit.markov import ChainError, MarkovChain, load_chain, save_chain, synthetic_chain
 from dllm_lit.markov.io import ARTIFACT_VERSION
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -161,34 +161,6 @@ def test_artifact_version_1_still_loads(tmp_path) -> None:
     torch.save(d, tmp_path / "v3.pt")
     with pytest.raises(ChainError, match="version 3 is not supported"):
         load_chain(tmp_path / "v3.pt")
-
-
-def test_paper_artifact_format(tmp_path) -> None:
-    """A file in the authors' layout (paper-reference-code.md Sec. 1) loads to the same chain."""
-    ch = synthetic_chain(30, 5, eps=1e-4, seed=4)
-    art = {
-        "config": {"K": 5, "eps": 1e-4}, "vocab": [f"t{i}" for i in range(30)], "itos": [f"t{i}" for i in range(30)],
-        "unigram": ch.nu.float(), "nbr_idx": ch.nbr_idx, "nbr_prob": ch.nbr_prob.float(), "nu": ch.nu.float(),
-        "eps": 1e-4, "pi": ch.stationary.float(), "samples": ch.sample(4, 10, seed=1), "P": ch.kernel.float(),
-        "V": 30, "T": 10, "N": 4, "teleport_eps": 1e-4,
-    }
-    torch.save(art, tmp_path / "gt.pt")
-    loaded, extras = load_paper_artifact(tmp_path / "gt.pt")
-    assert torch.allclose(loaded.kernel, ch.kernel, atol=1e-7)
-    assert extras["itos"][3] == "t3" and extras["samples"].shape == (4, 10)
-    dense_only = {"P_prime_dense": ch.kernel.float(), "pi_stationary": ch.stationary.float()}
-    torch.save(dense_only, tmp_path / "dense.pt")
-    loaded2, _ = load_paper_artifact(tmp_path / "dense.pt")
-    assert torch.allclose(loaded2.kernel, ch.kernel, atol=1e-6)
-
-
-def test_english_chain() -> None:
-    ch = english_char_chain()
-    assert ch.vocab_size == 27 and ch.top_k == 27 and ch.eps == 0.0
-    pi = ch.stationary
-    assert pi.argmax().item() == 26  # space is the most frequent character
-    q, u = ord("q") - 97, ord("u") - 97
-    assert ch.kernel[q].argmax().item() == u
 
 
 def test_from_counts_with_corpus_unigram() -> None:

@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     # documents
     "TEXT8_HF_DATASET": "documents",
     "OWT_HF_DATASET": "documents",
+    "PACKAGED_BUILDERS": "documents",
     "DatasetUnavailableError": "documents",
     "iter_documents": "documents",
     "read_text_file": "documents",
@@ -104,6 +105,7 @@ if TYPE_CHECKING:  # pragma: no cover - for static analysers and IDEs
     )
     from dllm_lit.corpus.documents import (
         OWT_HF_DATASET,
+        PACKAGED_BUILDERS,
         TEXT8_HF_DATASET,
         DatasetUnavailableError,
         iter_documents,

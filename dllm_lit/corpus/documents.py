@@ -33,6 +33,7 @@ from dllm_lit import checks
 __all__ = [
     "TEXT8_HF_DATASET",
     "OWT_HF_DATASET",
+    "PACKAGED_BUILDERS",
     "DatasetUnavailableError",
     "iter_documents",
     "read_text_file",
@@ -44,7 +45,7 @@ OWT_HF_DATASET = "stanford-cs336/owt-sample"
 DataFiles = str | Sequence[str] | Mapping[str, str | Sequence[str]]
 
 # Packaged datasets builders that read local (or URL) files given by ``data_files``.
-_PACKAGED_BUILDERS = ("text", "json", "csv", "parquet", "arrow")
+PACKAGED_BUILDERS = ("text", "json", "csv", "parquet", "arrow")
 _SUFFIX_TO_BUILDER = {
     ".txt": "text",
     ".text": "text",
@@ -89,7 +90,7 @@ def _resolve(
         return builder, {split: str(local)}, kwargs, False
     if local.is_dir():
         return str(local), data_files, {}, False
-    if name_or_path in _PACKAGED_BUILDERS:
+    if name_or_path in PACKAGED_BUILDERS:
         if data_files is None:
             raise ValueError(
                 f"name_or_path={name_or_path!r} is a packaged builder and needs data_files "

@@ -16,8 +16,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from dllm_lit.data.sources import ChainSource, EnglishChars, TextDecoder
 from dllm_lit.markov import MarkovChain
+from dllm_lit.sources import ChainSource, EnglishChars, TextDecoder
 
 __all__ = ["MarkovDataModule", "PredictWork"]
 

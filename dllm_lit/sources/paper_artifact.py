@@ -1,4 +1,5 @@
-"""The paper authors' released files: ground-truth chains and reference-sample packs.
+"""Ground-truth files released by the paper's authors: the chain (:class:`PaperArtifact`,
+:func:`load_paper_artifact`) and reference-sample packs (:func:`load_reference_samples`).
 
 Paper artifact: a ``torch.save`` dict with ``nbr_idx[V,K]``, ``nbr_prob[V,K]``, ``nu[V]``, ``eps``,
 ``pi[V]`` (aliases ``pi_stationary``, ``teleport_eps``, ``unigram`` for ``nu``), optionally a dense
@@ -14,9 +15,28 @@ from typing import Any
 
 import torch
 
-from dllm_lit.markov.chain import ChainError, MarkovChain
+from dllm_lit.markov import ChainError, MarkovChain
+from dllm_lit.sources.base import ChainSource, IdDecoder, TextDecoder
 
-__all__ = ["load_paper_artifact", "load_reference_samples"]
+__all__ = ["PaperArtifact", "load_paper_artifact", "load_reference_samples"]
+
+
+class PaperArtifact(ChainSource):
+    """A ground-truth ``.pt`` released by the paper's authors (format in the module docstring).
+
+    ``trust_pickle=True`` allows full unpickling of files that hold non-tensor objects (only for files
+    from a trusted source).  Token ids decode through the file's ``itos`` when it has one.
+    """
+
+    def __init__(self, path: str, trust_pickle: bool = False) -> None:
+        self.path, self.trust_pickle = path, trust_pickle
+
+    def build(self, cache_dir: Path | None = None) -> MarkovChain:
+        self._chain, self._extras = load_paper_artifact(self.path, trust_pickle=self.trust_pickle)
+        return self._chain
+
+    def decoder(self) -> TextDecoder:
+        return IdDecoder(self._chain.vocab_size, self._extras.get("itos"))
 
 
 def _first(d: dict[str, Any], *keys: str) -> Any:

@@ -1,4 +1,5 @@
-"""Corpus chain sources (dllm_lit.data.corpus_sources) and the data config fragments (configs/data/*.yaml).
+"""Corpus chain sources (dllm_lit.sources: Text8Chars, LocalTextChars, OpenWebTextBPE and their cached base) and
+the data config fragments (configs/data/*.yaml).
 
 Everything runs offline on small corpora written to tmp_path, through the real code paths: datasets'
 packaged builders for local files, the tokenizers BPE trainer, the SettingsCache and the LightningCLI parser.
@@ -18,13 +19,8 @@ import yaml
 
 from dllm_lit.corpus.charlevel import CharDecoder, count_char_bigrams
 from dllm_lit.corpus.documents import DatasetUnavailableError, read_text_file
-from dllm_lit.data.corpus_sources import (
-    CORPUS_CHAIN_FORMAT,
-    LocalTextChars,
-    OpenWebTextBPE,
-    Text8Chars,
-)
 from dllm_lit.markov import MarkovChain
+from dllm_lit.sources import CORPUS_CHAIN_FORMAT, LocalTextChars, OpenWebTextBPE, Text8Chars
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs" / "data"
@@ -357,26 +353,37 @@ def test_hub_datasets_unavailable_offline(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 # ---------------------------------------------------------------------------------------------- configs
-def _cli(*args: str):
+def _sampler_config(tmp_path: Path) -> Path:
+    """configs/mdlm.yaml with its data source pinned to ``dllm_lit.sources.EnglishChars`` (the default), so these
+    data-fragment tests do not depend on how the sampler configs spell their source."""
+    cfg = yaml.safe_load((REPO / "configs" / "mdlm.yaml").read_text())
+    cfg["data"]["init_args"]["source"] = {"class_path": "dllm_lit.sources.EnglishChars"}
+    path = tmp_path / "mdlm.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _cli(base: Path, *args: str):
     from dllm_lit.cli import DllmCLI
 
     sys.argv = ["cli.py"]  # LightningCLI warns when args= and a foreign sys.argv (pytest's) are both present
-    return DllmCLI(args=["--config", str(REPO / "configs" / "mdlm.yaml"), *args], run=False)
+    return DllmCLI(args=["--config", str(base), *args], run=False)
 
 
 def test_config_fragments_resolve_through_the_cli(corpus: Path, owt_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dllm_lit.data.sources import EnglishChars, PaperArtifact, Synthetic
+    from dllm_lit.sources import EnglishChars, PaperArtifact, Synthetic
 
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # restored after the test; _cli sets it
+    base = _sampler_config(tmp_path)
 
     cache = ["--data.cache_dir", str(tmp_path / "cache")]
-    cli = _cli("--config", str(CONFIGS / "english.yaml"), *cache)
+    cli = _cli(base, "--config", str(CONFIGS / "english.yaml"), *cache)
     dm = cli.datamodule
     assert isinstance(dm.source, EnglishChars) and dm.num_sequences == 512 and dm.seq_len == 1024  # base kept
     dm.setup()
     assert dm.chain.vocab_size == 27
 
-    cli = _cli("--config", str(CONFIGS / "synthetic.yaml"), "--data.source.init_args.vocab_size", "64",
+    cli = _cli(base, "--config", str(CONFIGS / "synthetic.yaml"), "--data.source.init_args.vocab_size", "64",
                "--data.source.init_args.top_k", "8", "--data.num_sequences", "16", *cache)
     dm = cli.datamodule
     assert isinstance(dm.source, Synthetic) and dm.num_sequences == 16
@@ -384,21 +391,21 @@ def test_config_fragments_resolve_through_the_cli(corpus: Path, owt_file: Path, 
     dm.setup()
     assert (dm.chain.vocab_size, dm.chain.top_k) == (64, 8)
 
-    cli = _cli("--config", str(CONFIGS / "local_text.yaml"), "--data.source.init_args.path", str(corpus), *cache)
+    cli = _cli(base, "--config", str(CONFIGS / "local_text.yaml"), "--data.source.init_args.path", str(corpus), *cache)
     dm = cli.datamodule
     assert isinstance(dm.source, LocalTextChars) and dm.source.path == str(corpus)
     dm.setup()
     assert torch.equal(dm.source.bigram_counts()[0], count_char_bigrams(read_text_file(corpus)))
     assert dm.decoder().decode(dm.reference_samples(2, 20)[0]).__len__() == 20
 
-    cli = _cli("--config", str(CONFIGS / "text8.yaml"), "--data.source.init_args.dataset", str(corpus), *cache)
+    cli = _cli(base, "--config", str(CONFIGS / "text8.yaml"), "--data.source.init_args.dataset", str(corpus), *cache)
     src = cli.datamodule.source
     assert isinstance(src, Text8Chars) and src.max_chars == 5_000_000 and src.eps == 0.0 and src.top_k is None
     cli.datamodule.setup()
     assert cli.datamodule.chain.top_k == 27
 
     # OWT after an English base: the fragment's eps/target_mass/k_percentile win (nothing inherited)
-    cli = _cli("--config", str(CONFIGS / "openwebtext.yaml"), "--data.source.init_args.dataset", "text",
+    cli = _cli(base, "--config", str(CONFIGS / "openwebtext.yaml"), "--data.source.init_args.dataset", "text",
                "--data.source.init_args.data_files", str(owt_file), "--data.source.init_args.vocab_size", "280", *cache)
     src = cli.datamodule.source
     assert isinstance(src, OpenWebTextBPE)
@@ -408,8 +415,8 @@ def test_config_fragments_resolve_through_the_cli(corpus: Path, owt_file: Path, 
 
     # paper artifact: the path must be given; a missing file fails with a clear message
     with pytest.raises(SystemExit):
-        _cli("--config", str(CONFIGS / "paper_artifact.yaml"))
-    cli = _cli("--config", str(CONFIGS / "paper_artifact.yaml"), "--data.source.init_args.path", str(tmp_path / "gt.pt"))
+        _cli(base, "--config", str(CONFIGS / "paper_artifact.yaml"))
+    cli = _cli(base, "--config", str(CONFIGS / "paper_artifact.yaml"), "--data.source.init_args.path", str(tmp_path / "gt.pt"))
     assert isinstance(cli.datamodule.source, PaperArtifact)
     with pytest.raises(FileNotFoundError, match="paper artifact not found"):
         cli.datamodule.setup()
