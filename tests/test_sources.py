@@ -2,10 +2,11 @@
 chain-file sources.  The corpus-built sources and the config fragments are in test_sources_corpus.py."""
 from __future__ import annotations
 
+import pytest
 import torch
 
-from dllm_lit.markov import synthetic_chain
-from dllm_lit.sources import english_char_chain, load_paper_artifact
+from dllm_lit.markov import MarkovChain, synthetic_chain
+from dllm_lit.sources import EnglishChars, SparsityOptions, english_char_chain, load_paper_artifact
 
 
 def test_english_chain() -> None:
@@ -34,3 +35,38 @@ def test_paper_artifact_format(tmp_path) -> None:
     torch.save(dense_only, tmp_path / "dense.pt")
     loaded2, _ = load_paper_artifact(tmp_path / "dense.pt")
     assert torch.allclose(loaded2.kernel, ch.kernel, atol=1e-6)
+
+
+def test_sparsity_options_validate_each_field() -> None:
+    assert SparsityOptions() == SparsityOptions(None, None, None, 0.0)
+    assert SparsityOptions(top_k=3, eps=0.5).as_dict() == {"top_k": 3, "target_mass": None, "k_percentile": None, "eps": 0.5}
+    for kwargs, field in [
+        ({"top_k": 0}, "top_k"), ({"top_k": 2.0}, "top_k"), ({"top_k": True}, "top_k"),
+        ({"target_mass": 0.0}, "target_mass"), ({"target_mass": 1.5}, "target_mass"),
+        ({"k_percentile": -1}, "k_percentile"), ({"k_percentile": 100.5}, "k_percentile"),
+        ({"eps": 1.0}, "eps"), ({"eps": -0.1}, "eps"), ({"eps": float("nan")}, "eps"), ({"eps": "0"}, "eps"),
+        ({"top_k": 5, "target_mass": 0.99}, "either top_k"), ({"top_k": 5, "k_percentile": 90}, "either top_k"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            SparsityOptions(**kwargs)
+    with pytest.raises(AttributeError):
+        SparsityOptions().eps = 0.1  # frozen: a source's options cannot drift from its cache key
+
+
+def test_sparsity_options_build_the_same_chain_as_from_counts() -> None:
+    counts = torch.arange(1.0, 26.0).reshape(5, 5) ** 2
+    for opts in (SparsityOptions(), SparsityOptions(top_k=2, eps=0.1), SparsityOptions(target_mass=0.8, k_percentile=50, eps=1e-3)):
+        a = opts.chain_from_counts(counts, metadata={"x": 1})
+        b = MarkovChain.from_counts(counts, top_k=opts.top_k, target_mass=opts.target_mass, k_percentile=opts.k_percentile,
+                                    eps=opts.eps, metadata={"x": 1})
+        assert a.fingerprint == b.fingerprint and a.metadata == b.metadata
+
+
+def test_english_chain_options_as_a_group_or_as_keywords() -> None:
+    grouped = english_char_chain(SparsityOptions(top_k=10, eps=1e-3))
+    assert english_char_chain(top_k=10, eps=1e-3).fingerprint == grouped.fingerprint
+    assert EnglishChars(SparsityOptions(top_k=10, eps=1e-3)).build().fingerprint == grouped.fingerprint
+    assert (grouped.top_k, grouped.eps) == (10, 1e-3)
+    assert EnglishChars().build().fingerprint == english_char_chain().fingerprint
+    with pytest.raises(TypeError, match="not both"):
+        english_char_chain(SparsityOptions(), eps=0.1)

@@ -9,13 +9,15 @@ from dllm_lit.sources.corpus_chain import CORPUS_CHAIN_FORMAT, CharCorpusChainSo
 from dllm_lit.sources.english import EnglishChars, english_char_chain
 from dllm_lit.sources.local_text import LocalTextChars
 from dllm_lit.sources.openwebtext import OpenWebTextBPE
+from dllm_lit.sources.options import SparsityOptions
 from dllm_lit.sources.paper_artifact import PaperArtifact, load_paper_artifact, load_reference_samples
 from dllm_lit.sources.synthetic import Synthetic
 from dllm_lit.sources.text8 import Text8Chars
 
 __all__ = [
     # the interface
-    "ChainSource", "TextDecoder", "IdDecoder", "CorpusChainSource", "CharCorpusChainSource", "CORPUS_CHAIN_FORMAT",
+    "ChainSource", "TextDecoder", "IdDecoder", "SparsityOptions", "CorpusChainSource", "CharCorpusChainSource",
+    "CORPUS_CHAIN_FORMAT",
     # sources
     "EnglishChars", "Synthetic", "ChainFile", "PaperArtifact", "Text8Chars", "LocalTextChars", "OpenWebTextBPE",
     # functions behind them

@@ -44,6 +44,7 @@ from dllm_lit.hashing import sha256_file
 from dllm_lit.markov import MarkovChain, load_chain, save_chain
 from dllm_lit.markov.io import READABLE_VERSIONS
 from dllm_lit.sources.base import ChainSource, TextDecoder
+from dllm_lit.sources.options import SparsityOptions
 
 __all__ = ["CORPUS_CHAIN_FORMAT", "CorpusChainSource", "CharCorpusChainSource"]
 
@@ -60,15 +61,6 @@ _HASH_LIMIT = 1 << 30  # files larger than this are fingerprinted by (path, size
 
 
 # ---------------------------------------------------------------------------------------------- validation
-def check_chain_options(top_k: Any, target_mass: Any, k_percentile: Any, eps: Any) -> None:
-    checks.optional_integer("top_k", top_k)
-    if top_k is not None and (target_mass is not None or k_percentile is not None):
-        raise ValueError("give either top_k (fixed K) or target_mass/k_percentile (the mass-percentile K rule), not both")
-    checks.optional_real("target_mass", target_mass, 0.0, 1.0, low_open=True)
-    checks.optional_real("k_percentile", k_percentile, 0.0, 100.0)
-    checks.real("eps (teleport weight)", eps, 0.0, 1.0, high_open=True)
-
-
 def check_data_files(data_files: Any) -> None:
     if data_files is None or isinstance(data_files, str):
         return
@@ -251,13 +243,14 @@ class CorpusChainSource(ChainSource):
 
 class CharCorpusChainSource(CorpusChainSource):
     """A corpus source over the text8 characters (a-z and space, V = 27): the chain is counted from one
-    normalised character stream, and ids decode with :class:`dllm_lit.corpus.CharDecoder`."""
+    normalised character stream with :attr:`sparsity`, and ids decode with :class:`dllm_lit.corpus.CharDecoder`."""
+
+    sparsity: SparsityOptions  # set by the subclass's __init__
 
     def _write_char_entry(self, directory: Path, counts: torch.Tensor, metadata: dict[str, Any]) -> None:
         """Build the chain from the character bigram ``counts`` and write ``chain.pt`` and ``counts.pt``."""
-        chain = MarkovChain.from_counts(
-            counts, top_k=self.top_k, target_mass=self.target_mass, k_percentile=self.k_percentile, eps=self.eps,
-            metadata={"alphabet": "abcdefghijklmnopqrstuvwxyz ", "num_characters": int(counts.sum().item()) + 1, **metadata},
+        chain = self.sparsity.chain_from_counts(
+            counts, metadata={"alphabet": "abcdefghijklmnopqrstuvwxyz ", "num_characters": int(counts.sum().item()) + 1, **metadata},
         )
         save_chain(chain, directory / CHAIN_FILE)
         save_counts(directory / COUNTS_FILE, counts, None)

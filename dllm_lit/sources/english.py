@@ -8,42 +8,46 @@ K = V = 27, eps = 0.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from dllm_lit.markov import MarkovChain
 from dllm_lit.sources.base import ChainSource, TextDecoder
+from dllm_lit.sources.options import SparsityOptions
 
 __all__ = ["EnglishChars", "english_char_chain"]
 
 
-def english_char_chain(
-    top_k: int | None = None,
-    target_mass: float | None = None,
-    k_percentile: float | None = None,
-    eps: float = 0.0,
-    nu: torch.Tensor | None = None,
-) -> MarkovChain:
-    """Chain over 'a'..'z', ' ' (space = 26) from the bundled counts; settings as in ``from_counts``."""
+def english_char_chain(sparsity: SparsityOptions | None = None, nu: torch.Tensor | None = None, **options: Any) -> MarkovChain:
+    """Chain over 'a'..'z', ' ' (space = 26) from the bundled counts.
+
+    ``sparsity`` (default: K = V, eps = 0) sets the K rule and teleport; its fields may instead be given
+    as keywords (``english_char_chain(top_k=10, eps=1e-3)``).  ``nu``: the teleport law (default: the
+    empirical unigram).
+    """
     from dllm_lit.corpus.charlevel import load_english_counts
 
-    return MarkovChain.from_counts(
-        load_english_counts(), top_k=top_k, target_mass=target_mass, k_percentile=k_percentile,
-        eps=eps, nu=nu, metadata={"source": "bundled_english_kjv", "alphabet": "abcdefghijklmnopqrstuvwxyz "},
+    if sparsity is None:
+        sparsity = SparsityOptions(**options)
+    elif options:
+        raise TypeError(f"give sparsity or its fields ({', '.join(sorted(options))}), not both")
+    return sparsity.chain_from_counts(
+        load_english_counts(), nu=nu, metadata={"source": "bundled_english_kjv", "alphabet": "abcdefghijklmnopqrstuvwxyz "},
     )
 
 
 class EnglishChars(ChainSource):
     """The bundled English character chain (a-z and space, V = 27; works offline).
 
-    Defaults follow the paper's text8 oracle: K = V (no sparsification), eps = 0.
+    ``sparsity`` defaults to the paper's text8 oracle: K = V (no sparsification), eps = 0.
     """
 
-    def __init__(self, top_k: int | None = None, target_mass: float | None = None, k_percentile: float | None = None, eps: float = 0.0) -> None:
-        self.top_k, self.target_mass, self.k_percentile, self.eps = top_k, target_mass, k_percentile, eps
+    def __init__(self, sparsity: SparsityOptions = SparsityOptions()) -> None:
+        self.sparsity = sparsity
 
     def build(self, cache_dir: Path | None = None) -> MarkovChain:
-        self._chain = english_char_chain(top_k=self.top_k, target_mass=self.target_mass, k_percentile=self.k_percentile, eps=self.eps)
+        self._chain = english_char_chain(self.sparsity)
         return self._chain
 
     def decoder(self) -> TextDecoder:

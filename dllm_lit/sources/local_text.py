@@ -5,7 +5,8 @@ from pathlib import Path
 from typing import Any
 
 from dllm_lit import checks
-from dllm_lit.sources.corpus_chain import CharCorpusChainSource, check_chain_options, file_fingerprint
+from dllm_lit.sources.corpus_chain import CharCorpusChainSource, file_fingerprint
+from dllm_lit.sources.options import SparsityOptions
 
 __all__ = ["LocalTextChars"]
 
@@ -26,25 +27,20 @@ class LocalTextChars(CharCorpusChainSource):
         self,
         path: str,
         max_chars: int | None = None,
-        top_k: int | None = None,
-        target_mass: float | None = None,
-        k_percentile: float | None = None,
-        eps: float = 0.0,
+        sparsity: SparsityOptions = SparsityOptions(),
         encoding: str = "utf-8",
     ) -> None:
         checks.nonempty_str("path", path)
-        check_chain_options(top_k, target_mass, k_percentile, eps)
         self.path, self.encoding = path, encoding
         self.max_chars = checks.optional_integer("max_chars", max_chars)
-        self.top_k, self.target_mass, self.k_percentile, self.eps = top_k, target_mass, k_percentile, eps
+        self.sparsity = sparsity
 
     def cache_settings(self) -> dict[str, Any]:
         p = Path(self.path).expanduser()
         if not p.is_file():
             raise FileNotFoundError(f"LocalTextChars: text file not found: {p} (set data.source.init_args.path)")
         return {
-            "file": file_fingerprint(p), "encoding": self.encoding, "max_chars": self.max_chars, "top_k": self.top_k,
-            "target_mass": self.target_mass, "k_percentile": self.k_percentile, "eps": self.eps,
+            "file": file_fingerprint(p), "encoding": self.encoding, "max_chars": self.max_chars, **self.sparsity.as_dict(),
         }
 
     def _build_into(self, directory: Path) -> None:

@@ -8,19 +8,19 @@ from typing import Any, Literal
 import torch
 
 from dllm_lit import checks
-from dllm_lit.markov import MarkovChain, save_chain
+from dllm_lit.markov import save_chain
 from dllm_lit.sources.base import TextDecoder
 from dllm_lit.sources.corpus_chain import (
     CHAIN_FILE,
     COUNTS_FILE,
     TOKENIZER_FILE,
     CorpusChainSource,
-    check_chain_options,
     check_data_files,
     input_identity,
     is_local,
     save_counts,
 )
+from dllm_lit.sources.options import SparsityOptions
 
 __all__ = ["OpenWebTextBPE"]
 
@@ -39,11 +39,12 @@ class OpenWebTextBPE(CorpusChainSource):
     3. within-document bigram counts (no transition across documents) over the first
        ``count_max_tokens = 2,000,000`` tokens; rows without counts take the unigram;
        P_mle = row_normalise(C + 1e-8);
-    4. K by the mass-percentile rule: K*_i = smallest k with top-k mass >= ``target_mass = 0.99``,
-       K = floor(``k_percentile = 90``-th percentile of K*_i) (206 in the paper); top-K kept, renormalised;
-    5. teleport ``eps = 1e-4`` to nu = the empirical token unigram: P' = (1 - eps) P_topK + eps 1 nu^T.
+    4. K by the mass-percentile rule: K*_i = smallest k with top-k mass >= ``sparsity.target_mass = 0.99``,
+       K = floor(``sparsity.k_percentile = 90``-th percentile of K*_i) (206 in the paper); top-K kept,
+       renormalised;
+    5. teleport ``sparsity.eps = 1e-4`` to nu = the empirical token unigram: P' = (1 - eps) P_topK + eps 1 nu^T.
 
-    ``top_k`` (default None) fixes K instead of the rule (target_mass / k_percentile are then ignored).
+    ``sparsity.top_k`` fixes K instead of the rule (with ``target_mass`` and ``k_percentile`` set to None).
     ``dataset`` may be a local path or a packaged builder (``"text"``, ``"json"``, ...) with ``data_files``
     for offline use; ``sample_by`` says what a document of a local ``.txt`` is (``"line"`` as on the hub).
     ``streaming`` only matters for hub datasets (True needs the network; False can read a pre-filled
@@ -64,10 +65,7 @@ class OpenWebTextBPE(CorpusChainSource):
         tokenizer_max_bytes: int | None = 200_000_000,
         count_max_tokens: int | None = 2_000_000,
         max_doc_chars: int | None = 4096,
-        target_mass: float | None = 0.99,
-        k_percentile: float | None = 90,
-        eps: float = 1e-4,
-        top_k: int | None = None,
+        sparsity: SparsityOptions = SparsityOptions(target_mass=0.99, k_percentile=90, eps=1e-4),
         text_field: str = "text",
         sample_by: Literal["line", "paragraph", "document"] = "line",
     ) -> None:
@@ -75,9 +73,6 @@ class OpenWebTextBPE(CorpusChainSource):
 
         checks.nonempty_str("dataset", dataset)
         check_vocab_size(vocab_size)
-        if top_k is not None:
-            target_mass, k_percentile = None, None
-        check_chain_options(top_k, target_mass, k_percentile, eps)
         check_data_files(data_files)
         checks.choice("sample_by", sample_by, ("line", "paragraph", "document"))
         self.dataset, self.split, self.streaming, self.data_files = dataset, split, bool(streaming), data_files
@@ -86,7 +81,7 @@ class OpenWebTextBPE(CorpusChainSource):
         self.tokenizer_max_bytes = checks.optional_integer("tokenizer_max_bytes", tokenizer_max_bytes)
         self.count_max_tokens = checks.optional_integer("count_max_tokens", count_max_tokens)
         self.max_doc_chars = checks.optional_integer("max_doc_chars", max_doc_chars)
-        self.target_mass, self.k_percentile, self.eps, self.top_k = target_mass, k_percentile, eps, top_k
+        self.sparsity = sparsity
         self.text_field, self.sample_by = text_field, sample_by
 
     def cache_settings(self) -> dict[str, Any]:
@@ -94,8 +89,7 @@ class OpenWebTextBPE(CorpusChainSource):
             "input": input_identity(self.dataset, self.data_files), "split": self.split, "text_field": self.text_field,
             "sample_by": self.sample_by, "vocab_size": self.vocab_size, "min_frequency": self.min_frequency,
             "tokenizer_max_bytes": self.tokenizer_max_bytes, "count_max_tokens": self.count_max_tokens,
-            "max_doc_chars": self.max_doc_chars, "target_mass": self.target_mass, "k_percentile": self.k_percentile,
-            "top_k": self.top_k, "eps": self.eps,
+            "max_doc_chars": self.max_doc_chars, **self.sparsity.as_dict(),
         }
 
     def _documents(self) -> Any:
@@ -118,9 +112,8 @@ class OpenWebTextBPE(CorpusChainSource):
         C, unigram = count_token_bigrams(tok, self._documents(), max_tokens=self.count_max_tokens)
         nu = unigram.to(torch.float64) / unigram.sum()
         n_tokens = int(unigram.sum().item())
-        chain = MarkovChain.from_counts(
-            C, top_k=self.top_k, target_mass=self.target_mass, k_percentile=self.k_percentile, eps=self.eps, nu=nu,
-            unigram=unigram,
+        chain = self.sparsity.chain_from_counts(
+            C, nu=nu, unigram=unigram,
             metadata={
                 "source": "owt_bpe", "dataset": self.dataset, "split": self.split, "teleport_law": "token_unigram",
                 "tokenizer_vocab_size": int(tok.get_vocab_size()), "num_tokens": n_tokens,

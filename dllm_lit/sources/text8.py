@@ -5,7 +5,8 @@ from pathlib import Path
 from typing import Any
 
 from dllm_lit import checks
-from dllm_lit.sources.corpus_chain import CharCorpusChainSource, check_chain_options, check_data_files, input_identity, is_local
+from dllm_lit.sources.corpus_chain import CharCorpusChainSource, check_data_files, input_identity, is_local
+from dllm_lit.sources.options import SparsityOptions
 
 __all__ = ["Text8Chars"]
 
@@ -25,8 +26,7 @@ class Text8Chars(CharCorpusChainSource):
             together with ``data_files``.
         split: dataset split (``"train"`` holds the first 90M characters of text8).
         max_chars: keep the first ``max_chars`` normalised characters (None: all).
-        top_k / target_mass / k_percentile / eps: chain options of
-            :meth:`dllm_lit.markov.MarkovChain.from_counts` (paper: all None / eps = 0).
+        sparsity: K rule and teleport (:class:`SparsityOptions`; paper: K = V, eps = 0).
         data_files: file(s) for a packaged builder or inside a hub repository.
         text_field: the column holding the text.
 
@@ -41,25 +41,20 @@ class Text8Chars(CharCorpusChainSource):
         dataset: str = "afmck/text8",
         split: str = "train",
         max_chars: int | None = 5_000_000,
-        top_k: int | None = None,
-        target_mass: float | None = None,
-        k_percentile: float | None = None,
-        eps: float = 0.0,
+        sparsity: SparsityOptions = SparsityOptions(),
         data_files: str | list[str] | dict[str, str | list[str]] | None = None,
         text_field: str = "text",
     ) -> None:
         checks.nonempty_str("dataset", dataset)
-        check_chain_options(top_k, target_mass, k_percentile, eps)
         check_data_files(data_files)
         self.dataset, self.split, self.data_files, self.text_field = dataset, split, data_files, text_field
         self.max_chars = checks.optional_integer("max_chars", max_chars)
-        self.top_k, self.target_mass, self.k_percentile, self.eps = top_k, target_mass, k_percentile, eps
+        self.sparsity = sparsity
 
     def cache_settings(self) -> dict[str, Any]:
         return {
             "input": input_identity(self.dataset, self.data_files), "split": self.split, "text_field": self.text_field,
-            "max_chars": self.max_chars, "top_k": self.top_k, "target_mass": self.target_mass,
-            "k_percentile": self.k_percentile, "eps": self.eps,
+            "max_chars": self.max_chars, **self.sparsity.as_dict(),
         }
 
     def _build_into(self, directory: Path) -> None:
