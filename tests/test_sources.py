@@ -70,3 +70,47 @@ def test_english_chain_options_as_a_group_or_as_keywords() -> None:
     assert EnglishChars().build().fingerprint == english_char_chain().fingerprint
     with pytest.raises(TypeError, match="not both"):
         english_char_chain(SparsityOptions(), eps=0.1)
+
+
+def _every_source(tmp_path) -> list:
+    from dllm_lit.markov import save_chain
+    from dllm_lit.sources import ChainFile, LocalTextChars, OpenWebTextBPE, PaperArtifact, Synthetic, Text8Chars
+
+    save_chain(synthetic_chain(8, 3, seed=1), tmp_path / "chain.pt")
+    return [
+        EnglishChars(), EnglishChars(SparsityOptions(top_k=5, eps=1e-3)),
+        Synthetic(vocab_size=64, top_k=8, seed=3), ChainFile(str(tmp_path / "chain.pt")),
+        PaperArtifact(str(tmp_path / "gt.pt"), trust_pickle=True),
+        Text8Chars(dataset="text", data_files=[str(tmp_path / "a.txt")], max_chars=None),
+        LocalTextChars(str(tmp_path / "a.txt"), sparsity=SparsityOptions(target_mass=0.9)),
+        OpenWebTextBPE(data_files={"train": [str(tmp_path / "a.txt")]}, sparsity=SparsityOptions(top_k=17, eps=1e-4)),
+    ]
+
+
+def test_every_source_describes_itself_as_a_config_entry(tmp_path) -> None:
+    """describe() is JSON: the exported class path and every __init__ option; fed back through the config parser
+    it rebuilds an equal source."""
+    import inspect
+    import json
+
+    from jsonargparse import ArgumentParser
+
+    import dllm_lit.sources as sources
+    from dllm_lit.sources import ChainSource
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(ChainSource, "source")
+    described = set()
+    for src in _every_source(tmp_path):
+        d = src.describe()
+        assert json.loads(json.dumps(d)) == d
+        cls = type(src)
+        assert d["class_path"] == f"dllm_lit.sources.{cls.__name__}" and getattr(sources, cls.__name__) is cls
+        assert set(d["init_args"]) == set(inspect.signature(cls.__init__).parameters) - {"self"}
+        again = parser.instantiate_classes(parser.parse_object({"source": d})).source
+        assert type(again) is cls and again.describe() == d
+        described.add(cls)
+    exported = {getattr(sources, n) for n in sources.__all__}
+    concrete = {c for c in exported if isinstance(c, type) and issubclass(c, ChainSource) and not inspect.isabstract(c)}
+    assert concrete == described
+    assert EnglishChars().describe()["init_args"] == {"sparsity": {"top_k": None, "target_mass": None, "k_percentile": None, "eps": 0.0}}
