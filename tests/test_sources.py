@@ -114,3 +114,17 @@ def test_every_source_describes_itself_as_a_config_entry(tmp_path) -> None:
     concrete = {c for c in exported if isinstance(c, type) and issubclass(c, ChainSource) and not inspect.isabstract(c)}
     assert concrete == described
     assert EnglishChars().describe()["init_args"] == {"sparsity": {"top_k": None, "target_mass": None, "k_percentile": None, "eps": 0.0}}
+
+
+def test_sources_take_sparsity_as_a_dict_too() -> None:
+    from dllm_lit.sources import LocalTextChars, OpenWebTextBPE, Text8Chars
+
+    assert EnglishChars({"top_k": 4}).sparsity == SparsityOptions(top_k=4)
+    assert english_char_chain({"eps": 0.25}).eps == 0.25
+    assert Text8Chars(sparsity={"eps": 0.1}).sparsity == SparsityOptions(eps=0.1)
+    assert LocalTextChars("x.txt", sparsity={}).sparsity == SparsityOptions()
+    assert OpenWebTextBPE(sparsity={"top_k": 8}).sparsity == SparsityOptions(top_k=8)
+    with pytest.raises(ValueError, match="sparsity has no option 'k'"):
+        EnglishChars({"k": 4})
+    with pytest.raises(ValueError, match="sparsity must be a SparsityOptions"):
+        EnglishChars(0.1)  # type: ignore[arg-type]

@@ -1,7 +1,10 @@
 """Chain sources: where a ground-truth :class:`~dllm_lit.markov.MarkovChain` comes from, one source per module.
 
 Configs name a source by ``class_path: dllm_lit.sources.<Name>`` (fragments in ``configs/data/``).  Adding a
-source is one module here (a :class:`ChainSource` subclass), its export line below and one config fragment.
+source is one module here, its export line below and one config fragment: the module subclasses
+:class:`ChainSource` (or :class:`CorpusChainSource` for a chain counted from a corpus and cached), keeps each
+``__init__`` argument as an attribute of the same name (what :meth:`ChainSource.describe` reports), and takes
+``sparsity: SparsityOptions`` if it builds the chain from bigram counts.
 """
 from dllm_lit.sources.base import ChainSource, IdDecoder, TextDecoder
 from dllm_lit.sources.chain_file import ChainFile

@@ -32,6 +32,8 @@ def english_char_chain(sparsity: SparsityOptions | None = None, nu: torch.Tensor
         sparsity = SparsityOptions(**options)
     elif options:
         raise TypeError(f"give sparsity or its fields ({', '.join(sorted(options))}), not both")
+    else:
+        sparsity = SparsityOptions.coerce(sparsity)
     return sparsity.chain_from_counts(
         load_english_counts(), nu=nu, metadata={"source": "bundled_english_kjv", "alphabet": "abcdefghijklmnopqrstuvwxyz "},
     )
@@ -44,7 +46,7 @@ class EnglishChars(ChainSource):
     """
 
     def __init__(self, sparsity: SparsityOptions = SparsityOptions()) -> None:
-        self.sparsity = sparsity
+        self.sparsity = SparsityOptions.coerce(sparsity)
 
     def build(self, cache_dir: Path | None = None) -> MarkovChain:
         self._chain = english_char_chain(self.sparsity)

@@ -33,7 +33,7 @@ class LocalTextChars(CharCorpusChainSource):
         checks.nonempty_str("path", path)
         self.path, self.encoding = path, encoding
         self.max_chars = checks.optional_integer("max_chars", max_chars)
-        self.sparsity = sparsity
+        self.sparsity = SparsityOptions.coerce(sparsity)
 
     def cache_settings(self) -> dict[str, Any]:
         p = Path(self.path).expanduser()

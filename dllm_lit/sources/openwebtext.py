@@ -81,7 +81,7 @@ class OpenWebTextBPE(CorpusChainSource):
         self.tokenizer_max_bytes = checks.optional_integer("tokenizer_max_bytes", tokenizer_max_bytes)
         self.count_max_tokens = checks.optional_integer("count_max_tokens", count_max_tokens)
         self.max_doc_chars = checks.optional_integer("max_doc_chars", max_doc_chars)
-        self.sparsity = sparsity
+        self.sparsity = SparsityOptions.coerce(sparsity)
         self.text_field, self.sample_by = text_field, sample_by
 
     def cache_settings(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ and the command line as ``--data.source.init_args.sparsity.eps 1e-4``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,18 @@ class SparsityOptions:
         checks.optional_real("target_mass", self.target_mass, 0.0, 1.0, low_open=True)
         checks.optional_real("k_percentile", self.k_percentile, 0.0, 100.0)
         checks.real("eps (teleport weight)", self.eps, 0.0, 1.0, high_open=True)
+
+    @classmethod
+    def coerce(cls, value: Any, name: str = "sparsity") -> SparsityOptions:
+        """``value`` as options: an instance as is, or a dict of its fields (as in a config)."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, Mapping):
+            unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
+            if unknown:
+                raise ValueError(f"{name} has no option {', '.join(map(repr, unknown))}; its options are top_k, target_mass, k_percentile, eps")
+            return cls(**value)
+        raise ValueError(f"{name} must be a SparsityOptions or a dict of its fields, got {value!r}")
 
     def as_dict(self) -> dict[str, Any]:
         """The four settings as a plain dict (cache keys, run metadata)."""

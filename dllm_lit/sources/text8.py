@@ -49,7 +49,7 @@ class Text8Chars(CharCorpusChainSource):
         check_data_files(data_files)
         self.dataset, self.split, self.data_files, self.text_field = dataset, split, data_files, text_field
         self.max_chars = checks.optional_integer("max_chars", max_chars)
-        self.sparsity = sparsity
+        self.sparsity = SparsityOptions.coerce(sparsity)
 
     def cache_settings(self) -> dict[str, Any]:
         return {
