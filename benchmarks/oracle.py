@@ -1,10 +1,11 @@
 """Time the oracle denoiser against the paper's App. A forward-backward on identical inputs.
 
 The baseline is a straightforward implementation of the algorithm the paper describes and its
-authors ran (their released reference code): a normalised forward pass and a log-domain backward
-pass over all B x T positions, with the sparse top-K part as scatter-add / gather over the
-neighbour lists and the teleport as a rank-one term - O(B T V K) per call, recomputed at every
-sampler step.  (It keeps messages in float32 rather than the reference's float16.)
+authors ran in their released code (the oracle is described in docs/oracle.md): a normalised
+forward pass and a log-domain backward pass over all B x T positions, with the sparse top-K part
+as scatter-add / gather over the neighbour lists and the teleport as a rank-one term - O(B T V K)
+per call, recomputed at every sampler step.  (It keeps messages in float32 rather than the
+authors' float16.)
 
     python benchmarks/oracle.py [--repeats 3] [--skip-owt]
 
@@ -20,7 +21,8 @@ import time
 import torch
 
 from dllm_lit.denoisers import OracleDenoiser
-from dllm_lit.markov import MarkovChain, english_char_chain, synthetic_chain
+from dllm_lit.markov import MarkovChain, synthetic_chain
+from dllm_lit.sources import english_char_chain
 
 
 def paper_forward_backward(chain: MarkovChain, z: torch.Tensor) -> torch.Tensor:

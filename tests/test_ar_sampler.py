@@ -59,7 +59,7 @@ def test_beta_one_equals_chain_sample_draw_for_draw(which, request) -> None:
 
 
 def test_english_chain_draw_for_draw() -> None:
-    from dllm_lit.markov import english_char_chain
+    from dllm_lit.sources import english_char_chain
 
     chain = english_char_chain(top_k=10, eps=1e-3)
     assert torch.equal(AR(chain=chain).sample(64, 200, seed=123), chain.sample(64, 200, seed=123))

@@ -26,7 +26,7 @@ from dllm_lit.corpus.bpe import (
     take_until_bytes,
     train_bytelevel_bpe,
 )
-from dllm_lit.corpus.sources import OWT_HF_DATASET, DatasetUnavailableError, iter_documents
+from dllm_lit.corpus.documents import OWT_HF_DATASET, DatasetUnavailableError, iter_documents
 
 WORDS = (
     "the of and to in a is that for it as was with be by on not he this are or his from at which but have an "
@@ -323,7 +323,7 @@ def test_iter_documents_argument_errors(tmp_path):
 def test_unreachable_hub_dataset_raises_helpful_error(tmp_path):
     # Real datasets code path in a fresh interpreter with the hub switched off (as on an offline machine).
     code = (
-        "from dllm_lit.corpus.sources import iter_documents, DatasetUnavailableError\n"
+        "from dllm_lit.corpus.documents import iter_documents, DatasetUnavailableError\n"
         "try:\n"
         f"    iter_documents({OWT_HF_DATASET!r}, streaming=True)\n"
         "except DatasetUnavailableError as e:\n"

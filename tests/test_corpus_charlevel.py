@@ -24,7 +24,7 @@ from dllm_lit.corpus.charlevel import (
     load_char_bigram_counts,
     normalize_text8,
 )
-from dllm_lit.corpus.sources import iter_documents, read_text_file
+from dllm_lit.corpus.documents import iter_documents, read_text_file
 
 
 def naive_normalize(text: str) -> str:

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from dllm_lit.denoisers import HFDenoiser, OracleDenoiser
-from dllm_lit.markov import english_char_chain
 from dllm_lit.samplers import MDLM
+from dllm_lit.sources import english_char_chain
 
 
 @pytest.fixture(scope="module")

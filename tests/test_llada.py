@@ -36,7 +36,8 @@ def _proposal(g: torch.Tensor, temperature: float) -> list[tuple[int, float]]:
 
 def llada_law(chain: MarkovChain, T: int, steps: int, remasking: str, temperature: float,
               block_length: int | None = None, init: dict | None = None, prompt_len: int = 0) -> torch.Tensor:
-    """Exact output law of LLaDA generate() (upstream-samplers.md Sec. 4) by DP over masked states."""
+    """Exact output law of LLaDA's ``generate()`` (ML-GSAI/LLaDA: blockwise low-confidence or random remasking)
+    by DP over masked states."""
     M = chain.mask_id
     post = PosteriorCache(chain)
     dist: dict = dict(init) if init is not None else {(M,) * T: 1.0}
@@ -255,7 +256,7 @@ def test_bad_settings(den) -> None:
 def test_posterior_cache_gives_identical_draws() -> None:
     """Reusing posterior features where the nearest revealed neighbours did not change is exact."""
     from dllm_lit.denoisers import OracleDenoiser
-    from dllm_lit.markov import english_char_chain
+    from dllm_lit.sources import english_char_chain
     from dllm_lit.samplers import LLaDA
 
     oracle = OracleDenoiser(english_char_chain())

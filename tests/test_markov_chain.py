@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import all_sequences, chi_square_pvalue, sequence_counts
-from dllm_lit.markov import ChainError, MarkovChain, english_char_chain, load_chain, load_paper_artifact, save_chain, synthetic_chain
+from dllm_lit.markov import ChainError, MarkovChain, load_chain, save_chain, synthetic_chain
+from dllm_lit.markov.io import ARTIFACT_VERSION
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def test_kernel_roundtrip_and_stationary(tiny_chain: MarkovChain) -> None:
@@ -134,32 +138,29 @@ def test_artifact_roundtrip_and_checksum(tmp_path) -> None:
         load_chain(path)
 
 
-def test_paper_artifact_format(tmp_path) -> None:
-    """A file in the authors' layout (paper-reference-code.md Sec. 1) loads to the same chain."""
-    ch = synthetic_chain(30, 5, eps=1e-4, seed=4)
-    art = {
-        "config": {"K": 5, "eps": 1e-4}, "vocab": [f"t{i}" for i in range(30)], "itos": [f"t{i}" for i in range(30)],
-        "unigram": ch.nu.float(), "nbr_idx": ch.nbr_idx, "nbr_prob": ch.nbr_prob.float(), "nu": ch.nu.float(),
-        "eps": 1e-4, "pi": ch.stationary.float(), "samples": ch.sample(4, 10, seed=1), "P": ch.kernel.float(),
-        "V": 30, "T": 10, "N": 4, "teleport_eps": 1e-4,
-    }
-    torch.save(art, tmp_path / "gt.pt")
-    loaded, extras = load_paper_artifact(tmp_path / "gt.pt")
-    assert torch.allclose(loaded.kernel, ch.kernel, atol=1e-7)
-    assert extras["itos"][3] == "t3" and extras["samples"].shape == (4, 10)
-    dense_only = {"P_prime_dense": ch.kernel.float(), "pi_stationary": ch.stationary.float()}
-    torch.save(dense_only, tmp_path / "dense.pt")
-    loaded2, _ = load_paper_artifact(tmp_path / "dense.pt")
-    assert torch.allclose(loaded2.kernel, ch.kernel, atol=1e-6)
-
-
-def test_english_chain() -> None:
-    ch = english_char_chain()
-    assert ch.vocab_size == 27 and ch.top_k == 27 and ch.eps == 0.0
-    pi = ch.stationary
-    assert pi.argmax().item() == 26  # space is the most frequent character
-    q, u = ord("q") - 97, ord("u") - 97
-    assert ch.kernel[q].argmax().item() == u
+def test_artifact_version_1_still_loads(tmp_path) -> None:
+    """tests/data/chain_v1.pt was written by save_chain before version 2 (synthetic_chain(6, 3, eps=0.01,
+    seed=5)): its checksum still verifies, and a tampered copy is still refused."""
+    v1 = DATA / "chain_v1.pt"
+    assert torch.load(v1, weights_only=True)["version"] == 1
+    loaded = load_chain(v1)
+    ref = synthetic_chain(6, 3, eps=0.01, seed=5)
+    assert torch.equal(loaded.nbr_idx, ref.nbr_idx) and torch.allclose(loaded.kernel, ref.kernel, atol=1e-15, rtol=0)
+    assert loaded.eps == 0.01 and loaded.metadata["seed"] == 5
+    d = torch.load(v1, weights_only=True)
+    d["nu"][0] += 1e-6
+    torch.save(d, tmp_path / "edited.pt")
+    with pytest.raises(ChainError, match="checksum"):
+        load_chain(tmp_path / "edited.pt")
+    # new files are version 2; an unknown version is refused with the versions that are read
+    save_chain(loaded, tmp_path / "v2.pt")
+    d = torch.load(tmp_path / "v2.pt", weights_only=True)
+    assert d["version"] == ARTIFACT_VERSION == 2 and d["sha256"] != torch.load(v1, weights_only=True)["sha256"]
+    assert torch.equal(load_chain(tmp_path / "v2.pt").nbr_idx, ref.nbr_idx)
+    d["version"] = 3
+    torch.save(d, tmp_path / "v3.pt")
+    with pytest.raises(ChainError, match="version 3 is not supported"):
+        load_chain(tmp_path / "v3.pt")
 
 
 def test_from_counts_with_corpus_unigram() -> None:
@@ -172,3 +173,28 @@ def test_from_counts_with_corpus_unigram() -> None:
     assert torch.allclose(ch.nu, (uni / uni.sum()).double())
     with pytest.raises(ChainError, match="unigram must have 3"):
         MarkovChain.from_counts(counts, unigram=torch.ones(4))
+
+
+def test_fingerprint_identifies_the_law() -> None:
+    """Identical chains share a fingerprint; any change of a probability, a neighbour, nu or eps changes it;
+    metadata does not enter it."""
+    syn = synthetic_chain(40, 6, eps=1e-3, seed=2)
+    assert synthetic_chain(40, 6, eps=1e-3, seed=2).fingerprint == syn.fingerprint
+    idx, prob, nu = syn.nbr_idx, syn.nbr_prob, syn.nu
+    ch = MarkovChain(idx, prob, eps=1e-3, nu=nu, metadata={"source": "a"})
+    fp = ch.fingerprint
+    assert len(fp) == 64 and int(fp, 16) >= 0 and ch.fingerprint == fp
+    same = MarkovChain(idx.clone(), prob.clone(), eps=1e-3, nu=nu.clone(), metadata={"source": "b", "x": 1})
+    assert same.fingerprint == fp
+    moved = prob.clone()
+    moved[3, 0] -= 1e-9
+    moved[3, 1] += 1e-9
+    assert MarkovChain(idx, moved, eps=1e-3, nu=nu).fingerprint != fp
+    assert MarkovChain(idx, prob, eps=2e-3, nu=nu).fingerprint != fp
+    swapped = nu.clone()
+    swapped[0], swapped[1] = nu[1], nu[0]
+    assert MarkovChain(idx, prob, eps=1e-3, nu=swapped).fingerprint != fp
+    assert synthetic_chain(40, 6, eps=1e-3, seed=3).fingerprint != syn.fingerprint
+    counts = torch.arange(1.0, 17.0).reshape(4, 4)
+    assert MarkovChain.from_counts(counts).fingerprint == MarkovChain.from_counts(counts.clone()).fingerprint
+    assert MarkovChain.from_counts(counts).fingerprint != MarkovChain.from_counts(counts, eps=1e-6).fingerprint

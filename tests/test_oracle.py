@@ -9,7 +9,8 @@ import torch
 
 from conftest import all_sequences
 from dllm_lit.denoisers import OracleDenoiser, forward_backward_posterior, nearest_revealed
-from dllm_lit.markov import MarkovChain, english_char_chain, synthetic_chain
+from dllm_lit.markov import MarkovChain, synthetic_chain
+from dllm_lit.sources import english_char_chain
 
 TOL = 1e-6
 

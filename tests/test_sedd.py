@@ -162,7 +162,7 @@ def test_bad_settings(den) -> None:
 def test_tempered_cache_matches_direct_path(monkeypatch) -> None:
     """beta != 1 with the posterior cache draws what querying every masked position each step draws."""
     from dllm_lit.denoisers import OracleDenoiser
-    from dllm_lit.markov import english_char_chain
+    from dllm_lit.sources import english_char_chain
     from dllm_lit.samplers import SEDD
     from dllm_lit.samplers.posterior_cache import PosteriorCache
 

@@ -1,9 +1,10 @@
 """Corpora for the ground-truth Markov chains: text8-style characters (:mod:`.charlevel`), byte-level BPE for
-OWT (:mod:`.bpe`), data sources (:mod:`.sources`), the bundled English (King James Bible) character counts,
-and a checksummed build cache (:mod:`.cache`).
+OWT (:mod:`.bpe`), text input -- dataset documents and plain text files (:mod:`.documents`) --, the bundled
+English (King James Bible) character counts, and a checksummed build cache (:mod:`.cache`).  The chain
+sources built from these corpora live in :mod:`dllm_lit.sources`.
 
-Names are re-exported lazily (PEP 562), so ``from dllm_lit.corpus.cache import SettingsCache`` or
-``from dllm_lit.corpus import SettingsCache`` does not import torch, tokenizers or datasets.
+Names are re-exported lazily (PEP 562), so ``from dllm_lit.corpus import SettingsCache`` imports only the
+cache module (not tokenizers or datasets).
 """
 
 # ruff: noqa: F401  (the TYPE_CHECKING imports below exist for static analysers only)
@@ -38,18 +39,18 @@ _EXPORTS: dict[str, str] = {
     "load_tokenizer": "bpe",
     "count_token_bigrams": "bpe",
     "BPEDecoder": "bpe",
-    # sources
-    "TEXT8_HF_DATASET": "sources",
-    "OWT_HF_DATASET": "sources",
-    "DatasetUnavailableError": "sources",
-    "iter_documents": "sources",
-    "read_text_file": "sources",
+    # documents
+    "TEXT8_HF_DATASET": "documents",
+    "OWT_HF_DATASET": "documents",
+    "PACKAGED_BUILDERS": "documents",
+    "DatasetUnavailableError": "documents",
+    "iter_documents": "documents",
+    "read_text_file": "documents",
     # cache
     "CACHE_FORMAT_VERSION": "cache",
     "MANIFEST_NAME": "cache",
     "CacheEntryError": "cache",
     "SettingsCache": "cache",
-    "canonical_json": "cache",
 }
 
 __all__ = list(_EXPORTS)
@@ -86,7 +87,6 @@ if TYPE_CHECKING:  # pragma: no cover - for static analysers and IDEs
         MANIFEST_NAME,
         CacheEntryError,
         SettingsCache,
-        canonical_json,
     )
     from dllm_lit.corpus.charlevel import (
         CHAR_BIGRAM_FORMAT,
@@ -103,8 +103,9 @@ if TYPE_CHECKING:  # pragma: no cover - for static analysers and IDEs
         load_english_counts,
         normalize_text8,
     )
-    from dllm_lit.corpus.sources import (
+    from dllm_lit.corpus.documents import (
         OWT_HF_DATASET,
+        PACKAGED_BUILDERS,
         TEXT8_HF_DATASET,
         DatasetUnavailableError,
         iter_documents,

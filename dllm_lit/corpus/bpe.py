@@ -1,6 +1,6 @@
 """Byte-level BPE corpus handling for the OWT ground-truth chain (seed paper, App. "Experimental Setup and
-Oracle Construction", paragraph *OpenWebText*; reference scripts ``hf_text_stream.py``,
-``train_owt_bytebpe_tokenizer.py`` and ``build_owt_bpe_gt.py``).
+Oracle Construction", paragraph *OpenWebText*; the construction, step by step, as the paper authors' released
+code ran it, is described in docs/oracle.md).
 
 Pipeline as the paper ran it::
 
@@ -9,11 +9,11 @@ Pipeline as the paper ran it::
     C, unigram = count_token_bigrams(tok, clean_documents(iter_documents(...)), max_tokens=2_000_000)
 
 On the hub OWT sample (plain-text files read by the datasets ``text`` builder) a "document" is one line of
-text, so "within-document" bigrams are within-line bigrams; see :mod:`dllm_lit.corpus.sources`.
+text, so "within-document" bigrams are within-line bigrams; see :mod:`dllm_lit.corpus.documents`.
 
-One deliberate difference from the reference: the trainer is given ``initial_alphabet =
+One deliberate difference from the authors' code: the trainer is given ``initial_alphabet =
 ByteLevel.alphabet()`` (all 256 byte symbols), so every byte sequence is encodable and nothing maps to
-``<unk>``; the reference left it out, so any byte unseen in training became ``<unk>`` (and decoded to
+``<unk>``; the authors' code left it out, so any byte unseen in training became ``<unk>`` (and decoded to
 nothing).
 """
 
@@ -27,9 +27,12 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from dllm_lit import checks
+
 __all__ = [
     "SPECIAL_TOKENS",
     "MIN_BPE_VOCAB_SIZE",
+    "check_vocab_size",
     "clean_document",
     "clean_documents",
     "take_until_bytes",
@@ -48,18 +51,19 @@ MIN_BPE_VOCAB_SIZE: int = 256 + len(SPECIAL_TOKENS)
 _SPACES_TABS_RE = re.compile(r"[ \t]+")
 
 
-def _check_positive_int(value: object, name: str, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        allowed = "a positive int or None" if allow_none else "a positive int"
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    return int(value)
+def check_vocab_size(vocab_size: object, name: str = "vocab_size") -> int:
+    """``vocab_size`` if it is an int >= :data:`MIN_BPE_VOCAB_SIZE` (every byte symbol plus the specials)."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < MIN_BPE_VOCAB_SIZE:
+        raise ValueError(
+            f"{name} must be an int >= {MIN_BPE_VOCAB_SIZE} (256 byte symbols + {len(SPECIAL_TOKENS)} special "
+            f"tokens), got {vocab_size!r}"
+        )
+    return vocab_size
 
 
 def clean_document(text: str, max_chars: int | None = 4096) -> str:
-    """Clean one OWT document the way the paper's streaming loader did (``hf_text_stream._clean_text`` with
-    ``strip`` and ``normalize_ws`` on, then ``_cap_len``), in this order:
+    """Clean one OWT document the way the paper authors' streaming loader did (whitespace stripping and
+    normalisation on, then a length cap), in this order:
 
     1. delete every carriage return ``'\\r'`` (so ``\\r\\n`` becomes ``\\n``);
     2. strip leading and trailing newlines ``'\\n'`` only (``str.strip("\\n")``; leading/trailing spaces are
@@ -69,11 +73,11 @@ def clean_document(text: str, max_chars: int | None = 4096) -> str:
     4. keep the first ``max_chars`` characters (code points, not bytes); ``None`` keeps everything.
 
     A document that is empty or whitespace-only after cleaning is returned as ``""``;
-    :func:`clean_documents` drops such documents, as the reference did.
+    :func:`clean_documents` drops such documents, as the authors' loader did.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    max_chars = _check_positive_int(max_chars, "max_chars", allow_none=True)
+    max_chars = checks.optional_integer("max_chars", max_chars)
     text = text.replace("\r", "").strip("\n")
     text = _SPACES_TABS_RE.sub(" ", text)
     if max_chars is not None:
@@ -83,7 +87,7 @@ def clean_document(text: str, max_chars: int | None = 4096) -> str:
 
 def clean_documents(texts: Iterable[str], max_chars: int | None = 4096) -> Iterator[str]:
     """Apply :func:`clean_document` lazily and drop documents that are empty after cleaning."""
-    max_chars = _check_positive_int(max_chars, "max_chars", allow_none=True)
+    max_chars = checks.optional_integer("max_chars", max_chars)
     for text in texts:
         cleaned = clean_document(text, max_chars=max_chars)
         if cleaned:
@@ -93,11 +97,11 @@ def clean_documents(texts: Iterable[str], max_chars: int | None = 4096) -> Itera
 def take_until_bytes(texts: Iterable[str], max_bytes: int | None) -> Iterator[str]:
     """Yield documents until the next one would push the UTF-8 byte total past ``max_bytes``.
 
-    Rule of the reference (``take_until_bytes``): documents with zero bytes are skipped; the stream stops at
+    Rule of the authors' tokenizer training: documents with zero bytes are skipped; the stream stops at
     the first document that does not fit (it is not skipped in favour of a shorter later one). ``None``
     means no budget.
     """
-    max_bytes = _check_positive_int(max_bytes, "max_bytes", allow_none=True)
+    max_bytes = checks.optional_integer("max_bytes", max_bytes)
     total = 0
     for text in texts:
         n = len(text.encode("utf-8", errors="ignore"))
@@ -129,19 +133,15 @@ def train_bytelevel_bpe(
     pre-tokeniser, ``ByteLevel`` decoder; ``BpeTrainer(vocab_size, min_frequency, special_tokens=
     ["<pad>", "<unk>", "<bos>", "<eos>"])`` so the specials get ids 0..3, **plus** ``initial_alphabet =
     ByteLevel.alphabet()`` so all 256 byte symbols are in the vocabulary (ids 4..259) and no input ever maps
-    to ``<unk>`` (fixes the reference's defect). Training reads documents until ``max_bytes`` UTF-8 bytes
+    to ``<unk>`` (fixes a defect of the authors' tokenizer). Training reads documents until ``max_bytes`` UTF-8 bytes
     (paper: 200 MB; :func:`take_until_bytes`). The resulting vocabulary can be smaller than ``vocab_size``
     when the corpus runs out of pairs with at least ``min_frequency`` occurrences.
 
     Raises ``ValueError`` for ``vocab_size < 260`` (256 bytes + 4 specials), ``min_frequency < 1``,
     ``max_bytes <= 0``, or an empty corpus.
     """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < MIN_BPE_VOCAB_SIZE:
-        raise ValueError(
-            f"vocab_size must be an int >= {MIN_BPE_VOCAB_SIZE} (256 byte symbols + {len(SPECIAL_TOKENS)} special "
-            f"tokens), got {vocab_size!r}"
-        )
-    min_frequency = _check_positive_int(min_frequency, "min_frequency")
+    check_vocab_size(vocab_size)
+    min_frequency = checks.integer("min_frequency", min_frequency)
     if isinstance(texts, str):
         raise TypeError("texts must be an iterable of documents (str), not a single str")
 
@@ -196,7 +196,7 @@ def count_token_bigrams(
     max_tokens: int | None = None,
     batch_size: int = 256,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Within-document token bigram and unigram counts (reference ``build_counts_streaming_full``).
+    """Within-document token bigram and unigram counts (the rule of the authors' streaming counter).
 
     Documents are encoded in batches with ``tokenizer.encode_batch`` (no special tokens are added). Rule:
     documents are taken in order; empty encodings are skipped; a document that would exceed the
@@ -209,8 +209,8 @@ def count_token_bigrams(
     Counting is vectorised (``numpy.bincount`` on ``i * V + j`` over buffered batches).
     Raises ``ValueError`` for ``max_tokens <= 0``, ``batch_size <= 0`` or when no token was counted.
     """
-    max_tokens = _check_positive_int(max_tokens, "max_tokens", allow_none=True)
-    batch_size = _check_positive_int(batch_size, "batch_size")
+    max_tokens = checks.optional_integer("max_tokens", max_tokens)
+    batch_size = checks.integer("batch_size", batch_size)
     if isinstance(documents, str):
         raise TypeError("documents must be an iterable of str, not a single str")
     V = int(tokenizer.get_vocab_size())

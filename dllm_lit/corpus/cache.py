@@ -21,10 +21,8 @@ Build protocol (:meth:`SettingsCache.get_or_build`):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import math
 import os
 import re
 import shutil
@@ -35,7 +33,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CACHE_FORMAT_VERSION", "MANIFEST_NAME", "CacheEntryError", "SettingsCache", "canonical_json"]
+from dllm_lit.hashing import canonical_json, sha256_file, sha256_text
+
+__all__ = ["CACHE_FORMAT_VERSION", "MANIFEST_NAME", "CacheEntryError", "SettingsCache"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,51 +49,6 @@ _TRASH_PREFIX = ".trash-"
 
 class CacheEntryError(Exception):
     """An existing cache entry failed verification (the message says why)."""
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, os.PathLike):
-        return os.fspath(obj)
-    if isinstance(obj, (set, frozenset)):
-        return sorted(obj)
-    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", None) == 0:
-        return obj.item()  # numpy / torch scalars
-    raise ValueError(
-        "settings must be JSON-serialisable (dict/list/str/int/float/bool/None, paths); "
-        f"got {type(obj).__name__}: {obj!r}"
-    )
-
-
-def _check_finite(obj: Any, where: str = "settings") -> None:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise ValueError(f"{where} contains a non-finite float {obj!r}, which has no canonical JSON form")
-    if isinstance(obj, Mapping):
-        for k, v in obj.items():
-            if not isinstance(k, str):
-                raise ValueError(f"{where} keys must be str, got {type(k).__name__} {k!r}")
-            _check_finite(v, f"{where}[{k!r}]")
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _check_finite(v, f"{where}[{i}]")
-
-
-def canonical_json(obj: Any) -> str:
-    """Canonical JSON: sorted keys, no whitespace, ASCII only; tuples as lists, paths as str."""
-    _check_finite(obj)
-    return json.dumps(
-        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=_json_default, allow_nan=False
-    )
-
-
-def _sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(chunk)
-            if not block:
-                break
-            h.update(block)
-    return h.hexdigest()
 
 
 def _list_files(directory: Path) -> list[str]:
@@ -153,7 +108,7 @@ class SettingsCache:
         self._check_kind(kind)
         self._check_settings(settings)
         doc = {"format": CACHE_FORMAT_VERSION, "kind": kind, "settings": settings}
-        return hashlib.sha256(canonical_json(doc).encode("ascii")).hexdigest()
+        return sha256_text(canonical_json(doc))
 
     def path(self, kind: str, settings: Mapping[str, Any]) -> Path:
         """Directory where the entry for ``(kind, settings)`` lives (whether or not it exists)."""
@@ -191,7 +146,7 @@ class SettingsCache:
             missing, extra = sorted(listed - present), sorted(present - listed)
             raise CacheEntryError(f"corrupt entry: missing files {missing}, unexpected files {extra}")
         for rel, digest in sorted(files.items()):
-            actual = _sha256_file(entry / rel)
+            actual = sha256_file(entry / rel)
             if actual != digest:
                 raise CacheEntryError(
                     f"corrupt entry: checksum mismatch for {rel} ({actual[:12]}... != {digest[:12]}...)"
@@ -288,7 +243,7 @@ class SettingsCache:
         for rel in files:
             with open(tmp / rel, "rb") as fh:
                 os.fsync(fh.fileno())
-            digests[rel] = _sha256_file(tmp / rel)
+            digests[rel] = sha256_file(tmp / rel)
         manifest = {
             "format": CACHE_FORMAT_VERSION,
             "kind": kind,

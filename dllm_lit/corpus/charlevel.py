@@ -1,5 +1,5 @@
 """Character-level corpus handling with the text8 conventions (seed paper, App. "Experimental Setup and
-Oracle Construction", paragraph *Text8*; reference builder ``build_text8_char_gt_k27_eps0.py``).
+Oracle Construction", paragraph *Text8*; the construction is described in docs/oracle.md).
 
 State space
     ``TEXT8_ALPHABET = "abcdefghijklmnopqrstuvwxyz "``: letters ``a``..``z`` are ids 0..25 and the space is
@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from dllm_lit import checks
 
 __all__ = [
     "TEXT8_ALPHABET",
@@ -254,10 +256,7 @@ def count_char_bigrams(texts: str | Iterable[str], max_chars: int | None = None)
 
     Raises ``ValueError`` if ``max_chars <= 0`` or the corpus has fewer than two normalised characters.
     """
-    if max_chars is not None:
-        if isinstance(max_chars, bool) or not isinstance(max_chars, (int, np.integer)) or max_chars <= 0:
-            raise ValueError(f"max_chars must be a positive int or None, got {max_chars!r}")
-        max_chars = int(max_chars)
+    max_chars = checks.optional_integer("max_chars", max_chars)
     V = TEXT8_VOCAB_SIZE
     counts = np.zeros(V * V, dtype=np.int64)
     used = 0

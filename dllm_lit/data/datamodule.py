@@ -18,9 +18,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dllm_lit import checks
-from dllm_lit.data.sources import ChainSource, EnglishChars, TextDecoder
 from dllm_lit.engine.plan import RunPlan, WorkItem
 from dllm_lit.markov import MarkovChain
+from dllm_lit.sources import ChainSource, EnglishChars, TextDecoder
 
 __all__ = ["MarkovDataModule", "PredictWork"]
 

@@ -1,10 +1,7 @@
-"""Ground-truth Markov chains: construction, sampling, artifacts (paper Sec. 3.1, App. E)."""
-from dllm_lit.markov.artifact import load_chain, load_paper_artifact, load_reference_samples, save_chain
+"""Ground-truth Markov chains: the chain and its maths, the synthetic generator, persistence (paper Sec. 3.1,
+App. E).  Where chains come from (bundled counts, corpora, files) is :mod:`dllm_lit.sources`."""
 from dllm_lit.markov.chain import ChainError, MarkovChain
-from dllm_lit.markov.english import english_char_chain
+from dllm_lit.markov.io import load_chain, save_chain
 from dllm_lit.markov.synthetic import synthetic_chain
 
-__all__ = [
-    "ChainError", "MarkovChain", "english_char_chain", "load_chain", "load_paper_artifact",
-    "load_reference_samples", "save_chain", "synthetic_chain",
-]
+__all__ = ["ChainError", "MarkovChain", "load_chain", "save_chain", "synthetic_chain"]

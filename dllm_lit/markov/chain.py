@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from dllm_lit import rng
+from dllm_lit.hashing import sha256_tensors
 
 __all__ = ["MarkovChain", "ChainError"]
 
@@ -125,6 +126,7 @@ class MarkovChain:
         self._support: torch.Tensor | None = None
         self._topk_sparse_t: torch.Tensor | None = None
         self._stationary: torch.Tensor | None = None
+        self._fingerprint: str | None = None
         if stationary is not None:
             pi = _check_distribution("stationary", stationary, V)
             resid = (self.apply_right(pi[None])[0] - pi).abs().sum().item()
@@ -147,6 +149,23 @@ class MarkovChain:
     def top_k(self) -> int:
         """Neighbour-list length K."""
         return int(self.nbr_idx.shape[1])
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of what defines the law: ``nbr_idx``, ``nbr_prob``, ``nu`` and ``eps``.
+
+        Two chains with the same fingerprint have the same kernel P' (rows are in the canonical order
+        set by the constructor); metadata, ``stationary_tol`` and the cached stationary law do not enter
+        it.  It keys oracle caches, checkpoints and run metadata.  The hash is bit-exact: tensors that
+        differ in the last bit (e.g. rows renormalised once more by another construction route) give
+        another fingerprint.  Computed once: the tensors of a chain are not to be modified in place.
+        """
+        if self._fingerprint is None:
+            self._fingerprint = sha256_tensors(
+                (("nbr_idx", self.nbr_idx), ("nbr_prob", self.nbr_prob), ("nu", self.nu)), extra={"eps": self.eps}
+            )
+        return self._fingerprint
 
     # ------------------------------------------------------------------ kernels
     @property

@@ -1,20 +1,13 @@
-"""Saving and loading chains: dllm_lit's versioned artifact and the paper authors' released files.
+"""Ground-truth files released by the paper's authors: the chain (:class:`PaperArtifact`,
+:func:`load_paper_artifact`) and reference-sample packs (:func:`load_reference_samples`).
 
-dllm_lit artifact (``torch.save`` dict, written atomically)::
-
-    {"format": "dllm_lit.markov_chain", "version": 1, "nbr_idx", "nbr_prob", "eps", "nu",
-     "stationary", "metadata", "sha256"}
-
-``sha256`` covers the tensors and settings, so a damaged or edited file is detected on load.
-
-Paper artifact (paper-reference-code.md Sec. 1): a dict with ``nbr_idx[V,K]``, ``nbr_prob[V,K]``,
-``nu[V]``, ``eps``, ``pi[V]`` (aliases ``pi_stationary``, ``teleport_eps``), optionally ``P`` /
-``P_prime_dense``, ``itos``/``vocab``, ``samples[N,T]`` and ``config``.  Reference-sample packs
+Paper artifact: a ``torch.save`` dict with ``nbr_idx[V,K]``, ``nbr_prob[V,K]``, ``nu[V]``, ``eps``,
+``pi[V]`` (aliases ``pi_stationary``, ``teleport_eps``, ``unigram`` for ``nu``), optionally a dense
+``P`` / ``P_prime_dense``, ``itos``/``vocab``, ``samples[N,T]`` and ``config``.  Reference-sample packs
 hold ``gt_samples_ids[N,T]``.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from pathlib import Path
@@ -22,60 +15,28 @@ from typing import Any
 
 import torch
 
-from dllm_lit.atomic import atomic_torch_save
-from dllm_lit.markov.chain import ChainError, MarkovChain
+from dllm_lit.markov import ChainError, MarkovChain
+from dllm_lit.sources.base import ChainSource, IdDecoder, TextDecoder
 
-__all__ = ["save_chain", "load_chain", "load_paper_artifact", "load_reference_samples", "ARTIFACT_FORMAT", "ARTIFACT_VERSION"]
-
-ARTIFACT_FORMAT = "dllm_lit.markov_chain"
-ARTIFACT_VERSION = 1
+__all__ = ["PaperArtifact", "load_paper_artifact", "load_reference_samples"]
 
 
-def _digest(payload: dict[str, Any]) -> str:
-    h = hashlib.sha256()
-    for key in ("nbr_idx", "nbr_prob", "nu", "stationary"):
-        t = payload[key].contiguous().cpu()
-        h.update(key.encode())
-        h.update(str(tuple(t.shape)).encode())
-        h.update(t.numpy().tobytes())
-    h.update(json.dumps({"eps": payload["eps"], "metadata": payload["metadata"], "version": payload["version"]}, sort_keys=True, default=str).encode())
-    return h.hexdigest()
+class PaperArtifact(ChainSource):
+    """A ground-truth ``.pt`` released by the paper's authors (format in the module docstring).
 
+    ``trust_pickle=True`` allows full unpickling of files that hold non-tensor objects (only for files
+    from a trusted source).  Token ids decode through the file's ``itos`` when it has one.
+    """
 
-def save_chain(chain: MarkovChain, path: str | Path) -> None:
-    """Write ``chain`` as a versioned, checksummed artifact (atomic)."""
-    payload: dict[str, Any] = {
-        "format": ARTIFACT_FORMAT,
-        "version": ARTIFACT_VERSION,
-        "nbr_idx": chain.nbr_idx,
-        "nbr_prob": chain.nbr_prob,
-        "eps": chain.eps,
-        "nu": chain.nu,
-        "stationary": chain.stationary,
-        "metadata": json.loads(json.dumps(chain.metadata, default=str)),
-    }
-    payload["sha256"] = _digest(payload)
-    atomic_torch_save(payload, path)
+    def __init__(self, path: str, trust_pickle: bool = False) -> None:
+        self.path, self.trust_pickle = path, trust_pickle
 
+    def build(self, cache_dir: Path | None = None) -> MarkovChain:
+        self._chain, self._extras = load_paper_artifact(self.path, trust_pickle=self.trust_pickle)
+        return self._chain
 
-def load_chain(path: str | Path) -> MarkovChain:
-    """Load a dllm_lit artifact, verifying format, version and checksum."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"chain artifact not found: {path}")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # corrupt pickle / truncated file
-        raise ChainError(f"cannot read chain artifact {path}: {exc}") from exc
-    if not isinstance(payload, dict) or payload.get("format") != ARTIFACT_FORMAT:
-        raise ChainError(f"{path} is not a dllm_lit chain artifact (format field {payload.get('format') if isinstance(payload, dict) else None!r}); "
-                         "use load_paper_artifact for the paper authors' files")
-    if payload.get("version") != ARTIFACT_VERSION:
-        raise ChainError(f"{path}: artifact version {payload.get('version')!r} is not supported (this library reads version {ARTIFACT_VERSION})")
-    if payload.get("sha256") != _digest(payload):
-        raise ChainError(f"{path}: checksum mismatch, the artifact is damaged or was edited")
-    return MarkovChain(payload["nbr_idx"], payload["nbr_prob"], eps=payload["eps"], nu=payload["nu"],
-                       stationary=payload["stationary"], metadata=payload["metadata"])
+    def decoder(self) -> TextDecoder:
+        return IdDecoder(self._chain.vocab_size, self._extras.get("itos"))
 
 
 def _first(d: dict[str, Any], *keys: str) -> Any:
@@ -86,7 +47,7 @@ def _first(d: dict[str, Any], *keys: str) -> Any:
 
 
 def load_paper_artifact(path: str | Path, trust_pickle: bool = False) -> tuple[MarkovChain, dict[str, Any]]:
-    """Load a ground-truth ``.pt`` file released with the paper (format in paper-reference-code.md Sec. 1).
+    """Load a ground-truth ``.pt`` file released with the paper (format in the module docstring).
 
     Returns ``(chain, extras)`` where extras may hold ``itos`` (list of token strings), ``samples``
     (the authors' reference chain samples) and ``config``.  The released ``pi`` came from 500

@@ -1,10 +1,12 @@
-"""Corpus chain sources (dllm_lit.data.corpus_sources) and the data config fragments (configs/data/*.yaml).
+"""Corpus chain sources (dllm_lit.sources: Text8Chars, LocalTextChars, OpenWebTextBPE and their cached base) and
+the data config fragments (configs/data/*.yaml).
 
 Everything runs offline on small corpora written to tmp_path, through the real code paths: datasets'
 packaged builders for local files, the tokenizers BPE trainer, the SettingsCache and the LightningCLI parser.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import random
@@ -17,14 +19,9 @@ import torch
 import yaml
 
 from dllm_lit.corpus.charlevel import CharDecoder, count_char_bigrams
-from dllm_lit.corpus.sources import DatasetUnavailableError, read_text_file
-from dllm_lit.data.corpus_sources import (
-    CORPUS_CHAIN_FORMAT,
-    LocalTextChars,
-    OpenWebTextBPE,
-    Text8Chars,
-)
+from dllm_lit.corpus.documents import DatasetUnavailableError, read_text_file
 from dllm_lit.markov import MarkovChain
+from dllm_lit.sources import CORPUS_CHAIN_FORMAT, LocalTextChars, OpenWebTextBPE, SparsityOptions, Text8Chars
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs" / "data"
@@ -180,9 +177,9 @@ def test_changed_settings_or_content_make_new_entries(corpus: Path, tmp_path: Pa
     chain = capped.build(cache)
     assert capped.cache_hit is False and capped.cache_entry != base.cache_entry
     assert int(capped.bigram_counts()[0].sum()) == 999
-    teleport = LocalTextChars(str(corpus), eps=0.01)
+    teleport = LocalTextChars(str(corpus), sparsity=SparsityOptions(eps=0.01))
     assert teleport.build(cache).eps == 0.01 and teleport.cache_hit is False
-    sparse = LocalTextChars(str(corpus), top_k=5)
+    sparse = LocalTextChars(str(corpus), sparsity=SparsityOptions(top_k=5))
     assert sparse.build(cache).top_k == 5 and sparse.cache_hit is False
     assert len(_entries(cache, "chain-local-text")) == 4 and len(count_calls) == 4
     # the key is the file content, not the path: a copy hits, an edit rebuilds
@@ -235,11 +232,11 @@ def test_text8_chars_from_local_files(corpus: Path, tmp_path: Path, count_calls:
 
 def test_argument_validation(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="either top_k"):
-        Text8Chars(top_k=5, target_mass=0.99)
+        Text8Chars(sparsity=SparsityOptions(top_k=5, target_mass=0.99))
     with pytest.raises(ValueError, match="max_chars"):
         LocalTextChars("x.txt", max_chars=0)
     with pytest.raises(ValueError, match="eps"):
-        Text8Chars(eps=1.0)
+        Text8Chars(sparsity=SparsityOptions(eps=1.0))
     with pytest.raises(ValueError, match="vocab_size"):
         OpenWebTextBPE(vocab_size=100)
     with pytest.raises(FileNotFoundError, match="not found"):
@@ -334,8 +331,8 @@ def test_openwebtext_bpe_on_local_corpus(owt_file: Path, tmp_path: Path, monkeyp
     capped = OpenWebTextBPE(**{**kwargs, "count_max_tokens": 1500})
     capped.build(cache)
     assert capped.cache_hit is False and int(capped.bigram_counts()[1].sum()) == 1500
-    fixed = OpenWebTextBPE(**{**kwargs, "top_k": 17})
-    assert fixed.build(cache).top_k == 17 and fixed.target_mass is None
+    fixed = OpenWebTextBPE(**kwargs, sparsity=SparsityOptions(top_k=17, eps=1e-4))
+    assert fixed.build(cache).top_k == 17 and fixed.sparsity.target_mass is None
     assert builds == [1, 1, 1, 1]
 
 
@@ -357,26 +354,37 @@ def test_hub_datasets_unavailable_offline(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 # ---------------------------------------------------------------------------------------------- configs
-def _cli(*args: str):
+def _sampler_config(tmp_path: Path) -> Path:
+    """configs/mdlm.yaml with its data source pinned to ``dllm_lit.sources.EnglishChars`` (the default), so these
+    data-fragment tests do not depend on how the sampler configs spell their source."""
+    cfg = yaml.safe_load((REPO / "configs" / "mdlm.yaml").read_text())
+    cfg["data"]["init_args"]["source"] = {"class_path": "dllm_lit.sources.EnglishChars"}
+    path = tmp_path / "mdlm.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _cli(base: Path, *args: str):
     from dllm_lit.cli import DllmCLI
 
     sys.argv = ["cli.py"]  # LightningCLI warns when args= and a foreign sys.argv (pytest's) are both present
-    return DllmCLI(args=["--config", str(REPO / "configs" / "mdlm.yaml"), *args], run=False)
+    return DllmCLI(args=["--config", str(base), *args], run=False)
 
 
 def test_config_fragments_resolve_through_the_cli(corpus: Path, owt_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dllm_lit.data.sources import EnglishChars, PaperArtifact, Synthetic
+    from dllm_lit.sources import EnglishChars, PaperArtifact, Synthetic
 
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # restored after the test; _cli sets it
+    base = _sampler_config(tmp_path)
 
     cache = ["--data.cache_dir", str(tmp_path / "cache")]
-    cli = _cli("--config", str(CONFIGS / "english.yaml"), *cache)
+    cli = _cli(base, "--config", str(CONFIGS / "english.yaml"), *cache)
     dm = cli.datamodule
     assert isinstance(dm.source, EnglishChars) and dm.num_sequences == 512 and dm.seq_len == 1024  # base kept
     dm.setup()
     assert dm.chain.vocab_size == 27
 
-    cli = _cli("--config", str(CONFIGS / "synthetic.yaml"), "--data.source.init_args.vocab_size", "64",
+    cli = _cli(base, "--config", str(CONFIGS / "synthetic.yaml"), "--data.source.init_args.vocab_size", "64",
                "--data.source.init_args.top_k", "8", "--data.num_sequences", "16", *cache)
     dm = cli.datamodule
     assert isinstance(dm.source, Synthetic) and dm.num_sequences == 16
@@ -384,32 +392,33 @@ def test_config_fragments_resolve_through_the_cli(corpus: Path, owt_file: Path, 
     dm.setup()
     assert (dm.chain.vocab_size, dm.chain.top_k) == (64, 8)
 
-    cli = _cli("--config", str(CONFIGS / "local_text.yaml"), "--data.source.init_args.path", str(corpus), *cache)
+    cli = _cli(base, "--config", str(CONFIGS / "local_text.yaml"), "--data.source.init_args.path", str(corpus), *cache)
     dm = cli.datamodule
     assert isinstance(dm.source, LocalTextChars) and dm.source.path == str(corpus)
     dm.setup()
     assert torch.equal(dm.source.bigram_counts()[0], count_char_bigrams(read_text_file(corpus)))
     assert dm.decoder().decode(dm.reference_samples(2, 20)[0]).__len__() == 20
 
-    cli = _cli("--config", str(CONFIGS / "text8.yaml"), "--data.source.init_args.dataset", str(corpus), *cache)
+    cli = _cli(base, "--config", str(CONFIGS / "text8.yaml"), "--data.source.init_args.dataset", str(corpus), *cache)
     src = cli.datamodule.source
-    assert isinstance(src, Text8Chars) and src.max_chars == 5_000_000 and src.eps == 0.0 and src.top_k is None
+    assert isinstance(src, Text8Chars) and src.max_chars == 5_000_000 and src.sparsity.eps == 0.0 and src.sparsity.top_k is None
     cli.datamodule.setup()
     assert cli.datamodule.chain.top_k == 27
 
-    # OWT after an English base: the fragment's eps/target_mass/k_percentile win (nothing inherited)
-    cli = _cli("--config", str(CONFIGS / "openwebtext.yaml"), "--data.source.init_args.dataset", "text",
+    # OWT after an English base: the fragment's sparsity (eps/target_mass/k_percentile) wins (nothing inherited)
+    cli = _cli(base, "--config", str(CONFIGS / "openwebtext.yaml"), "--data.source.init_args.dataset", "text",
                "--data.source.init_args.data_files", str(owt_file), "--data.source.init_args.vocab_size", "280", *cache)
     src = cli.datamodule.source
     assert isinstance(src, OpenWebTextBPE)
-    assert (src.eps, src.target_mass, src.k_percentile, src.top_k, src.count_max_tokens) == (1e-4, 0.99, 90, None, 2_000_000)
+    sp = src.sparsity
+    assert (sp.eps, sp.target_mass, sp.k_percentile, sp.top_k, src.count_max_tokens) == (1e-4, 0.99, 90, None, 2_000_000)
     cli.datamodule.setup()
     assert cli.datamodule.chain.eps == 1e-4 and cli.datamodule.decoder().vocab_size == cli.datamodule.chain.vocab_size
 
     # paper artifact: the path must be given; a missing file fails with a clear message
     with pytest.raises(SystemExit):
-        _cli("--config", str(CONFIGS / "paper_artifact.yaml"))
-    cli = _cli("--config", str(CONFIGS / "paper_artifact.yaml"), "--data.source.init_args.path", str(tmp_path / "gt.pt"))
+        _cli(base, "--config", str(CONFIGS / "paper_artifact.yaml"))
+    cli = _cli(base, "--config", str(CONFIGS / "paper_artifact.yaml"), "--data.source.init_args.path", str(tmp_path / "gt.pt"))
     assert isinstance(cli.datamodule.source, PaperArtifact)
     with pytest.raises(FileNotFoundError, match="paper artifact not found"):
         cli.datamodule.setup()
@@ -435,4 +444,37 @@ def test_fragments_spell_out_every_source_option(name: str) -> None:
     assert given == params - {"path"}, f"{name}.yaml: missing {sorted(params - given - {'path'})}"
     for key, value in (source.get("init_args") or {}).items():
         default = inspect.signature(cls.__init__).parameters[key].default
+        if dataclasses.is_dataclass(default):  # a nested option group (sparsity): every field spelled out too
+            assert set(value) == {f.name for f in dataclasses.fields(default)}, f"{name}.yaml: {key} lists {sorted(value)}"
+            default = dataclasses.asdict(default)
         assert value == default, f"{name}.yaml: {key}={value!r} differs from the class default {default!r}"
+
+
+def test_sparsity_is_one_nested_group_in_configs_and_on_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """``sparsity`` is set as one group in YAML (partially: the other fields keep their defaults) and field by
+    field on the command line; a bad value ends with one line naming the field."""
+    from dllm_lit.cli import main
+    from dllm_lit.sources import EnglishChars
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    base = _sampler_config(tmp_path)
+    fragment = tmp_path / "english_eps.yaml"
+    fragment.write_text(yaml.safe_dump({"data": {"init_args": {"source": {
+        "class_path": "dllm_lit.sources.EnglishChars", "init_args": {"sparsity": {"eps": 0.0, "top_k": 9}}}}}}))
+    src = _cli(base, "--config", str(fragment)).datamodule.source
+    assert isinstance(src, EnglishChars) and src.sparsity == SparsityOptions(top_k=9, eps=0.0)
+    src = _cli(base, "--config", str(fragment), "--data.source.init_args.sparsity.eps", "1e-4").datamodule.source
+    assert src.sparsity == SparsityOptions(top_k=9, eps=1e-4)
+    assert src.build().eps == 1e-4 and src.build().top_k == 9
+    src = _cli(base, "--config", str(CONFIGS / "openwebtext.yaml"), "--data.source.init_args.sparsity.eps", "0.001").datamodule.source
+    assert src.sparsity == SparsityOptions(target_mass=0.99, k_percentile=90, eps=1e-3)
+    for extra, message in [
+        (["--data.source.init_args.sparsity.eps", "1.5"], "eps (teleport weight) must be a number in [0, 1), got 1.5"),
+        (["--data.source.init_args.sparsity.target_mass", "0.9"], "give either top_k (fixed K) or target_mass/k_percentile"),
+    ]:
+        with pytest.raises(SystemExit) as info:
+            main(["predict", "--config", str(base), "--config", str(fragment), *extra,
+                  "--trainer.default_root_dir", str(tmp_path / "bad")])
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert f"error: {message}" in err and "Traceback" not in err, err

@@ -1,6 +1,7 @@
-"""Text sources for the ground-truth chains: Hugging Face datasets (hub or local files) and plain text files.
+"""Text input for the corpus-built chains: documents of Hugging Face datasets (hub or local files) and plain
+text files.  (The chain sources themselves live in :mod:`dllm_lit.sources`.)
 
-Known public sources (seed paper, App. "Experimental Setup and Oracle Construction"):
+Known public corpora (seed paper, App. "Experimental Setup and Oracle Construction"):
 
 * text8 -- :data:`TEXT8_HF_DATASET` = ``"afmck/text8"``: parquet, column ``text``, splits ``train`` /
   ``validation`` / ``test`` with ONE row each holding the whole split as a single string (90M / 5M / 5M
@@ -27,9 +28,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from dllm_lit import checks
+
 __all__ = [
     "TEXT8_HF_DATASET",
     "OWT_HF_DATASET",
+    "PACKAGED_BUILDERS",
     "DatasetUnavailableError",
     "iter_documents",
     "read_text_file",
@@ -41,7 +45,7 @@ OWT_HF_DATASET = "stanford-cs336/owt-sample"
 DataFiles = str | Sequence[str] | Mapping[str, str | Sequence[str]]
 
 # Packaged datasets builders that read local (or URL) files given by ``data_files``.
-_PACKAGED_BUILDERS = ("text", "json", "csv", "parquet", "arrow")
+PACKAGED_BUILDERS = ("text", "json", "csv", "parquet", "arrow")
 _SUFFIX_TO_BUILDER = {
     ".txt": "text",
     ".text": "text",
@@ -75,14 +79,6 @@ def _offline_help(name: str, split: str, config_name: str | None, streaming: boo
     return "\n".join(lines)
 
 
-def _check_max_documents(max_documents: int | None) -> int | None:
-    if max_documents is None:
-        return None
-    if isinstance(max_documents, bool) or not isinstance(max_documents, int) or max_documents <= 0:
-        raise ValueError(f"max_documents must be a positive int or None, got {max_documents!r}")
-    return max_documents
-
-
 def _resolve(
     name_or_path: str, split: str, data_files: DataFiles | None, sample_by: str
 ) -> tuple[str, DataFiles | None, dict[str, Any], bool]:
@@ -94,7 +90,7 @@ def _resolve(
         return builder, {split: str(local)}, kwargs, False
     if local.is_dir():
         return str(local), data_files, {}, False
-    if name_or_path in _PACKAGED_BUILDERS:
+    if name_or_path in PACKAGED_BUILDERS:
         if data_files is None:
             raise ValueError(
                 f"name_or_path={name_or_path!r} is a packaged builder and needs data_files "
@@ -139,11 +135,9 @@ def iter_documents(
     ``FileNotFoundError`` for a missing local path, and :class:`DatasetUnavailableError` (a ``RuntimeError``)
     when a hub dataset cannot be reached, with instructions for offline use.
     """
-    if not isinstance(name_or_path, str) or not name_or_path:
-        raise ValueError(f"name_or_path must be a non-empty str, got {name_or_path!r}")
-    if sample_by not in _SAMPLE_BY:
-        raise ValueError(f"sample_by must be one of {_SAMPLE_BY}, got {sample_by!r}")
-    max_documents = _check_max_documents(max_documents)
+    checks.nonempty_str("name_or_path", name_or_path)
+    checks.choice("sample_by", sample_by, _SAMPLE_BY)
+    max_documents = checks.optional_integer("max_documents", max_documents)
     path, files, config_kwargs, is_hub = _resolve(name_or_path, split, data_files, sample_by)
 
     # Import lazily: ``datasets`` is heavy and only needed here.

@@ -1,0 +1,28 @@
+"""Chain sources: where a ground-truth :class:`~dllm_lit.markov.MarkovChain` comes from, one source per module.
+
+Configs name a source by ``class_path: dllm_lit.sources.<Name>`` (fragments in ``configs/data/``).  Adding a
+source is one module here, its export line below and one config fragment: the module subclasses
+:class:`ChainSource` (or :class:`CorpusChainSource` for a chain counted from a corpus and cached), keeps each
+``__init__`` argument as an attribute of the same name (what :meth:`ChainSource.describe` reports), and takes
+``sparsity: SparsityOptions`` if it builds the chain from bigram counts.
+"""
+from dllm_lit.sources.base import ChainSource, IdDecoder, TextDecoder
+from dllm_lit.sources.chain_file import ChainFile
+from dllm_lit.sources.corpus_chain import CORPUS_CHAIN_FORMAT, CharCorpusChainSource, CorpusChainSource
+from dllm_lit.sources.english import EnglishChars, english_char_chain
+from dllm_lit.sources.local_text import LocalTextChars
+from dllm_lit.sources.openwebtext import OpenWebTextBPE
+from dllm_lit.sources.options import SparsityOptions
+from dllm_lit.sources.paper_artifact import PaperArtifact, load_paper_artifact, load_reference_samples
+from dllm_lit.sources.synthetic import Synthetic
+from dllm_lit.sources.text8 import Text8Chars
+
+__all__ = [
+    # the interface
+    "ChainSource", "TextDecoder", "IdDecoder", "SparsityOptions", "CorpusChainSource", "CharCorpusChainSource",
+    "CORPUS_CHAIN_FORMAT",
+    # sources
+    "EnglishChars", "Synthetic", "ChainFile", "PaperArtifact", "Text8Chars", "LocalTextChars", "OpenWebTextBPE",
+    # functions behind them
+    "english_char_chain", "load_paper_artifact", "load_reference_samples",
+]
