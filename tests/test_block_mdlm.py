@@ -15,13 +15,7 @@ V, N = 3, 20000
 ALPHA = 0.01
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """Tiny tensors gain nothing from intra-op threads, and on a busy 2-core box they thrash."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 # (T, block_size, steps, options): both lengths, both grids, nucleus on and off, both decodings
