@@ -28,7 +28,8 @@ so block-causal and bidirectional attention coincide here.
 
 Which positions move never depends on the tokens (the stay probability s/t, or a uniform choice
 among the masked), so ``decoding="ordered"`` (default) draws every position's decode step up front
-and decodes with :func:`~dllm_lit.samplers.ordered_decoding.decode_in_order`; ``"stepwise"``
+and decodes with :func:`~dllm_lit.samplers.ordered_decoding.decode_in_order` over each sequence's
+dense ranks of its decode steps (draws keyed by the true global step, so the same draws); ``"stepwise"``
 follows upstream's loop literally (fresh coins each step).  Same law, different draws.
 
 NFE per sequence: upstream's ``_ddpm_caching_update`` reuses p_x0 while the state is unchanged,
@@ -157,15 +158,23 @@ class BlockMDLM(Sampler):
         block = torch.arange(T, device=dev) // bs
         return block[None, :] * self._slots(S) + local
 
-    def _token_draw(self, uni: StepUniforms, fill_slot: int | None, slots: int):
+    def _token_draw(self, uni: StepUniforms, fill_slot: int | None, slots: int, step_of=None):
+        """Token rule at global step j: argmax at the fill slot, else a (nucleus-filtered) draw keyed by j.
+
+        ``step_of(b, p)``, if given, returns each position's global step (the ordered path calls the
+        draw with per-sequence dense step ranks, see :meth:`generate_with_nfe`).
+        """
         p_nuc = self.nucleus_p
 
         def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-            if fill_slot is not None and j % slots == fill_slot:
-                return probs.argmax(-1)
+            g = j if step_of is None else step_of(b, p)
             if p_nuc < 1.0:  # upstream skips the filter at p = 1
-                probs = top_p_filter(probs, p_nuc)
-            return categorical(probs, uni.at(j, b, p, slot=1))
+                tok = categorical(top_p_filter(probs, p_nuc), uni.at(g, b, p, slot=1))
+            else:
+                tok = categorical(probs, uni.at(g, b, p, slot=1))
+            if fill_slot is None:
+                return tok
+            return torch.where(torch.as_tensor(g % slots == fill_slot, device=tok.device), probs.argmax(-1), tok)
 
         return draw
 
@@ -179,12 +188,17 @@ class BlockMDLM(Sampler):
         S = self.steps_per_block(T, steps)
         slots = self._slots(S)
         decode = self.decode_steps(indices, T, steps, seed)
-        fill = S if slots > S else None
-        draw = self._token_draw(StepUniforms(seed, indices, steps), fill, slots)
+        # Sequences are independent, so only each row's order of decode steps matters: decode by
+        # per-row dense ranks (at most T loop iterations instead of one per distinct global step of
+        # the batch) and key the draws by the true global step.  One denoiser call per distinct step.
+        srt, order = decode.sort(dim=1, stable=True)
+        new = torch.cat([torch.zeros_like(srt[:, :1]), (srt[:, 1:] != srt[:, :-1]).long().cumsum(1)], 1)
+        dense = torch.empty_like(new).scatter_(1, order, new)
+        nfe = new[:, -1] + 1
+        draw = self._token_draw(StepUniforms(seed, indices, steps), S if slots > S else None, slots,
+                                step_of=lambda b, p: decode[b, p])
         z = torch.full((B, T), self.mask_id, dtype=torch.long, device=indices.device)
-        x = decode_in_order(self.denoiser, z, decode, (T // self.block_size) * slots - 1, draw)
-        srt = decode.sort(dim=1).values  # one (cached-p_x0) denoiser call per distinct decode step
-        nfe = 1 + (srt[:, 1:] != srt[:, :-1]).sum(1)
+        x = decode_in_order(self.denoiser, z, dense, int(nfe.max()) - 1, draw)
         return x, nfe.to(torch.float64).cpu()
 
     def _generate_stepwise(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -198,7 +212,7 @@ class BlockMDLM(Sampler):
         fill = fill and not self.first_hitting
         uni = StepUniforms(seed, indices, steps)
         pick = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
-        draw = self._token_draw(uni, S if fill else None, slots)
+        draw = self._token_draw(uni, None, slots)  # the fill below is separate
         rows = torch.arange(B, device=dev)
         z = torch.full((B, T), M, dtype=torch.long, device=dev)
         nfe = torch.zeros(B, dtype=torch.float64, device=dev)
