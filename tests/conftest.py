@@ -46,6 +46,18 @@ def all_sequences(V: int, T: int) -> torch.Tensor:
 TINY_KERNEL = [[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]]
 
 
+@pytest.fixture(scope="module")
+def single_thread():
+    """Tiny tensors gain nothing from intra-op threads, and on a busy 2-core box they thrash.
+
+    Use with ``pytestmark = pytest.mark.usefixtures("single_thread")``.
+    """
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def tiny_chain() -> MarkovChain:
     return MarkovChain.from_kernel(torch.tensor(TINY_KERNEL, dtype=torch.float64))

@@ -1,9 +1,9 @@
 """ReMDM's output law equals the exact law of its algorithm (DP over partially masked states).
 
 The DP below is written independently of ``dllm_lit.samplers.remdm``: kernel in the alpha form
-of ReMDM Eq. 6, its own nucleus filter, float64 forward-backward posteriors.  For conf the
-state carries each decoded position's frozen confidence, so a state is a tuple of
-(token, psi) pairs.
+of ReMDM Eq. 6, the nucleus filter of ``exact_laws`` (not the package's), float64 forward-backward
+posteriors.  For conf the state carries each decoded position's frozen confidence, so a state is a
+tuple of (token, psi) pairs.
 """
 from __future__ import annotations
 
@@ -19,40 +19,17 @@ from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers import MDLM
 from dllm_lit.samplers.schedules import time_grid
 from dllm_lit.samplers.remdm import ReMDM
-from exact_laws import PosteriorCache, argmax_fill_law, law_vector, product_step
+from exact_laws import PosteriorCache, argmax_fill_law, law_vector, nucleus_row, product_step
 
 V, T, N = 3, 4, 20000
 ALPHA = 0.01
 SEED = 2024
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """Tiny tensors gain nothing from intra-op threads, and on a busy 2-core box they thrash."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 # ---------------------------------------------------------------------- exact law (DP)
-def nucleus(q: list[float], p: float) -> tuple[list[float], float]:
-    """Strict top-p on one row (ties: lower id first); returns (filtered row, min |cumsum - p|)."""
-    tot = sum(q)
-    q = [x / tot for x in q]
-    if p >= 1.0:
-        return q, math.inf
-    order = sorted(range(len(q)), key=lambda v: (-q[v], v))
-    keep, c, margin = set(), 0.0, math.inf
-    for rank, v in enumerate(order):
-        c += q[v]
-        margin = min(margin, abs(c - p))
-        if rank == 0 or c <= p:
-            keep.add(v)
-    kept = sum(q[v] for v in keep)
-    return [q[v] / kept if v in keep else 0.0 for v in range(len(q))], margin
-
-
 def alphas(variant: str, t: float, s: float, opt: dict) -> tuple[float, float, float]:
     """(alpha_t, alpha_s, sigma) per upstream-samplers.md Sec. 2 (conf: the budget times eta_i)."""
     def smax(a_t: float, a_s: float) -> float:
@@ -88,7 +65,7 @@ def remdm_law(chain: MarkovChain, steps: int, variant: str, top_p: float = 1.0, 
             g = post(toks)
             rows = []
             for i in range(T):
-                row, mg = nucleus(g[i].tolist(), top_p)
+                row, mg = nucleus_row(g[i].tolist(), top_p)
                 if toks[i] == M:
                     margin[0] = min(margin[0], mg)
                 rows.append(row)
