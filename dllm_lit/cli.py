@@ -15,7 +15,9 @@ import os
 import sys
 import warnings
 
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from dllm_lit.cli_messages import condense_parser_error
 
 from dllm_lit.data.datamodule import MarkovDataModule
 from dllm_lit.engine.wiring import connect
@@ -26,6 +28,16 @@ __all__ = ["DllmCLI", "main", "DEFAULT_SEED"]
 
 #: the seed of every shipped config (the paper's runs used seed 123)
 DEFAULT_SEED = 123
+
+
+class DllmParser(LightningArgumentParser):
+    """The CLI's parser: a bad option ends with one line naming the field (exit 2), not a usage dump."""
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error or os.environ.get("DLLM_LIT_TRACEBACK"):
+            return super().error(message, ex)
+        sys.stderr.write(f"error: {condense_parser_error(message)}\n(run with --help for every option)\n")
+        self.exit(2)
 
 
 class DllmCLI(LightningCLI):
@@ -52,6 +64,7 @@ class DllmCLI(LightningCLI):
                 "devices": 1,
             },
             save_config_kwargs={"overwrite": True},
+            parser_class=DllmParser,
             args=args,
             run=run,
         )
