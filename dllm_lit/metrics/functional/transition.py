@@ -19,10 +19,13 @@ from __future__ import annotations
 import torch
 
 from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.metrics.functional.bootstrap import Interval, IntervalPolicy, bootstrap_interval
 
 __all__ = [
     "METRIC_KEYS",
+    "TRANSITION_INTERVAL",
     "ResampledTransitionMetrics",
+    "bootstrap_transition_cis",
     "transition_codes",
     "transition_counts",
     "transition_metrics_from_counts",
@@ -30,6 +33,13 @@ __all__ = [
 ]
 
 METRIC_KEYS = ("nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac")
+
+#: Basic bootstrap, clipped at 0 (the lower bound of every transition metric).  The metrics are
+#: plug-in functionals of the empirical kernel with a bias of order #observed pairs / M (e.g. KL and
+#: support_frac are biased upward, entropy downward), and a resample with replacement repeats
+#: sequences, which adds the same bias again: the percentile interval is shifted and can miss the
+#: point estimate.  The basic interval cancels that shift to first order.
+TRANSITION_INTERVAL = IntervalPolicy("basic", lower_bound=0.0)
 
 
 def transition_codes(samples: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -120,3 +130,11 @@ class ResampledTransitionMetrics:
         counts = torch.sparse.mm(self.per_sequence, weights.T).T  # [B, U], exact integer sums
         values = [transition_metrics_from_pairs(self.pairs, counts[r], self.chain) for r in range(counts.shape[0])]
         return {k: torch.tensor([v[k] for v in values], dtype=torch.float64) for k in METRIC_KEYS}
+
+
+def bootstrap_transition_cis(
+    samples: torch.Tensor, chain: MarkovChain, num_resamples: int = 200, confidence: float = 0.95, seed: int = 0
+) -> dict[str, Interval]:
+    """:data:`TRANSITION_INTERVAL` intervals of every transition metric of ``samples`` [N, T], resampling sequences."""
+    statistic = ResampledTransitionMetrics(transition_codes(samples, chain.vocab_size), chain)
+    return bootstrap_interval(statistic, statistic.num_items, TRANSITION_INTERVAL, num_resamples, confidence, seed)  # type: ignore[return-value]
