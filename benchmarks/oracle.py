@@ -1,7 +1,7 @@
 """Time the oracle denoiser against the paper's App. A forward-backward on identical inputs.
 
 The baseline is a straightforward implementation of the algorithm the paper describes and its
-authors ran (paper-reference-code.md Sec. 2): a normalised forward pass and a log-domain backward
+authors ran (their released reference code): a normalised forward pass and a log-domain backward
 pass over all B x T positions, with the sparse top-K part as scatter-add / gather over the
 neighbour lists and the teleport as a rank-one term - O(B T V K) per call, recomputed at every
 sampler step.  (It keeps messages in float32 rather than the reference's float16.)

@@ -1,10 +1,13 @@
 """Command-line entry point: a LightningCLI over samplers and the Markov data module.
 
     python cli.py predict --config configs/mdlm.yaml [--model.steps 64] [--data.num_sequences 128]
-                          [--data.seq_len 256] [--seed_everything 7]
+                          [--data.seq_len 256] [--seed_everything 7] [--plan.reference false]
 
-The sampler class is chosen by ``model.class_path`` in the YAML; the chain by ``data.source``.
-Every predict run writes ``metrics.json`` and ``metrics.csv`` into ``trainer.default_root_dir``.
+The sampler class is chosen by ``model.class_path`` in the YAML; the chain by ``data.source``
+(default: the bundled English character chain, N = 512, T = 1024, seed 123).  Before predict,
+:func:`dllm_lit.engine.connect` wires the run; every run writes ``metrics.json`` and
+``metrics.csv`` into ``results.output_dir`` (default ``trainer.default_root_dir``, itself
+``outputs/<sampler name>`` unless set).
 """
 from __future__ import annotations
 
@@ -15,17 +18,24 @@ import warnings
 from lightning.pytorch.cli import LightningCLI
 
 from dllm_lit.data.datamodule import MarkovDataModule
+from dllm_lit.engine.wiring import connect
 from dllm_lit.results.writer import ResultsWriter
 from dllm_lit.samplers.base import Sampler
 
-__all__ = ["DllmCLI", "main"]
+__all__ = ["DllmCLI", "main", "DEFAULT_SEED"]
+
+#: the seed of every shipped config (the paper's runs used seed 123)
+DEFAULT_SEED = 123
 
 
 class DllmCLI(LightningCLI):
-    """LightningCLI with dllm_lit's defaults: a ``results`` group (ResultsWriter), no checkpoints, no logger."""
+    """LightningCLI with dllm_lit's defaults: ``results`` (ResultsWriter) and ``plan`` groups, no checkpoints, no logger."""
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ResultsWriter, "results")
+        parser.add_argument("--plan.reference", type=bool, default=True,
+                            help="add the reference row of exact chain samples (AR baseline) to the run")
+        parser.set_defaults({"data": {"class_path": "dllm_lit.data.MarkovDataModule"}})
 
     def __init__(self, args=None, run: bool = True) -> None:
         super().__init__(
@@ -33,6 +43,7 @@ class DllmCLI(LightningCLI):
             datamodule_class=MarkovDataModule,
             subclass_mode_model=True,
             subclass_mode_data=True,
+            seed_everything_default=DEFAULT_SEED,
             trainer_defaults={
                 "logger": False,
                 "enable_checkpointing": False,
@@ -44,6 +55,22 @@ class DllmCLI(LightningCLI):
             args=args,
             run=run,
         )
+
+    def before_instantiate_classes(self) -> None:
+        """Default output directory ``outputs/<sampler>[_<variant>]`` when ``trainer.default_root_dir`` is unset."""
+        cfg = self.config.get(self.subcommand) if self.subcommand else self.config
+        trainer, model = cfg.get("trainer"), cfg.get("model")
+        if trainer is None or model is None or trainer.get("default_root_dir") is not None:
+            return
+        name = str(model.get("class_path", "sampler")).rsplit(".", 1)[-1].lower()
+        variant = (model.get("init_args") or {}).get("variant")
+        trainer["default_root_dir"] = os.path.join("outputs", f"{name}_{variant}" if variant else name)
+
+    def before_predict(self) -> None:
+        """The one wiring step: chain -> sampler, plan -> data module / sampler / results writer."""
+        writer = next((cb for cb in self.trainer.callbacks if isinstance(cb, ResultsWriter)), None)
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        connect(self.model, self.datamodule, writer, reference=bool(cfg["plan"]["reference"]))
 
 
 #: exceptions that mean "bad input" (a setting, a missing file or model): shown as one clear line

@@ -19,10 +19,12 @@ from dllm_lit.cli import main as cli_main
 
 
 def build_args(ns: argparse.Namespace) -> list[str]:
-    name = f"{Path(ns.config).stem}-steps{ns.steps}-seed{ns.seed}"
-    args = ["predict", "--config", ns.config, "--model.steps", f"[{ns.steps}]",
-            "--model.ar_baseline", str(ns.ar_baseline).lower(), "--seed_everything", str(ns.seed),
-            "--trainer.default_root_dir", str(Path(ns.output_root) / name)]
+    name = f"{Path(ns.config).stem}" + (f"-steps{ns.steps}" if ns.steps is not None else "") + f"-seed{ns.seed}"
+    args = ["predict", "--config", ns.config]
+    if ns.steps is not None:
+        args += ["--model.steps", f"[{ns.steps}]"]
+    args += ["--plan.reference", str(ns.reference).lower(), "--seed_everything", str(ns.seed),
+             "--trainer.default_root_dir", str(Path(ns.output_root) / name)]
     if ns.data_config:
         args[3:3] = ["--config", ns.data_config]
     for key in ("num_sequences", "seq_len", "chunk_size"):
@@ -43,9 +45,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", required=True, help="sampler config, e.g. configs/remdm_conf.yaml")
     ap.add_argument("--data_config", default=None, help="optional data config, e.g. configs/data/text8.yaml")
-    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--steps", type=int, default=None, help="one step count (samplers without steps, e.g. AR: omit)")
     ap.add_argument("--seed", type=int, default=123)
-    ap.add_argument("--ar_baseline", type=lambda s: s.lower() in ("1", "true", "yes"), default=False)
+    ap.add_argument("--reference", type=lambda s: s.lower() in ("1", "true", "yes"), default=False,
+                    help="also write the reference row of exact chain samples (the AR baseline)")
     ap.add_argument("--num_sequences", type=int, default=None)
     ap.add_argument("--seq_len", type=int, default=None)
     ap.add_argument("--chunk_size", type=int, default=None)
@@ -54,7 +57,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--output_root", default="outputs/sweeps")
     ap.add_argument("--no_wandb", action="store_true", help="run without the W&B logger")
     ns = ap.parse_args(argv)
-    if ns.steps < 1:
+    if ns.steps is not None and ns.steps < 1:
         ap.error(f"--steps must be >= 1, got {ns.steps}")
     return ns
 

@@ -6,6 +6,8 @@ import itertools
 import pytest
 import torch
 
+from dllm_lit.engine import RunPlan
+
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain
@@ -53,7 +55,7 @@ def test_beta_one_equals_chain_sample_draw_for_draw(which, request) -> None:
     s = AR(chain=chain)
     assert torch.equal(s.sample(200, 37, seed=7), chain.sample(200, 37, seed=7))
     assert torch.equal(s.sample(50, 37, seed=7, start_index=100), chain.sample(50, 37, seed=7, start_index=100))
-    assert torch.equal(AR(OracleDenoiser(chain)).sample(20, 9, seed=1), chain.sample(20, 9, seed=1))
+    assert torch.equal(AR().connect(chain).sample(20, 9, seed=1), chain.sample(20, 9, seed=1))
 
 
 def test_english_chain_draw_for_draw() -> None:
@@ -88,16 +90,21 @@ def test_sharpened_rows(teleport_chain) -> None:
 
 def test_rows_and_predict_routing(dense_chain) -> None:
     exact = AR(chain=dense_chain)
-    assert exact.name == "ar" and exact.runs() == [("ar", None)]
-    sharp = AR(chain=dense_chain, beta=2.0, ar_baseline=True)
-    assert sharp.name == "ar_beta2" and sharp.runs() == [("ar", None), ("ar_beta2", None)]
-    assert AR(chain=dense_chain, beta=2.0).runs() == [("ar_beta2", None)]
-    batch = {"index": torch.arange(3, 9), "seq_len": 12, "seed": 4, "steps": None}
-    base = sharp.predict_step({**batch, "sampler": "ar"}, 0)
+    assert exact.name == "ar" and [(r.name, r.steps, r.reference) for r in exact.rows()] == [("ar", None, True)]
+    # the exact AR row is the reference row: a plan with a reference adds no second one
+    assert [r.key for r in RunPlan.build(exact, 6, 12, 4).rows] == ["ar@ar"]
+    sharp = AR(chain=dense_chain, beta=2.0)
+    assert sharp.name == "ar_beta2" and [(r.name, r.steps, r.reference) for r in sharp.rows()] == [("ar_beta2", None, False)]
+    plan = RunPlan.build(sharp, 6, 12, 4, reference=True)
+    assert [(r.name, r.steps) for r in plan.rows] == [("ar", None), ("ar_beta2", None)]
+    assert [(r.name, r.steps) for r in RunPlan.build(sharp, 6, 12, 4, reference=False).rows] == [("ar_beta2", None)]
+    sharp.use_plan(plan)
+    batch = {"index": torch.arange(3, 9), "seq_len": 12, "seed": 4}
+    base = sharp.predict_step({**batch, "row": 0}, 0)
     assert torch.equal(base["samples"].long(), dense_chain.sample(6, 12, seed=4, start_index=3))
-    out = sharp.predict_step({**batch, "sampler": "ar_beta2"}, 0)
+    out = sharp.predict_step({**batch, "row": 1}, 0)
     assert torch.equal(out["samples"].long(), sharp.sample(6, 12, seed=4, start_index=3))
-    assert out["samples"].dtype == torch.uint8 and out["sampler"] == "ar_beta2" and out["steps"] is None
+    assert out["samples"].dtype == torch.uint8 and out["row"] == 1 and plan.rows[out["row"]].steps is None
 
 
 def test_no_mask_left_and_batch_invariance(teleport_chain) -> None:
@@ -113,7 +120,7 @@ def test_bad_settings(dense_chain) -> None:
         AR(chain=dense_chain, beta=0.0)
     with pytest.raises(ValueError, match="beta"):
         AR(chain=dense_chain, beta=-2.0)
-    with pytest.raises(ValueError, match="steps"):
+    with pytest.raises(TypeError, match="steps"):  # AR has no steps (one row, steps = None)
         AR(chain=dense_chain, steps=0)
     with pytest.raises(ValueError, match="chain"):
         AR().sample(2, 4)

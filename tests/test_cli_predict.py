@@ -7,6 +7,8 @@ import json
 import lightning as L
 import torch
 
+from dllm_lit.engine import predict
+
 from dllm_lit.cli import main
 from dllm_lit.data import MarkovDataModule
 from dllm_lit.metrics import TransitionMetrics
@@ -51,14 +53,14 @@ def test_predict_independent_of_chunking(tmp_path) -> None:
         dm = MarkovDataModule(num_sequences=26, seq_len=30, chunk_size=chunk, seed=11)
         writer = ResultsWriter(output_dir=str(tmp_path / f"c{chunk}"), bootstrap_resamples=20, figures=False)
         trainer = L.Trainer(callbacks=[writer], logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
-        trainer.predict(MDLM(steps=[3, 9]), datamodule=dm, return_predictions=False)
+        predict(MDLM(steps=[3, 9]), dm, writer, trainer=trainer)
         results.append(writer.rows)
     assert results[0] == results[1]
     # and they equal a direct computation from sample()
     dm = MarkovDataModule(num_sequences=26, seq_len=30, seed=11)
     dm.setup()
     s = MDLM(steps=3)
-    s.attach_chain(dm.chain)
+    s.connect(dm.chain)
     m = TransitionMetrics(dm.chain)
     m.update(s.sample(26, 30, seed=11))
     assert m.compute()["kl"] == results[0][1]["kl"]
@@ -68,8 +70,8 @@ def test_bad_settings_give_one_clear_line(tmp_path, capsys) -> None:
     import pytest
 
     cases = [
-        (["--config", "configs/remdm_conf.yaml", "--model.top_p", "1.5"], "top_p must lie in (0, 1]"),
-        (["--config", "configs/mdlm.yaml", "--data.seq_len", "1"], "seq_len must be >= 2"),
+        (["--config", "configs/remdm_conf.yaml", "--model.top_p", "1.5"], "top_p must be a number in (0, 1]"),
+        (["--config", "configs/mdlm.yaml", "--data.seq_len", "1"], "seq_len must be an integer >= 2"),
         (["--config", "configs/llada.yaml", "--model.block_length", "100"], "block_length=100 must divide"),
     ]
     for extra, message in cases:

@@ -36,7 +36,7 @@ def test_subs_parameterisation(checkpoint: str) -> None:
 def test_sampler_runs_with_learned_denoiser_and_differs_from_oracle(checkpoint: str) -> None:
     chain = english_char_chain()
     learned = MDLM(HFDenoiser(checkpoint, vocab_size=27))
-    learned.attach_chain(chain)
+    learned.connect(chain)
     x = learned.sample(6, 20, steps=4, seed=1)
     assert x.shape == (6, 20) and x.min() >= 0 and x.max() < 27
     oracle = MDLM(OracleDenoiser(chain)).sample(6, 20, steps=4, seed=1)
@@ -52,4 +52,4 @@ def test_errors(checkpoint: str, tmp_path) -> None:
     from dllm_lit.markov import synthetic_chain
 
     with pytest.raises(ValueError, match="vocabulary"):
-        s.attach_chain(synthetic_chain(30, 3, eps=0.1))
+        s.connect(synthetic_chain(30, 3, eps=0.1))

@@ -6,6 +6,7 @@ import json
 import lightning as L
 
 from dllm_lit.data import MarkovDataModule
+from dllm_lit.engine import predict
 from dllm_lit.results import ResultsWriter
 from dllm_lit.samplers import MDLM
 
@@ -16,7 +17,7 @@ def _run(out, devices: int) -> list[dict]:
     kwargs = dict(strategy="ddp_spawn", devices=devices) if devices > 1 else dict(devices=1)
     trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False,
                         enable_model_summary=False, **kwargs)
-    trainer.predict(MDLM(steps=[2, 6]), datamodule=dm, return_predictions=False)
+    predict(MDLM(steps=[2, 6]), dm, writer, trainer=trainer)
     return json.loads((out / "metrics.json").read_text())
 
 

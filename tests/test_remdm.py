@@ -17,7 +17,7 @@ from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers import MDLM
-from dllm_lit.samplers.mdlm import time_grid
+from dllm_lit.samplers.schedules import time_grid
 from dllm_lit.samplers.remdm import ReMDM
 from exact_laws import PosteriorCache, argmax_fill_law, law_vector, product_step
 

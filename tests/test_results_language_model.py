@@ -7,6 +7,7 @@ import lightning as L
 import torch
 
 from dllm_lit.data import MarkovDataModule
+from dllm_lit.engine import predict
 from dllm_lit.results import ResultsWriter
 from dllm_lit.samplers import MDLM
 from tiny_models import build_tiny_gpt2
@@ -19,7 +20,7 @@ def test_predict_with_genppl_and_mauve(tmp_path) -> None:
     writer = ResultsWriter(output_dir=str(tmp_path / "out"), bootstrap_resamples=20, figures=False,
                            genppl_model=model_dir, mauve_featurizer=model_dir, mauve_num_buckets=4, max_text_length=100)
     trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False, enable_model_summary=False)
-    trainer.predict(MDLM(steps=[2]), datamodule=dm, return_predictions=False)
+    predict(MDLM(steps=[2]), dm, writer, trainer=trainer)
     rows = json.loads((tmp_path / "out" / "metrics.json").read_text())
     for r in rows:
         assert r["genppl"] > 1.0 and r["genppl_ci"][0] <= r["genppl"] <= r["genppl_ci"][1]

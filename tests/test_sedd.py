@@ -8,7 +8,8 @@ import torch
 
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.markov import MarkovChain
-from dllm_lit.samplers.sedd import SEDD, loglinear_sigma, sedd_time_grid, step_probabilities
+from dllm_lit.samplers.schedules import time_grid
+from dllm_lit.samplers.sedd import SEDD, loglinear_sigma, step_probabilities
 from exact_laws import PosteriorCache, chain_law, law_vector, product_step
 
 V, T, N = 3, 4, 20000
@@ -97,7 +98,7 @@ def test_clipping_occurs_in_tested_settings(chain) -> None:
     post = PosteriorCache(chain)
     g = post((3, 3, 3, 3))[0][None]
     for beta, steps in ((2.0, 8), (0.5, 2)):
-        ts = sedd_time_grid(steps)
+        ts = time_grid(steps, 1e-3).tolist()
         raw = [float((math.expm1(loglinear_sigma(t) - loglinear_sigma(s)) * (g / math.expm1(loglinear_sigma(t))) ** beta).sum())
                for t, s in zip(ts, ts[1:])]
         assert max(raw) > 1
@@ -115,7 +116,7 @@ def test_euler_equals_analytic(beta: float, tau: float) -> None:
     p[:, 0] = 0.0
     p = p / p.sum(-1, keepdim=True)
     for steps in (1, 8, 1024):
-        ts = sedd_time_grid(steps)
+        ts = time_grid(steps, 1e-3).tolist()
         for t, s in list(zip(ts, ts[1:]))[:: max(1, steps // 16)]:
             a = step_probabilities(p, t, s, "analytic", beta, tau)
             e = step_probabilities(p, t, s, "euler", beta, tau)

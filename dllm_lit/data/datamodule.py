@@ -1,10 +1,11 @@
-"""LightningDataModule serving the Markov prior and the predict work.
+"""LightningDataModule serving the Markov prior and the predict work of a run plan.
 
-Predict work is a list of items (run, chunk): for every (sampler, steps) row of the model's grid
-(AR baseline first) and every chunk of ``chunk_size`` consecutive sequence indices.  Each item
-carries the run's seed; every random draw is keyed by (seed, sequence index), so the samples do
-not depend on ``chunk_size``, the batch or the number of processes (Lightning shards the items
-across processes without repetition in predict).
+The data module builds the ground-truth chain from its ``source`` and, once the run is wired
+(:func:`dllm_lit.engine.connect`), serves the plan's work items: for every row of the plan and
+every chunk of ``chunk_size`` consecutive sequence indices, one item carrying the run's seed.
+Every random draw is keyed by (seed, sequence index), so the samples do not depend on
+``chunk_size``, the batch or the number of processes (Lightning shards the items across
+processes without repetition in predict).
 """
 from __future__ import annotations
 
@@ -16,34 +17,27 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from dllm_lit import checks
 from dllm_lit.data.sources import ChainSource, EnglishChars, TextDecoder
+from dllm_lit.engine.plan import RunPlan, WorkItem
 from dllm_lit.markov import MarkovChain
 
 __all__ = ["MarkovDataModule", "PredictWork"]
 
 
 class PredictWork(Dataset):
-    """Items {"index": LongTensor[chunk], "seq_len", "seed", "sampler", "steps"}."""
+    """Items {"row", "index": LongTensor[chunk], "seq_len", "seed"} of a plan's work list."""
 
-    def __init__(self, runs: list[tuple[str, int | None]], num_sequences: int, chunk_size: int, seq_len: int, seed: int) -> None:
-        self.items: list[dict[str, Any]] = []
-        for sampler, steps in runs:
-            for start in range(0, num_sequences, chunk_size):
-                end = min(start + chunk_size, num_sequences)
-                self.items.append({"start": start, "end": end, "seq_len": seq_len, "seed": seed, "sampler": sampler, "steps": steps})
+    def __init__(self, items: list[WorkItem], seq_len: int, seed: int) -> None:
+        self.items = items
+        self.seq_len, self.seed = seq_len, seed
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         it = self.items[i]
-        return {**it, "index": torch.arange(it["start"], it["end"])}
-
-
-def _positive_int(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return v
+        return {"row": it.row, "index": torch.arange(it.start, it.end), "seq_len": self.seq_len, "seed": self.seed}
 
 
 class MarkovDataModule(L.LightningDataModule):
@@ -69,14 +63,13 @@ class MarkovDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         self.source = source if source is not None else EnglishChars()
-        self.num_sequences = _positive_int("num_sequences", num_sequences)
-        self.seq_len = _positive_int("seq_len", seq_len)
-        self.chunk_size = _positive_int("chunk_size", chunk_size)
-        if seq_len < 2:
-            raise ValueError(f"seq_len must be >= 2 (transition metrics need one transition), got {seq_len}")
-        self._seed = seed
+        self.num_sequences = checks.integer("num_sequences", num_sequences)
+        self.seq_len = checks.integer("seq_len", seq_len, minimum=2)  # transition metrics need one transition
+        self.chunk_size = checks.integer("chunk_size", chunk_size)
+        self._seed = checks.optional_integer("seed", seed, minimum=0)
         self.cache_dir = Path(cache_dir) if cache_dir else Path(os.environ.get("DLLM_LIT_CACHE", Path.home() / ".cache" / "dllm_lit"))
         self.chain: MarkovChain | None = None
+        self.plan: RunPlan | None = None
 
     @property
     def seed(self) -> int:
@@ -89,12 +82,20 @@ class MarkovDataModule(L.LightningDataModule):
         self.source.build(self.cache_dir)
 
     def setup(self, stage: str | None = None) -> None:
+        self.build_chain()
+
+    def build_chain(self) -> MarkovChain:
+        """The ground-truth chain (built once, cached on disk by the source where it is costly)."""
         if self.chain is None:
             self.chain = self.source.build(self.cache_dir)
+        return self.chain
+
+    def use_plan(self, plan: RunPlan) -> None:
+        """Serve ``plan``'s work items in predict."""
+        self.plan = plan
 
     def decoder(self) -> TextDecoder:
-        if self.chain is None:
-            self.setup()
+        self.build_chain()
         return self.source.decoder()
 
     def reference_samples(self, num_sequences: int | None = None, seq_len: int | None = None) -> torch.Tensor:
@@ -103,13 +104,12 @@ class MarkovDataModule(L.LightningDataModule):
         They are sequences ``num_sequences .. num_sequences + N - 1`` of the run's seed, so they
         are independent of the AR baseline row (sequences ``0 .. num_sequences - 1``).
         """
-        if self.chain is None:
-            self.setup()
+        self.build_chain()
         n = num_sequences or self.num_sequences
         return self.chain.sample(n, seq_len or self.seq_len, seed=self.seed, start_index=self.num_sequences)
 
     def predict_dataloader(self) -> DataLoader:
-        model = self.trainer.lightning_module if self.trainer is not None else None
-        runs = model.runs() if model is not None and hasattr(model, "runs") else [("ar", None)]
-        work = PredictWork(runs, self.num_sequences, self.chunk_size, self.seq_len, self.seed)
+        if self.plan is None:
+            raise ValueError("the data module has no run plan: wire the run with dllm_lit.engine.connect(...)")
+        work = PredictWork(self.plan.work(), self.plan.seq_len, self.plan.seed)
         return DataLoader(work, batch_size=None, shuffle=False, num_workers=0)

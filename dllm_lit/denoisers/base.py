@@ -1,16 +1,24 @@
 """The interface every denoiser shares (oracle or learned), so samplers never depend on which.
 
 A denoiser maps a partially masked sequence z [B, T] (``mask_id`` = V at masked positions) to
-log p(x0_i = v | z) for v in [0, V) (MDLM's "SUBS" parameterisation: one-hot at unmasked
-positions, no mass on MASK).  For absorbing diffusion the exact posterior does not depend on t,
-so the interface has no time argument.
+log p(x0_i = v | z) for v in [0, V) - MDLM's "SUBS" parameterisation (Sahoo et al., "Simple and
+Effective Masked Diffusion Language Models", arXiv:2406.07524): one-hot at unmasked positions,
+no mass on MASK.  For absorbing diffusion the exact posterior does not depend on t, so the
+interface has no time argument.
+
+A denoiser is bound to the ground-truth chain once, at wiring time (:meth:`Denoiser.bind`): a
+learned model takes its vocabulary size from the chain or checks it against the chain there.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from dllm_lit.markov.chain import MarkovChain
 
 __all__ = ["Denoiser", "check_tokens"]
 
@@ -24,13 +32,33 @@ def check_tokens(z: torch.Tensor, vocab_size: int, name: str = "z") -> None:
 
 
 class Denoiser(nn.Module, ABC):
-    """Base class: subclasses implement :meth:`forward`; :meth:`log_probs_at` may be specialised."""
+    """Base class: subclasses implement :meth:`forward`; :meth:`log_probs_at` may be specialised.
 
-    vocab_size: int
+    ``vocab_size`` is V (the chain's vocabulary); ``mask_id`` is V.
+    """
+
+    vocab_size: int | None = None
 
     @property
     def mask_id(self) -> int:
-        return self.vocab_size
+        if self.vocab_size is None:
+            raise ValueError("the denoiser is not bound to a chain yet: call bind(chain) (the CLI does it)")
+        return int(self.vocab_size)
+
+    def bind(self, chain: "MarkovChain") -> "Denoiser":
+        """Adopt the chain's vocabulary size V (or check it, if the denoiser already has one)."""
+        if self.vocab_size is None:
+            self.vocab_size = chain.vocab_size
+        elif self.vocab_size != chain.vocab_size:
+            raise ValueError(
+                f"the denoiser's vocabulary ({self.vocab_size} tokens) differs from the chain's "
+                f"({chain.vocab_size} tokens); they must be equal"
+            )
+        return self
+
+    def describe(self) -> dict[str, Any]:
+        """What this denoiser is, for run metadata (class name and identifying settings)."""
+        return {"denoiser": type(self).__name__}
 
     @abstractmethod
     def forward(self, z: torch.Tensor) -> torch.Tensor:
@@ -39,7 +67,7 @@ class Denoiser(nn.Module, ABC):
     def log_probs_at(self, z: torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor) -> torch.Tensor:
         """log p(x0 | z) at the listed (batch, position) pairs only: Tensor[n, V].
 
-        The default runs :meth:`forward` on the rows involved; the oracle answers in O(n V).
+        The default runs :meth:`forward` on the rows involved; local denoisers answer in O(n V).
         """
         return self.forward(z)[batch_index, position_index]
 

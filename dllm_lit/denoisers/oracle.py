@@ -31,30 +31,13 @@ import math
 
 import torch
 
-from dllm_lit.denoisers.base import Denoiser, check_tokens
+from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.markov.chain import MarkovChain
 
-__all__ = ["OracleDenoiser", "nearest_revealed"]
+__all__ = ["OracleDenoiser"]
 
 
-def nearest_revealed(z: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices (int32) of the nearest revealed position strictly left (-1 if none) and right (T if none).
-
-    Two scans over [B, T]: a running max of revealed indices from the left and a running min from
-    the right, each shifted by one position.
-    """
-    B, T = z.shape
-    pos = torch.arange(T, device=z.device, dtype=torch.int32).expand(B, T)
-    revealed = z != mask_id
-    left = torch.full((B, T), -1, dtype=torch.int32, device=z.device)
-    right = torch.full((B, T), T, dtype=torch.int32, device=z.device)
-    if T > 1:
-        left[:, 1:] = torch.where(revealed[:, :-1], pos[:, :-1], -1).cummax(dim=1).values
-        right[:, :-1] = torch.where(revealed[:, 1:], pos[:, 1:], T).flip(1).cummin(dim=1).values.flip(1)
-    return left, right
-
-
-class OracleDenoiser(Denoiser):
+class OracleDenoiser(LocalDenoiser):
     """Frozen exact posterior p*(x_i | z) for a :class:`MarkovChain` (see module docstring).
 
     Args:
@@ -80,8 +63,6 @@ class OracleDenoiser(Denoiser):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.chain = chain
         self.vocab_size = chain.vocab_size
-        #: the posterior at a position depends only on its nearest revealed neighbours (used by PosteriorCache)
-        self.markov_local = True
         self.mixing_tol = float(mixing_tol)
         V = chain.vocab_size
         itemsize = torch.finfo(dtype).bits // 8
@@ -160,49 +141,12 @@ class OracleDenoiser(Denoiser):
                 rem = rem - step
         return left_f, right_f
 
-    def probs_at(self, z: torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor,
-                 neighbours: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """gamma at the listed (batch, position) pairs: Tensor[n, V], rows summing to one.
+    @property
+    def output_dtype(self) -> torch.dtype:
+        return self.row_table.dtype
 
-        ``neighbours`` may pass precomputed :func:`nearest_revealed` output for z.
-        """
-        check_tokens(z, self.vocab_size)
-        b = batch_index.long()
-        p = position_index.long()
-        T = z.shape[1]
-        left, right = neighbours if neighbours is not None else nearest_revealed(z, self.mask_id)
-        a, c = left[b, p].long(), right[b, p].long()
-        d1 = torch.where(a >= 0, p - a, 0)
-        d2 = torch.where(c < T, c - p, 0)
-        post = self.probs_given_neighbours(z[b, a.clamp(min=0)], d1, z[b, c.clamp(max=T - 1)], d2)
-        tok = z[b, p]
-        revealed = tok != self.mask_id
-        onehot = torch.nn.functional.one_hot(tok.clamp(max=self.vocab_size - 1), self.vocab_size).to(post.dtype)
-        return torch.where(revealed[:, None], onehot, post)
-
-    def log_probs_at(self, z: torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor,
-                     neighbours: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        return self.probs_at(z, batch_index, position_index, neighbours).log()
-
-    @torch.no_grad()
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        """log p*(x_i = v | z) for every position: Tensor[B, T, V] (one-hot at revealed positions).
-
-        Posteriors are computed at masked positions only; revealed rows are written as 0 / -inf.
-        """
-        check_tokens(z, self.vocab_size)
-        B, T = z.shape
-        V = self.vocab_size
-        flat = z.reshape(-1)
-        masked = flat == self.mask_id
-        out = torch.full((B * T, V), float("-inf"), dtype=self.row_table.dtype, device=z.device)
-        idx = masked.nonzero().squeeze(1)
-        if idx.numel():
-            b, p = idx // T, idx % T
-            out[idx] = self.probs_at(z, b, p).log_()
-        rev = (~masked).nonzero().squeeze(1)
-        out[rev, flat[rev]] = 0.0
-        return out.view(B, T, V)
+    def describe(self) -> dict:
+        return {"denoiser": "oracle", "depth": self.depth, "certified": self.certified, "mixing_tol": self.mixing_tol}
 
     def extra_repr(self) -> str:
         return f"V={self.vocab_size}, depth={self.depth}, certified={self.certified}, residual={self.mixing_residual:.2e}"

@@ -107,6 +107,20 @@ class ResultsWriter(Callback):
         self.lm_device = lm_device
         self.cache_dir = cache_dir
         self.rows: list[dict[str, Any]] = []
+        self.plan = None
+
+    def connect(self, plan, chain, decoder=None, reference_samples=None, run_info: dict[str, Any] | None = None) -> None:
+        """Wire the run: its plan (rows, N, T, seed), the chain, the text decoder and the MAUVE references.
+
+        ``reference_samples(n)`` returns n exact chain samples disjoint from the plan's rows.
+        """
+        if self.mauve_featurizer and reference_samples is None:
+            raise ValueError("MAUVE needs reference samples (mauve_featurizer was set): wire the run with a data module")
+        if (self.genppl_model or self.mauve_featurizer) and decoder is None:
+            raise ValueError("GenPPL / MAUVE need a text decoder for the chain's tokens: wire the run with a data module")
+        self.plan, self.chain, self.decoder = plan, chain, decoder
+        self.reference_samples = reference_samples
+        self.run_info = dict(run_info or {})
 
     # ------------------------------------------------------------------ accumulation
     def _metrics_for_row(self, chain, reference_texts: list[str] | None, device: str | None, cache_dir: str | None) -> dict[str, Any]:
@@ -129,29 +143,30 @@ class ResultsWriter(Callback):
         return m
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        dm = trainer.datamodule
-        self._decoder = dm.decoder() if dm is not None and (self.genppl_model or self.mauve_featurizer or self.num_text_examples) else None
+        if self.plan is None:
+            raise ValueError("the results writer is not wired: call dllm_lit.engine.connect(...) before predict")
+        self._decoder = self.decoder if (self.genppl_model or self.mauve_featurizer or self.num_text_examples) else None
         reference_texts = None
         if self.mauve_featurizer:
-            if dm is None:
-                raise ValueError("MAUVE needs reference texts from a MarkovDataModule (mauve_featurizer was set)")
-            ref = dm.reference_samples(self.mauve_num_reference)
+            ref = self.reference_samples(self.mauve_num_reference)
             reference_texts = self._decoder.decode_batch(ref)
         device = self.lm_device or str(pl_module.device)
-        cache_dir = self.cache_dir or (str(dm.cache_dir / "mauve") if dm is not None else None)
-        self._order: list[tuple[str, int | None]] = list(pl_module.runs())
-        self.metrics = {_row_key(s, k): self._metrics_for_row(pl_module.chain, reference_texts, device, cache_dir) for s, k in self._order}
+        data_cache = self.run_info.get("cache_dir")
+        cache_dir = self.cache_dir or (str(Path(data_cache) / "mauve") if data_cache else None)
+        self._order: list[tuple[str, int | None]] = [(r.name, r.steps) for r in self.plan.rows]
+        self.metrics = {_row_key(s, k): self._metrics_for_row(self.chain, reference_texts, device, cache_dir) for s, k in self._order}
         self._chunks: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {key: [] for key in self.metrics}
 
     def on_predict_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         """Name the row being sampled in the progress bar, e.g. ``mdlm steps=64``."""
         bar = getattr(trainer.progress_bar_callback, "predict_progress_bar", None)
-        if bar is not None and isinstance(batch, dict):
-            steps = batch.get("steps")
-            bar.set_description(f"{batch.get('sampler', 'predict')} " + ("AR" if steps is None else f"steps={steps}"))
+        if bar is not None and isinstance(batch, dict) and self.plan is not None:
+            row = self.plan.rows[int(batch["row"])]
+            bar.set_description(f"{row.name} " + ("AR" if row.steps is None else f"steps={row.steps}"))
 
     def on_predict_batch_end(self, trainer, pl_module, outputs: dict[str, Any], batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        key = _row_key(outputs["sampler"], outputs["steps"])
+        row = self.plan.rows[int(outputs["row"])]
+        key = _row_key(row.name, row.steps)
         x = outputs["samples"]
         metrics = self.metrics[key]
         for name in ("transition", "div2", "div3", "dup_rate"):
@@ -174,7 +189,7 @@ class ResultsWriter(Callback):
         return torch.cat([x for _, x in chunks]) if chunks else torch.zeros(0, 0, dtype=torch.uint8)
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        seed = int(trainer.datamodule.seed) if trainer.datamodule is not None else None
+        seed = int(self.plan.seed)
         rows, all_samples = [], []
         for sampler, steps in self._order:
             key = _row_key(sampler, steps)
@@ -190,7 +205,7 @@ class ResultsWriter(Callback):
                 row["genppl_ci"] = list(m["genppl"].bootstrap_ci(num_resamples=self.bootstrap_resamples,
                                                                  confidence=self.confidence, seed=seed or 0))
             if trainer.is_global_zero:
-                self._add_intervals(row, m, samples, pl_module.chain, seed or 0)
+                self._add_intervals(row, m, samples, self.chain, seed or 0)
             rows.append(row)
             all_samples.append(samples)
         self.rows = rows

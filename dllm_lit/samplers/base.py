@@ -1,22 +1,28 @@
 """Base LightningModule for reverse-diffusion samplers driven by a frozen denoiser.
 
-A sampler's ``predict_step`` receives a chunk of sequence indices (from
-:class:`dllm_lit.data.MarkovDataModule`) and runs the reverse diffusion once per value of its
-``steps`` grid.  All randomness is keyed by (seed, sequence index, steps, step, position), so a
-sequence's sample does not depend on the batch or the number of processes.
+A sampler is wired once (:meth:`Sampler.connect`): it receives the ground-truth chain, builds the
+exact oracle if no denoiser was given, binds the denoiser to the chain's vocabulary and validates
+its options.  Its rows (one per value of the ``steps`` grid) go into a
+:class:`dllm_lit.engine.plan.RunPlan`; ``predict_step`` runs one work item of that plan.
+
+All randomness is keyed by (seed, sequence index, steps, step, position), so a sequence's sample
+does not depend on the batch, the chunking or the number of processes.
 """
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
 
-from dllm_lit import rng
+from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.markov.chain import MarkovChain
+
+if TYPE_CHECKING:
+    from dllm_lit.engine.plan import Row, RunPlan
 
 __all__ = ["Sampler", "compact_dtype"]
 
@@ -30,24 +36,13 @@ def compact_dtype(vocab_size: int) -> torch.dtype:
     return torch.int32
 
 
-def _check_steps(steps: int | Sequence[int]) -> list[int]:
-    values = [steps] if isinstance(steps, int) else list(steps)
-    if not values:
-        raise ValueError("steps must be a positive integer or a non-empty list of positive integers")
-    for s in values:
-        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
-            raise ValueError(f"steps must be positive integers (>= 1), got {s!r}")
-    return values
-
-
 class Sampler(L.LightningModule, ABC):
-    """Common machinery: denoiser wiring, step grid, seeding, predict_step and ``sample``.
+    """Common machinery: denoiser wiring, step grid, settings, ``predict_step`` and ``sample``.
 
     Args:
-        denoiser: any :class:`Denoiser`; if None, an :class:`OracleDenoiser` for the data
-            module's chain is built at setup (the usual case from the command line).
-        steps: number of sampling steps, or a grid of them for ``predict``.
-        ar_baseline: also emit exact chain samples (the AR row of every results table).
+        denoiser: any :class:`Denoiser`; None (the usual case) builds the exact
+            :class:`~dllm_lit.denoisers.OracleDenoiser` of the chain at wiring.
+        steps: number of sampling steps, or a grid of distinct values (one results row each).
     """
 
     #: name written in result rows; subclasses override or derive it from options
@@ -55,12 +50,15 @@ class Sampler(L.LightningModule, ABC):
     #: False for samplers that draw from the chain itself (AR) and need no denoiser
     requires_denoiser: bool = True
 
-    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, ar_baseline: bool = True) -> None:
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128) -> None:
         super().__init__()
-        self.steps_grid = _check_steps(steps)
-        self.ar_baseline = bool(ar_baseline)
+        if denoiser is not None and not isinstance(denoiser, Denoiser):
+            raise ValueError(f"denoiser must be a dllm_lit.denoisers.Denoiser (or null for the exact oracle), "
+                             f"got {type(denoiser).__name__}")
+        self.steps_grid: list[int] = checks.integer_list("steps", steps)
         self.denoiser = denoiser
         self.chain: MarkovChain | None = getattr(denoiser, "chain", None)
+        self.plan: RunPlan | None = None
         if denoiser is not None:
             denoiser.requires_grad_(False).eval()
 
@@ -69,35 +67,56 @@ class Sampler(L.LightningModule, ABC):
     def name(self) -> str:
         return self.sampler_name
 
-    def attach_chain(self, chain: MarkovChain) -> None:
-        """Use ``chain`` for the AR baseline and, if no denoiser was given, build its oracle."""
-        from dllm_lit.denoisers.oracle import OracleDenoiser
+    def connect(self, chain: MarkovChain) -> "Sampler":
+        """Wire the chain: build its oracle if no denoiser was given, bind the denoiser, check options."""
+        if self.requires_denoiser:
+            if self.denoiser is None:
+                from dllm_lit.denoisers.oracle import OracleDenoiser
 
-        if self.denoiser is None:
-            self.denoiser = OracleDenoiser(chain).to(self.device)
-        elif self.denoiser.vocab_size != chain.vocab_size:
-            raise ValueError(
-                f"denoiser vocabulary ({self.denoiser.vocab_size}) differs from the chain's ({chain.vocab_size}); "
-                "they must be equal"
-            )
+                self.denoiser = OracleDenoiser(chain).to(self.device)
+            else:
+                self.denoiser.bind(chain)
         self.chain = chain
+        self.check_options()
+        return self
 
-    def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        chain = getattr(dm, "chain", None)
-        if chain is not None:
-            self.attach_chain(chain)
-        if self.denoiser is None and self.requires_denoiser:
-            raise ValueError("no denoiser: pass denoiser= or use a data module that provides a chain")
-        self.validate_settings()
+    def use_plan(self, plan: "RunPlan") -> None:
+        """Run the work items of ``plan``; checks every row's settings for the plan's sequence length."""
+        for row in plan.rows:
+            if row.sampler is self:
+                self.check_run(plan.seq_len, row.steps)
+        self.plan = plan
 
-    def validate_settings(self, seq_len: int | None = None) -> None:
-        """Check option combinations before sampling (subclasses extend)."""
+    def check_options(self) -> None:
+        """Check option combinations that need the chain / denoiser (subclasses extend)."""
+
+    def check_run(self, seq_len: int, steps: int | None) -> None:
+        """Check that a run of ``seq_len`` tokens with ``steps`` steps is possible (subclasses extend)."""
+
+    def settings(self) -> dict[str, Any]:
+        """The constructor options (without the denoiser), for run metadata and resume checks."""
+        out: dict[str, Any] = {"class": type(self).__name__}
+        for name in inspect.signature(type(self).__init__).parameters:
+            if name in ("self", "denoiser"):
+                continue
+            value = self.steps_grid if name == "steps" else getattr(self, name, None)
+            out[name] = value
+        out["denoiser"] = self.denoiser.describe() if self.denoiser is not None else None
+        return out
+
+    def rows(self) -> list["Row"]:
+        """One results row per value of the steps grid."""
+        from dllm_lit.engine.plan import Row
+
+        return [Row(self.name, s, self) for s in self.steps_grid]
 
     @property
     def vocab_size(self) -> int:
-        assert self.denoiser is not None
-        return self.denoiser.vocab_size
+        if self.denoiser is not None and self.denoiser.vocab_size is not None:
+            return int(self.denoiser.vocab_size)
+        if self.chain is not None:
+            return self.chain.vocab_size
+        raise ValueError(f"{type(self).__name__} is not connected to a chain: call connect(chain) first")
 
     @property
     def mask_id(self) -> int:
@@ -105,8 +124,26 @@ class Sampler(L.LightningModule, ABC):
 
     # ------------------------------------------------------------------ sampling
     @abstractmethod
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int) -> torch.Tensor:
         """Run the reverse diffusion for sequences ``indices``; returns LongTensor[B, T] in [0, V)."""
+
+    def nfe(self, seq_len: int, steps: int | None) -> float | None:
+        """Denoiser evaluations per sequence for a run with ``steps`` steps (None: no denoiser).
+
+        One evaluation = one (batched) denoiser forward in which the sequence takes part.  The default
+        is one per step; samplers with a final fill or adaptive step counts override this or
+        :meth:`generate_with_nfe`.
+        """
+        return None if not self.requires_denoiser or steps is None else float(steps)
+
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`generate` plus the denoiser evaluations of each sequence: (LongTensor[B, T], float64[B]; NaN = none).
+
+        Adaptive samplers (whose step count depends on the draws) override this to count per sequence.
+        """
+        x = self.generate(indices, seq_len, steps, seed)
+        n = self.nfe(seq_len, steps)
+        return x, torch.full((indices.numel(),), float("nan") if n is None else n, dtype=torch.float64)
 
     @torch.no_grad()
     def sample(
@@ -124,46 +161,28 @@ class Sampler(L.LightningModule, ABC):
         Sequence ``start_index + n`` depends only on (seed, its index): without ``seed`` one is drawn
         from ``generator`` (torch's global RNG if None).
         """
-        if self.denoiser is None and self.requires_denoiser:
-            raise ValueError("no denoiser: pass denoiser= to the constructor or call attach_chain(chain)")
-        if int(num_sequences) < 1:
-            raise ValueError(f"num_sequences must be >= 1, got {num_sequences}")
-        if int(seq_len) < 1:
-            raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-        steps = self.steps_grid[0] if steps is None else _check_steps(int(steps))[0]
-        self.validate_settings(seq_len)
+        if self.chain is None and (self.denoiser is None or self.denoiser.vocab_size is None):
+            raise ValueError(f"{type(self).__name__} has no denoiser or chain yet: call connect(chain) first")
+        checks.integer("num_sequences", num_sequences)
+        checks.integer("seq_len", seq_len)
+        steps = self.steps_grid[0] if steps is None else checks.integer("steps", steps)
+        self.check_options()
+        self.check_run(int(seq_len), steps)
         if seed is None:
             seed = rng.seed_from_generator(generator)
         idx = torch.arange(start_index, start_index + int(num_sequences), device=self.device)
         return self.generate(idx, int(seq_len), steps, seed)
 
-    def runs(self) -> list[tuple[str, int | None]]:
-        """The (sampler, steps) rows a predict chunk produces, AR baseline first."""
-        out: list[tuple[str, int | None]] = [("ar", None)] if self.ar_baseline else []
-        return out + [(self.name, s) for s in self.steps_grid]
-
-    @torch.no_grad()
-    def run(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int) -> torch.Tensor:
-        """Samples of one row of the results: the AR baseline when ``steps`` is None."""
-        if steps is None:
-            if self.chain is None:
-                raise ValueError("the AR baseline needs the chain: set ar_baseline=False or use MarkovDataModule")
-            start = int(indices[0])
-            if not torch.equal(indices.cpu(), torch.arange(start, start + indices.numel())):
-                raise ValueError("AR baseline chunks must hold consecutive sequence indices")
-            return self.chain.sample(indices.numel(), seq_len, seed=seed, start_index=start, device=self.device)
-        return self.generate(indices, seq_len, steps, seed)
-
     @torch.no_grad()
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
-        """One work item {"index", "seq_len", "seed", "sampler", "steps"} -> its samples (compact dtype)."""
+        """One work item {"row", "index", "seq_len", "seed"} of the plan -> its samples (compact dtype) and NFE."""
+        if self.plan is None:
+            raise ValueError("the sampler has no run plan: wire the run with dllm_lit.engine.connect(...)")
+        row = self.plan.rows[int(batch["row"])]
         idx = batch["index"].to(self.device)
-        T, seed, steps = int(batch["seq_len"]), int(batch["seed"]), batch["steps"]
-        steps = None if steps is None else int(steps)
-        self.validate_settings(T)
-        x = self.run(idx, T, steps, seed)
-        return {"index": idx.cpu(), "seed": seed, "sampler": batch["sampler"], "steps": steps,
-                "samples": x.to(compact_dtype(self.vocab_size)).cpu()}
+        x, nfe = row.sampler.generate_with_nfe(idx, int(batch["seq_len"]), row.steps, int(batch["seed"]))
+        return {"row": int(batch["row"]), "index": idx.cpu(), "samples": x.to(compact_dtype(self.vocab_size)).cpu(),
+                "nfe": nfe.cpu()}
 
     def configure_optimizers(self) -> None:  # sampling only: nothing to train
         return None

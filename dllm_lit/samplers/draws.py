@@ -13,7 +13,8 @@ import torch
 
 from dllm_lit import rng
 
-__all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "StepUniforms"]
+__all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "sharpen", "tempered_draw",
+           "argmax_fill", "StepUniforms"]
 
 
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -54,6 +55,39 @@ def categorical_from_stored_cdf(cdf_rows: torch.Tensor, rows: torch.Tensor, u: t
         k = torch.where(ok, k + step, k)
         step >>= 1
     return k
+
+
+def sharpen(p: torch.Tensor, power: float) -> torch.Tensor:
+    """Unnormalised p^power in float64, computed as (p / max p)^power so the row maximum is 1.
+
+    The one "sharpen by a power" of the package: LLaDA's proposal temperature (power 1/tau), SEDD's
+    score temperature (beta / tau) and AR's local sharpening (beta) all use it.  Zero entries stay
+    zero for power > 0; no row underflows to all-zero.
+    """
+    p = p.to(torch.float64)
+    return (p / p.amax(-1, keepdim=True)) ** power
+
+
+def tempered_draw(probs: torch.Tensor, u: torch.Tensor, temperature: float) -> torch.Tensor:
+    """One token per row of ``probs`` [n, V]: argmax (first maximum) at temperature 0, else the
+    inverse-CDF draw from p^(1/temperature) renormalised, with uniforms ``u`` [n].
+
+    At temperature tau > 0 this is the law of the Gumbel race ``argmax(log p / tau + G)``.
+    """
+    if temperature == 0:
+        return probs.argmax(-1)
+    if temperature == 1:
+        return categorical(probs, u)
+    return categorical(sharpen(probs, 1.0 / temperature), u)
+
+
+def argmax_fill(denoiser, z: torch.Tensor) -> torch.Tensor:
+    """Fill every remaining MASK with argmax_v p(x0 = v | z), all positions in parallel (MDLM's noise removal)."""
+    b, p = (z == denoiser.mask_id).nonzero(as_tuple=True)
+    if b.numel():
+        z = z.clone()
+        z[b, p] = denoiser.probs_at(z, b, p).argmax(-1)
+    return z
 
 
 class StepUniforms:

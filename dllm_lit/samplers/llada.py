@@ -1,5 +1,6 @@
-"""LLaDA's ``generate()`` (ML-GSAI/LLaDA generate.py), upstream-samplers.md Sec. 4 and
-paper-reference-code.md Sec. 3.
+"""LLaDA's ``generate()`` (ML-GSAI/LLaDA, ``generate.py``); see ``docs/samplers/llada.md``.
+
+Nie et al., "Large Language Diffusion Models" (arXiv:2502.09992).
 
 The output is ``x = [prompt | generated]`` of length T; the generated part (length G = T - P)
 is split into G / block_length blocks decoded left to right (semi-autoregressive), with
@@ -49,25 +50,20 @@ from collections.abc import Sequence
 
 import torch
 
-from dllm_lit import rng
+from dllm_lit import checks, rng
+from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_stored_cdf
-from dllm_lit.samplers.ordered_decoding import decode_in_order
+from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_stored_cdf, sharpen, tempered_draw
+from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.posterior_cache import PosteriorCache
+from dllm_lit.samplers.selection import topk_stable, transfer_schedule
 
-__all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "transfer_schedule", "prompt_law", "propose", "topk_stable"]
+__all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "prompt_law"]
 
 REMASKING = ("low_confidence", "random")
 PROMPT_MODES = (None, "pi", "pi_head", "pi_tail")
 #: cumulative mass of pi that defines the head / tail prompt sets (paper's conditional LLaDA)
 PROMPT_SET_MASS = 0.3
-
-
-def transfer_schedule(n: int, steps: int) -> list[int]:
-    """Tokens committed per step for n masked positions in ``steps`` steps (upstream
-    ``get_num_transfer_tokens``): base = n // steps, the first n % steps steps get one extra."""
-    base, rem = divmod(int(n), int(steps))
-    return [base + (1 if i < rem else 0) for i in range(int(steps))]
 
 
 def prompt_law(pi: torch.Tensor, mode: str, mass: float = PROMPT_SET_MASS) -> torch.Tensor:
@@ -94,30 +90,12 @@ def prompt_law(pi: torch.Tensor, mode: str, mass: float = PROMPT_SET_MASS) -> to
     return out / out.sum()
 
 
-def propose(probs: torch.Tensor, u: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Proposal token per row of ``probs`` [n, V]: argmax (first maximum) at temperature 0,
-    else the inverse-CDF draw from p^(1/temperature) renormalised, with uniforms ``u`` [n]."""
-    if temperature == 0:
-        return probs.argmax(-1)
-    if temperature == 1:
-        return categorical(probs, u)
-    p = probs.to(torch.float64)
-    p = (p / p.amax(-1, keepdim=True)) ** (1.0 / temperature)  # max entry 1: no underflow to all-zero
-    return categorical(p, u)
-
-
-def topk_stable(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Column indices [B, k] of the k largest scores per row, ties -> lower column first."""
-    return torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
-
-
 class LLaDA(Sampler):
     """LLaDA ``generate()`` with an exact or learned denoiser (see module docstring).
 
     Args:
         denoiser: frozen denoiser (oracle built from the data module's chain if None).
         steps: total sampling steps (or a grid); must be divisible by the number of blocks.
-        ar_baseline: also emit exact chain samples.
         remasking: "low_confidence" (commit the k most confident proposals, c = p(x0)) or
             "random" (commit k uniformly random masked positions).
         temperature: 0 = greedy argmax proposal (upstream default); tau > 0 samples the proposal
@@ -133,24 +111,19 @@ class LLaDA(Sampler):
 
     def __init__(
         self,
-        denoiser=None,
+        denoiser: Denoiser | None = None,
         steps: int | list[int] = 128,
-        ar_baseline: bool = True,
         remasking: str = "low_confidence",
         temperature: float = 0.0,
         block_length: int | None = None,
         prompt: list[int] | None = None,
         prompt_mode: str | None = None,
     ) -> None:
-        super().__init__(denoiser=denoiser, steps=steps, ar_baseline=ar_baseline)
-        if remasking not in REMASKING:
-            raise ValueError(f"remasking must be one of {REMASKING}, got {remasking!r}")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
-            raise ValueError(f"temperature must be a finite float >= 0 (0 = argmax), got {temperature!r}")
-        if block_length is not None and (isinstance(block_length, bool) or not isinstance(block_length, int) or block_length < 1):
-            raise ValueError(f"block_length must be a positive integer or None (one block), got {block_length!r}")
-        if prompt_mode not in PROMPT_MODES:
-            raise ValueError(f"prompt_mode must be one of {PROMPT_MODES}, got {prompt_mode!r}")
+        super().__init__(denoiser=denoiser, steps=steps)
+        checks.choice("remasking", remasking, REMASKING)
+        temperature = checks.real("temperature", temperature, 0.0)
+        checks.optional_integer("block_length", block_length)
+        checks.choice("prompt_mode", prompt_mode, PROMPT_MODES)
         if prompt is not None:
             if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
                 raise ValueError(f"prompt must be a list of token ids, got {prompt!r}")
@@ -177,16 +150,15 @@ class LLaDA(Sampler):
         bl = self.block_length if self.block_length is not None else G
         return P, bl, (G // bl if bl > 0 else 0)
 
-    def validate_settings(self, seq_len: int | None = None) -> None:
-        if self.denoiser is not None and self.prompt:
-            V = self.vocab_size
-            bad = [v for v in self.prompt if v >= V]
-            if bad:
-                raise ValueError(f"prompt token ids must lie in [0, V={V}), got {bad}")
-        if self.prompt_mode is not None and self.denoiser is not None and self.chain is None:
-            raise ValueError(f"prompt_mode={self.prompt_mode!r} needs the chain's stationary law: attach a chain")
-        if seq_len is None:
-            return
+    def check_options(self) -> None:
+        """Prompt ids must be tokens of the chain."""
+        V = self.vocab_size
+        bad = [v for v in self.prompt if v >= V]
+        if bad:
+            raise ValueError(f"prompt token ids must lie in [0, V={V}), got {bad}")
+
+    def check_run(self, seq_len: int, steps: int | None) -> None:
+        """The prompt fits, block_length divides the generated length, steps divide into the blocks."""
         P = self.prompt_length()
         if P > seq_len:
             raise ValueError(f"prompt (length {P}) is longer than seq_len={seq_len}")
@@ -196,21 +168,9 @@ class LLaDA(Sampler):
                 f"block_length={self.block_length} must divide the generated length "
                 f"seq_len - len(prompt) = {G}"
             )
-
-    def check_steps(self, seq_len: int, steps: int) -> None:
-        """Upstream asserts steps % num_blocks == 0."""
         _, _, nb = self._blocks(seq_len)
-        if nb > 0 and steps % nb:
+        if steps is not None and nb > 0 and steps % nb:  # upstream asserts steps % num_blocks == 0
             raise ValueError(f"steps={steps} must be divisible by the number of blocks ({nb}) for seq_len={seq_len}")
-
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        T = getattr(dm, "seq_len", None)
-        if T is not None:
-            self.validate_settings(int(T))
-            for s in self.steps_grid:
-                self.check_steps(int(T), s)
 
     # ------------------------------------------------------------------ sampling
     def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int) -> torch.Tensor:
@@ -226,8 +186,6 @@ class LLaDA(Sampler):
         return x
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        self.validate_settings(seq_len)
-        self.check_steps(seq_len, steps)
         den, M, T = self.denoiser, self.mask_id, seq_len
         B, dev = indices.numel(), indices.device
         x = self.initial_state(indices, T, seed)
@@ -260,7 +218,7 @@ class LLaDA(Sampler):
         elif tau == 1:
             law = probs
         else:
-            law = (probs.to(torch.float64) / probs.amax(-1, keepdim=True)) ** (1.0 / tau)
+            law = sharpen(probs, 1.0 / tau)
         return {"cdf": law.to(torch.float64).cumsum(-1), "probs": probs.to(torch.float32), "argmax": probs.argmax(-1)}
 
     def _generate_random(self, x: torch.Tensor, P: int, bl: int, nb: int, S: int, steps: int, seed: int,
@@ -268,19 +226,10 @@ class LLaDA(Sampler):
         """Random remasking: each block's positions get a uniformly random order (i.i.d. Stream.ORDER
         keys, stable sort), cut into the scheduled counts; the decode step of every position is thus
         known up front and :func:`decode_in_order` queries the denoiser only where tokens commit."""
-        B, T, dev = x.shape[0], x.shape[1], x.device
-        ord_keys = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER).keys
-        decode = torch.full((B, T), -1, dtype=torch.long, device=dev)
-        rows = torch.arange(B, device=dev)[:, None]
-        step_of_rank = torch.repeat_interleave(torch.arange(S, device=dev), torch.tensor(transfer_schedule(bl, S), device=dev))
-        for blk in range(nb):
-            lo, hi = P + blk * bl, P + (blk + 1) * bl
-            keys = rng.uniform(ord_keys[:, None], blk, torch.arange(lo, hi, device=dev)[None, :])
-            order = topk_stable(keys, bl)  # [B, bl]: a uniformly random order of the block
-            decode[rows, order + lo] = (blk * S + step_of_rank)[None, :].expand(B, bl)
+        decode = random_order_steps(seed, indices, steps, x.shape[1], P, bl, nb)
 
         def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-            return propose(probs, tok_u.at(j, b, p), self.temperature)
+            return tempered_draw(probs, tok_u.at(j, b, p), self.temperature)
 
         return decode_in_order(self.denoiser, x, decode, steps - 1, draw)
 
@@ -296,7 +245,7 @@ class LLaDA(Sampler):
         p = p + lo
         if cache is None:
             probs = self.denoiser.probs_at(x, b, p)
-            tok = propose(probs, tok_u.at(j, b, p), self.temperature)
+            tok = tempered_draw(probs, tok_u.at(j, b, p), self.temperature)
             conf = probs.gather(1, tok[:, None]).squeeze(1).to(torch.float64)
         else:
             cache.refresh(x)

@@ -1,4 +1,4 @@
-"""MDLM's ancestral sampler (``ddpm_cache`` predictor), upstream-samplers.md Sec. 1.
+"""MDLM's ancestral sampler (``ddpm_cache`` predictor); see ``docs/samplers/mdlm.md``.
 
 Time grid ``t_j = 1 - j (1 - 1e-5)/steps`` for j = 0..steps-1, ``s = t - dt``.  With the
 linear move chance (alpha_t = 1 - t), at a masked position
@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import torch
 
+from dllm_lit import checks
+from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical
 from dllm_lit.samplers.ordered_decoding import decode_in_order
+from dllm_lit.samplers.schedules import time_grid
 
-__all__ = ["MDLM", "time_grid"]
+__all__ = ["MDLM", "DECODING"]
 
-
-def time_grid(steps: int, t_min: float = 1e-5) -> torch.Tensor:
-    """``linspace(1, t_min, steps + 1)`` in float64 (upstream ``timesteps``)."""
-    return torch.linspace(1.0, t_min, steps + 1, dtype=torch.float64)
+DECODING = ("ordered", "stepwise")
 
 
 class MDLM(Sampler):
@@ -36,12 +36,10 @@ class MDLM(Sampler):
 
     sampler_name = "mdlm"
 
-    def __init__(self, denoiser=None, steps: int | list[int] = 128, ar_baseline: bool = True, decoding: str = "ordered") -> None:
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, decoding: str = "ordered") -> None:
         """``decoding``: "ordered" (precomputed unmasking steps, O(k V) per step) or "stepwise" (upstream's loop)."""
-        super().__init__(denoiser=denoiser, steps=steps, ar_baseline=ar_baseline)
-        if decoding not in ("ordered", "stepwise"):
-            raise ValueError(f"decoding must be 'ordered' or 'stepwise', got {decoding!r}")
-        self.decoding = decoding
+        super().__init__(denoiser=denoiser, steps=steps)
+        self.decoding = checks.choice("decoding", decoding, DECODING)
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         if self.decoding == "ordered":
@@ -78,12 +76,3 @@ class MDLM(Sampler):
             probs = den.probs_at(z, b, p)
             z[b, p] = categorical(probs, uni.at(j, b, p, slot=1))
         return argmax_fill(den, z)
-
-
-def argmax_fill(denoiser, z: torch.Tensor) -> torch.Tensor:
-    """Fill every remaining MASK with argmax_v p(x0 = v | z), all positions in parallel."""
-    b, p = (z == denoiser.mask_id).nonzero(as_tuple=True)
-    if b.numel():
-        z = z.clone()
-        z[b, p] = denoiser.probs_at(z, b, p).argmax(-1)
-    return z

@@ -1,4 +1,4 @@
-"""The sampler the paper's tables call "MDLM" (paper-reference-code.md Sec. 3).
+"""The sampler the paper's tables call "MDLM".
 
 The paper ran LLaDA's ``generate()`` with ``remasking='random'``, temperature 1 and one block
 covering the sequence - not MDLM's own ddpm_cache sampler (:class:`dllm_lit.samplers.mdlm.MDLM`).
@@ -11,28 +11,43 @@ positions chosen uniformly at random among the still-masked ones, each taking a 
 no final step.  With steps = T (one position per step) this is exact sequential sampling of
 the conditionals in a random order, so its output law is the chain's law.
 
-Implemented as :class:`dllm_lit.samplers.llada.LLaDA` with those options fixed: the random
-subsets are drawn as one uniformly random order of the positions consumed k_i at a time (the
-same law), and the denoiser is queried only at the k_i committed positions (O(k V) per step).
+Implementation: the random subsets are drawn as one uniformly random order of the positions
+consumed k_i at a time (the same law; :func:`~dllm_lit.samplers.ordered_decoding.random_order_steps`,
+shared with LLaDA's ``random`` remasking, so ``LLaDA(remasking="random", temperature=1)`` gives the
+same draws), and the denoiser is queried only at the k_i committed positions (O(k V) per step).
+See ``docs/samplers/llada.md``.
 """
 from __future__ import annotations
 
-from dllm_lit.samplers.llada import LLaDA
+import torch
+
+from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 
 __all__ = ["MDLMPaper"]
 
 
-class MDLMPaper(LLaDA):
+class MDLMPaper(Sampler):
     """LLaDA generate() with remasking='random', temperature 1, one block (the paper's "MDLM").
 
     Args:
-        denoiser: frozen denoiser (oracle built from the data module's chain if None).
+        denoiser: frozen denoiser (None: the chain's exact oracle).
         steps: sampling steps (or a grid); T / steps positions are committed per step.
-        ar_baseline: also emit exact chain samples.
     """
 
     sampler_name = "mdlm_paper"
 
-    def __init__(self, denoiser=None, steps: int | list[int] = 128, ar_baseline: bool = True) -> None:
-        super().__init__(denoiser=denoiser, steps=steps, ar_baseline=ar_baseline,
-                         remasking="random", temperature=1.0, block_length=None)
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128) -> None:
+        super().__init__(denoiser=denoiser, steps=steps)
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        z = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
+        decode = random_order_steps(seed, indices, steps, seq_len, 0, seq_len, 1)
+        uni = StepUniforms(seed, indices, steps)
+
+        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+            return categorical(probs, uni.at(j, b, p))
+
+        return decode_in_order(self.denoiser, z, decode, steps - 1, draw)

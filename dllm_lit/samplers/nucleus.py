@@ -1,4 +1,4 @@
-"""Nucleus (top-p) filtering of denoiser marginals, as ReMDM applies it (upstream-samplers.md Sec. 2).
+"""Nucleus (top-p) filtering of denoiser marginals, as ReMDM applies it; see ``docs/samplers/remdm.md``.
 
 Upstream (kuleshov-group/remdm, ``nucleus_p < 1``) sorts each row of p_x0 in descending order,
 keeps the tokens whose *inclusive* cumulative sum is ``<= p``, always keeps the first (most

@@ -12,9 +12,12 @@ with the exact score at temperature 1.  Given the decode steps ``s[b, i]``, a po
 at step j sees as revealed exactly the positions with s < j, so its nearest revealed neighbours
 are the *previous / next strictly smaller* elements of s - computable for all positions at
 once by binary lifting in O(B T log T).  Each step then queries the denoiser only at its k
-positions: with the oracle's :meth:`probs_given_neighbours` a step costs O(k V) and a whole run
-O(B T V), independent of the number of steps.  Denoisers without that method are queried
+positions: with a :class:`~dllm_lit.denoisers.LocalDenoiser` (the oracle) a step costs O(k V)
+and a whole run O(B T V), independent of the number of steps.  Other denoisers are queried
 through ``probs_at(z, b, p)`` on the current state, which gives identical draws (tested).
+
+:func:`random_order_steps` assigns decode steps from a uniformly random order cut into LLaDA's
+transfer counts (LLaDA's ``random`` remasking and the paper's "MDLM").
 """
 from __future__ import annotations
 
@@ -22,7 +25,12 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["previous_smaller", "next_smaller", "decode_in_order"]
+from dllm_lit import rng
+from dllm_lit.denoisers.local import LocalDenoiser
+from dllm_lit.samplers.draws import StepUniforms
+from dllm_lit.samplers.selection import topk_stable, transfer_schedule
+
+__all__ = ["previous_smaller", "next_smaller", "decode_in_order", "random_order_steps"]
 
 
 def previous_smaller(s: torch.Tensor) -> torch.Tensor:
@@ -70,7 +78,7 @@ def decode_in_order(denoiser, z: torch.Tensor, decode_step: torch.Tensor, num_st
     M = denoiser.mask_id
     z = z.clone()
     s = torch.where(z != M, torch.full_like(decode_step, -1), decode_step.long())
-    fast = hasattr(denoiser, "probs_given_neighbours")
+    fast = isinstance(denoiser, LocalDenoiser)
     if fast:
         prev, nxt = previous_smaller(s), next_smaller(s)
     flat = s.reshape(-1)
@@ -85,11 +93,31 @@ def decode_in_order(denoiser, z: torch.Tensor, decode_step: torch.Tensor, num_st
         offset += k
         b, p = idx // T, idx % T
         if fast:
-            a, c = prev[b, p], nxt[b, p]
-            d1 = torch.where(a >= 0, p - a, 0)
-            d2 = torch.where(c < T, c - p, 0)
-            probs = denoiser.probs_given_neighbours(z[b, a.clamp(min=0)], d1, z[b, c.clamp(max=T - 1)], d2)
+            probs = denoiser.probs_from_neighbours(z, b, p, prev[b, p], nxt[b, p])
         else:
             probs = denoiser.probs_at(z, b, p)
         z[b, p] = draw(j, b, p, probs)
     return z
+
+
+def random_order_steps(seed: int, indices: torch.Tensor, steps: int, seq_len: int, prompt_length: int,
+                       block_length: int, num_blocks: int) -> torch.Tensor:
+    """Decode step of every position [B, T] (-1 in the prompt) under LLaDA's random remasking.
+
+    Each block gets a uniformly random order of its positions (i.i.d. Stream.ORDER keys, stable
+    sort), cut into :func:`transfer_schedule` counts over its ``steps // num_blocks`` steps: the same
+    law as drawing a uniform k-subset of the still-masked positions at every step.
+    """
+    B, dev = indices.numel(), indices.device
+    P, bl, nb = prompt_length, block_length, num_blocks
+    S = steps // nb
+    ord_keys = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER).keys
+    decode = torch.full((B, seq_len), -1, dtype=torch.long, device=dev)
+    rows = torch.arange(B, device=dev)[:, None]
+    step_of_rank = torch.repeat_interleave(torch.arange(S, device=dev), torch.tensor(transfer_schedule(bl, S), device=dev))
+    for blk in range(nb):
+        lo, hi = P + blk * bl, P + (blk + 1) * bl
+        keys = rng.uniform(ord_keys[:, None], blk, torch.arange(lo, hi, device=dev)[None, :])
+        order = topk_stable(keys, bl)  # [B, bl]: a uniformly random order of the block
+        decode[rows, order + lo] = (blk * S + step_of_rank)[None, :].expand(B, bl)
+    return decode

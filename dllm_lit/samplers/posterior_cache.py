@@ -7,8 +7,8 @@ neighbours of i and their distances (paper App. A, hard evidence), so after a st
 only at positions whose nearest revealed neighbour changed - those in the gaps around the newly
 revealed tokens.  :class:`PosteriorCache` stores the derived statistics per position and
 recomputes them only there: a step costs O(B T) index work plus O(changed V), instead of
-O(masked V).  For any other denoiser (no ``markov_local`` attribute) every masked position is
-recomputed at every refresh, which is what the sampler would do without the cache.
+O(masked V).  For any denoiser that is not a :class:`~dllm_lit.denoisers.LocalDenoiser` every
+masked position is recomputed at every refresh, which is what the sampler would do without the cache.
 
 The cached values are exactly those a fresh query would give (same neighbours, same arithmetic),
 so samplers produce identical draws with and without the cache (tested).
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from dllm_lit.denoisers.oracle import nearest_revealed
+from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed
 
 __all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS"]
 
@@ -33,7 +33,7 @@ class PosteriorCache:
     """Per-position features of p(x0 | z) over the positions [lo, hi) of a [B, T] state.
 
     Args:
-        denoiser: the sampler's denoiser (``probs_at``; the oracle also sets ``markov_local``).
+        denoiser: the sampler's denoiser (neighbour fast path if it is a :class:`LocalDenoiser`).
         features: maps posterior rows [n, V] to named tensors with leading dimension n.
         widths: name -> (trailing shape, dtype) of each feature, for allocation.
     """
@@ -43,7 +43,7 @@ class PosteriorCache:
         self.den = denoiser
         self.lo, self.hi = lo, hi
         self.features = features
-        self.local = bool(getattr(denoiser, "markov_local", False))
+        self.local = isinstance(denoiser, LocalDenoiser)
         self.store = {name: torch.zeros((B, hi - lo, *shape), dtype=dt, device=device) for name, (shape, dt) in widths.items()}
         self.left: torch.Tensor | None = None
         self.right: torch.Tensor | None = None
@@ -69,11 +69,8 @@ class PosteriorCache:
         if b.numel() == 0:
             return
         if self.local:  # masked positions only: straight from the neighbours, no one-hot rows
-            T = z.shape[1]
             pos = p + lo
-            a, c = left[b, pos].long(), right[b, pos].long()
-            probs = self.den.probs_given_neighbours(z[b, a.clamp(min=0)], torch.where(a >= 0, pos - a, 0),
-                                                    z[b, c.clamp(max=T - 1)], torch.where(c < T, c - pos, 0))
+            probs = self.den.probs_from_neighbours(z, b, pos, left[b, pos].long(), right[b, pos].long())
         else:
             probs = self.den.probs_at(z, b, p + lo)
         for name, value in self.features(probs).items():

@@ -1,4 +1,4 @@
-"""ReMDM remasking samplers (cap, rescale, conf, loop), upstream-samplers.md Sec. 2.
+"""ReMDM remasking samplers (cap, rescale, conf, loop); see ``docs/samplers/remdm.md``.
 
 Schedule.  Upstream ReMDM (and the paper's runs) use the *linear* schedule alpha_t = 1 - t on
 the grid ``t_j = linspace(1, t_min, steps + 1)`` (t_min = 1e-5), s = t_{j+1}; ``schedule`` only
@@ -53,15 +53,14 @@ for the k decoded positions; conf adds an O(B T) weight sum.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from dllm_lit import rng
+from dllm_lit import checks, rng
+from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical
-from dllm_lit.samplers.mdlm import argmax_fill, time_grid
-from dllm_lit.samplers.nucleus import check_top_p, top_p_filter
+from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical
+from dllm_lit.samplers.nucleus import top_p_filter
+from dllm_lit.samplers.schedules import time_grid
 
 __all__ = ["ReMDM", "VARIANTS", "DEFAULT_ETA"]
 
@@ -69,18 +68,6 @@ VARIANTS = ("conf", "loop", "cap", "rescale")
 #: upstream script defaults (T = 1024, 1024 steps)
 DEFAULT_ETA = {"cap": 0.008, "rescale": 0.015, "loop": 0.02}
 SCHEDULES = ("linear",)
-
-
-def _number(name: str, value) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return v
 
 
 def sigma_max(m_t: float, m_s: float) -> float:
@@ -93,7 +80,7 @@ class ReMDM(Sampler):
     """ReMDM sampler with the exact oracle (or any) denoiser; see the module docstring.
 
     Args:
-        denoiser, steps, ar_baseline: as :class:`Sampler`.
+        denoiser, steps: as :class:`Sampler`.
         variant: "conf", "loop", "cap" or "rescale".
         eta: remasking parameter of cap / rescale / loop, in [0, 1]; None = upstream default
             (cap 0.008, rescale 0.015, loop 0.02).  Not used by conf (must be None).
@@ -107,9 +94,8 @@ class ReMDM(Sampler):
 
     def __init__(
         self,
-        denoiser=None,
+        denoiser: Denoiser | None = None,
         steps: int | list[int] = 128,
-        ar_baseline: bool = True,
         variant: str = "conf",
         eta: float | None = None,
         eta_cap: float | None = None,
@@ -120,10 +106,8 @@ class ReMDM(Sampler):
         schedule: str = "linear",
         t_min: float = 1e-5,
     ) -> None:
-        super().__init__(denoiser=denoiser, steps=steps, ar_baseline=ar_baseline)
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-        self.variant = variant
+        super().__init__(denoiser=denoiser, steps=steps)
+        self.variant = checks.choice("variant", variant, VARIANTS)
         self.sampler_name = f"remdm_{variant}"
         if eta is not None and variant == "conf":
             raise ValueError("eta is not used by variant 'conf' (upstream has none); leave it None or use eta_cap")
@@ -135,37 +119,21 @@ class ReMDM(Sampler):
         self.top_p = top_p
         self.schedule = schedule
         self.t_min = t_min
-        self.validate_settings()
+        self.check_options()
 
-    # ------------------------------------------------------------------ settings
-    def validate_settings(self, seq_len: int | None = None) -> None:
-        """Raise ValueError naming the offending field (called at construction and before sampling)."""
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
-        self.eta = _number("eta", self.eta)
-        if not 0.0 <= self.eta <= 1.0:
-            raise ValueError(f"eta must lie in [0, 1], got {self.eta!r}")
-        if self.eta_cap is not None:
-            self.eta_cap = _number("eta_cap", self.eta_cap)
-            if not 0.0 <= self.eta_cap <= 1.0:
-                raise ValueError(f"eta_cap must lie in [0, 1], got {self.eta_cap!r}")
-        self.t_on = _number("t_on", self.t_on)
-        self.t_off = _number("t_off", self.t_off)
-        self.alpha_on = _number("alpha_on", self.alpha_on)
-        if not 0.0 < self.t_on < 1.0:
-            raise ValueError(f"t_on must lie in (0, 1), got {self.t_on!r}")
-        if not 0.0 < self.t_off < 1.0:
-            raise ValueError(f"t_off must lie in (0, 1), got {self.t_off!r}")
+    def check_options(self) -> None:
+        """Raise ValueError naming the offending field (at construction and again at wiring)."""
+        checks.choice("variant", self.variant, VARIANTS)
+        checks.real("eta", self.eta, 0.0, 1.0)
+        checks.optional_real("eta_cap", self.eta_cap, 0.0, 1.0)
+        checks.real("t_on", self.t_on, 0.0, 1.0, low_open=True, high_open=True)
+        checks.real("t_off", self.t_off, 0.0, 1.0, low_open=True, high_open=True)
         if self.t_off >= self.t_on:
             raise ValueError(f"t_off must be smaller than t_on, got t_off={self.t_off!r} >= t_on={self.t_on!r}")
-        if not 0.0 < self.alpha_on < 1.0:
-            raise ValueError(f"alpha_on must lie in (0, 1), got {self.alpha_on!r}")
-        self.top_p = check_top_p(self.top_p, "top_p")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        self.t_min = _number("t_min", self.t_min)
-        if not 0.0 < self.t_min < 1.0:
-            raise ValueError(f"t_min must lie in (0, 1), got {self.t_min!r}")
+        checks.real("alpha_on", self.alpha_on, 0.0, 1.0, low_open=True, high_open=True)
+        checks.probability("top_p", self.top_p)
+        checks.choice("schedule", self.schedule, SCHEDULES)
+        checks.real("t_min", self.t_min, 0.0, 1.0, low_open=True, high_open=True)
 
     # ------------------------------------------------------------------ schedule
     def step_rates(self, t: float, s: float) -> tuple[float, float, float]:

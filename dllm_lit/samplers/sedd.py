@@ -1,5 +1,7 @@
-"""SEDD's absorbing-graph sampler with an exact oracle score (upstream-samplers.md Sec. 3;
-paper Sec. 4 "SEDD Sampler: Oracle Scores" and App. "SEDD: Concrete Score and Oracle Replacement").
+"""SEDD's absorbing-graph sampler with an exact oracle score; see ``docs/samplers/sedd.md``.
+
+Lou et al., "Discrete Diffusion Modeling by Estimating the Ratios of the Data Distribution"
+(arXiv:2310.16834); the oracle-score replacement follows the sampler-centric evaluation paper.
 
 Noise: loglinear with eps = ``noise_eps`` (1e-3): sigma(t) = -log1p(-(1 - eps) t),
 g(t) = sigma'(t) = (1 - eps) / (1 - (1 - eps) t).  Time grid t_j = linspace(1, t_min, steps + 1)
@@ -54,14 +56,15 @@ import math
 
 import torch
 
-from dllm_lit import rng
+from dllm_lit import checks, rng
+from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf
-from dllm_lit.samplers.llada import propose
+from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, sharpen, tempered_draw
 from dllm_lit.samplers.ordered_decoding import decode_in_order
 from dllm_lit.samplers.posterior_cache import PosteriorCache
+from dllm_lit.samplers.schedules import time_grid
 
-__all__ = ["SEDD", "PREDICTORS", "loglinear_sigma", "loglinear_rate", "sedd_time_grid", "step_scale", "step_probabilities", "token_law"]
+__all__ = ["SEDD", "PREDICTORS", "loglinear_sigma", "loglinear_rate", "step_scale", "step_probabilities", "token_law"]
 
 PREDICTORS = ("analytic", "euler")
 
@@ -74,11 +77,6 @@ def loglinear_sigma(t: float, eps: float = 1e-3) -> float:
 def loglinear_rate(t: float, eps: float = 1e-3) -> float:
     """Noise rate g(t) = sigma'(t) = (1 - eps) / (1 - (1 - eps) t) (LogLinearNoise.rate_noise)."""
     return (1.0 - eps) / (1.0 - (1.0 - eps) * t)
-
-
-def sedd_time_grid(steps: int, t_min: float = 1e-3) -> list[float]:
-    """``linspace(1, t_min, steps + 1)`` in float64 (SEDD ``timesteps``, the paper's t_min)."""
-    return torch.linspace(1.0, t_min, steps + 1, dtype=torch.float64).tolist()
 
 
 def step_scale(t: float, s: float, predictor: str, eps: float = 1e-3) -> float:
@@ -119,15 +117,8 @@ def token_law(p: torch.Tensor, beta: float = 1.0, tau: float = 1.0) -> torch.Ten
         return torch.nn.functional.one_hot(p.argmax(-1), p.shape[-1]).to(torch.float64)
     power = beta / tau
     if power != 1:
-        p = (p / p.amax(-1, keepdim=True)) ** power  # max entry 1: never all-zero
+        p = sharpen(p, power)  # max entry 1: never all-zero
     return p / p.sum(-1, keepdim=True)
-
-
-def _check_positive(name: str, v, allow_zero: bool = False) -> float:
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
-    if not ok:
-        raise ValueError(f"{name} must be a finite float {'>= 0' if allow_zero else '> 0'}, got {v!r}")
-    return float(v)
 
 
 class SEDD(Sampler):
@@ -136,7 +127,6 @@ class SEDD(Sampler):
     Args:
         denoiser: frozen denoiser (oracle built from the data module's chain if None).
         steps: predictor steps (or a grid); one final denoise step follows.
-        ar_baseline: also emit exact chain samples.
         predictor: "analytic" (Tweedie tau-leaping, upstream run_sample default) or "euler".
         beta: the paper's score temperature, log s -> beta log s (> 0; 1 = exact score).
         token_temperature: tau >= 0; token law p^(1/tau) given unmasking, schedule unchanged.
@@ -146,28 +136,22 @@ class SEDD(Sampler):
 
     sampler_name = "sedd"
 
-    def __init__(self, denoiser=None, steps: int | list[int] = 128, ar_baseline: bool = True,
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128,
                  predictor: str = "analytic", beta: float = 1.0, token_temperature: float = 1.0,
                  t_min: float = 1e-3, noise_eps: float = 1e-3) -> None:
-        super().__init__(denoiser=denoiser, steps=steps, ar_baseline=ar_baseline)
-        if predictor not in PREDICTORS:
-            raise ValueError(f"predictor must be one of {PREDICTORS}, got {predictor!r}")
-        self.predictor = predictor
-        self.beta = _check_positive("beta", beta)
-        self.token_temperature = _check_positive("token_temperature", token_temperature, allow_zero=True)
-        self.t_min = _check_positive("t_min", t_min)
-        self.noise_eps = _check_positive("noise_eps", noise_eps)
-        if not self.t_min < 1:
-            raise ValueError(f"t_min must lie in (0, 1), got {t_min!r}")
-        if not self.noise_eps < 1:
-            raise ValueError(f"noise_eps must lie in (0, 1), got {noise_eps!r}")
+        super().__init__(denoiser=denoiser, steps=steps)
+        self.predictor = checks.choice("predictor", predictor, PREDICTORS)
+        self.beta = checks.real("beta", beta, 0.0, low_open=True)
+        self.token_temperature = checks.real("token_temperature", token_temperature, 0.0)
+        self.t_min = checks.real("t_min", t_min, 0.0, 1.0, low_open=True, high_open=True)
+        self.noise_eps = checks.real("noise_eps", noise_eps, 0.0, 1.0, low_open=True, high_open=True)
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         den, M, T = self.denoiser, self.mask_id, seq_len
         B, dev = indices.numel(), indices.device
         z = torch.full((B, T), M, dtype=torch.long, device=dev)
         uni = StepUniforms(seed, indices, steps)
-        ts = sedd_time_grid(steps, self.t_min)
+        ts = time_grid(steps, self.t_min).tolist()
         eps, beta, tau = self.noise_eps, self.beta, self.token_temperature
         if beta == 1:
             # U_j = c_j / expm1(sigma(t_j)) (sum_v p_v = 1): the unmask step is drawn up front.
@@ -179,7 +163,7 @@ class SEDD(Sampler):
             when = torch.searchsorted(first, u.reshape(-1), right=True)  # first j with u < first[j]; steps = never
 
             def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-                return propose(probs, uni.at(j, b, p, slot=1), tau)  # final step j = steps: same law at beta = 1
+                return tempered_draw(probs, uni.at(j, b, p, slot=1), tau)  # final step j = steps: same law at beta = 1
 
             return decode_in_order(den, z, when.view(B, T), steps, draw)
         # beta != 1: the unmask probability depends on sum_v p_v^beta at every masked position

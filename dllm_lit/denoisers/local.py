@@ -1,0 +1,109 @@
+"""Denoisers whose posterior at a masked position depends only on its nearest revealed neighbours.
+
+Under hard masking evidence a first-order Markov chain factorises at revealed tokens: for a
+masked position i with nearest revealed neighbours x_a (a < i) and x_b (b > i),
+
+    p(x_i = v | z)  depends only on  (x_a, i - a, x_b, b - i).
+
+:class:`LocalDenoiser` declares that property.  A subclass implements one method,
+:meth:`LocalDenoiser.probs_given_neighbours`; the general queries (:meth:`probs_at`,
+:meth:`forward`) follow from it.  Samplers detect the property with ``isinstance`` and use it
+for their fast paths: decoding in a known order (each step queries only its committed positions
+from their neighbours) and per-position posterior caches refreshed only where a neighbour changed.
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import torch
+
+from dllm_lit.denoisers.base import Denoiser, check_tokens
+
+__all__ = ["LocalDenoiser", "nearest_revealed", "neighbour_distances"]
+
+
+def nearest_revealed(z: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices (int32) of the nearest revealed position strictly left (-1 if none) and right (T if none).
+
+    Two scans over [B, T]: a running max of revealed indices from the left and a running min from
+    the right, each shifted by one position.
+    """
+    B, T = z.shape
+    pos = torch.arange(T, device=z.device, dtype=torch.int32).expand(B, T)
+    revealed = z != mask_id
+    left = torch.full((B, T), -1, dtype=torch.int32, device=z.device)
+    right = torch.full((B, T), T, dtype=torch.int32, device=z.device)
+    if T > 1:
+        left[:, 1:] = torch.where(revealed[:, :-1], pos[:, :-1], -1).cummax(dim=1).values
+        right[:, :-1] = torch.where(revealed[:, 1:], pos[:, 1:], T).flip(1).cummin(dim=1).values.flip(1)
+    return left, right
+
+
+def neighbour_distances(p: torch.Tensor, a: torch.Tensor, c: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distances (d_left, d_right) from positions ``p`` to neighbours ``a`` (-1: none) and ``c`` (T: none); 0 = none."""
+    return torch.where(a >= 0, p - a, 0), torch.where(c < seq_len, c - p, 0)
+
+
+class LocalDenoiser(Denoiser):
+    """A denoiser whose posterior at a masked position is a function of its nearest revealed neighbours."""
+
+    @abstractmethod
+    def probs_given_neighbours(self, x_left: torch.Tensor, d_left: torch.Tensor,
+                               x_right: torch.Tensor, d_right: torch.Tensor) -> torch.Tensor:
+        """p(x_i = . | neighbours) for n masked positions: [n, V], rows summing to one.
+
+        ``x_left`` / ``x_right`` are the neighbours' tokens, ``d_left`` / ``d_right`` their
+        distances; a distance <= 0 means no revealed token on that side.
+        """
+
+    def probs_from_neighbours(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor,
+                              a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """:meth:`probs_given_neighbours` for masked positions (b, p) of z with neighbour indices a, c."""
+        T = z.shape[1]
+        d1, d2 = neighbour_distances(p, a, c, T)
+        return self.probs_given_neighbours(z[b, a.clamp(min=0)], d1, z[b, c.clamp(max=T - 1)], d2)
+
+    def probs_at(self, z: torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor,
+                 neighbours: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """p(x0 | z) at the listed (batch, position) pairs: Tensor[n, V] (one-hot at revealed positions).
+
+        ``neighbours`` may pass precomputed :func:`nearest_revealed` output for z.
+        """
+        check_tokens(z, self.vocab_size)
+        b = batch_index.long()
+        p = position_index.long()
+        left, right = neighbours if neighbours is not None else nearest_revealed(z, self.mask_id)
+        post = self.probs_from_neighbours(z, b, p, left[b, p].long(), right[b, p].long())
+        tok = z[b, p]
+        revealed = tok != self.mask_id
+        onehot = torch.nn.functional.one_hot(tok.clamp(max=self.vocab_size - 1), self.vocab_size).to(post.dtype)
+        return torch.where(revealed[:, None], onehot, post)
+
+    def log_probs_at(self, z: torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor,
+                     neighbours: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        return self.probs_at(z, batch_index, position_index, neighbours).log()
+
+    @torch.no_grad()
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """log p(x0_i = v | z) for every position: Tensor[B, T, V] (one-hot at revealed positions).
+
+        Posteriors are computed at masked positions only; revealed rows are written as 0 / -inf.
+        """
+        check_tokens(z, self.vocab_size)
+        B, T = z.shape
+        V = self.vocab_size
+        flat = z.reshape(-1)
+        masked = flat == self.mask_id
+        out = torch.full((B * T, V), float("-inf"), dtype=self.output_dtype, device=z.device)
+        idx = masked.nonzero().squeeze(1)
+        if idx.numel():
+            b, p = idx // T, idx % T
+            out[idx] = self.probs_at(z, b, p).log_()
+        rev = (~masked).nonzero().squeeze(1)
+        out[rev, flat[rev]] = 0.0
+        return out.view(B, T, V)
+
+    @property
+    def output_dtype(self) -> torch.dtype:
+        """Floating dtype of the posterior rows (float32 unless a subclass says otherwise)."""
+        return torch.float32

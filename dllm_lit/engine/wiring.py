@@ -1,0 +1,57 @@
+"""One explicit wiring step for a run, shared by the CLI, the benchmarks and Python use.
+
+:func:`connect` builds the chain from the data module, hands it to the sampler (which builds the
+exact oracle when it has no denoiser and checks its options), builds the
+:class:`~dllm_lit.engine.plan.RunPlan`, and hands the plan to the data module, the sampler and the
+results writer (with the chain and the text decoder).  After it, every Lightning hook reads only
+its own component's attributes - nothing reaches through the Trainer.
+
+:func:`predict` wires and runs a whole run with a Trainer.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dllm_lit.engine.plan import RunPlan
+
+if TYPE_CHECKING:
+    import lightning as L
+
+    from dllm_lit.data.datamodule import MarkovDataModule
+    from dllm_lit.results.writer import ResultsWriter
+    from dllm_lit.samplers.base import Sampler
+
+__all__ = ["connect", "predict"]
+
+
+def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "ResultsWriter | None" = None,
+            reference: bool = True) -> RunPlan:
+    """Wire one run; returns its plan.  ``reference`` adds the exact-chain-samples row (AR baseline)."""
+    chain = datamodule.build_chain()
+    sampler.connect(chain)
+    plan = RunPlan.build(sampler, datamodule.num_sequences, datamodule.seq_len, datamodule.seed,
+                         datamodule.chunk_size, reference=reference)
+    for row in plan.rows:
+        if row.sampler is not sampler:
+            row.sampler.connect(chain)
+    sampler.use_plan(plan)
+    datamodule.use_plan(plan)
+    if writer is not None:
+        writer.connect(plan, chain, decoder=datamodule.decoder(), reference_samples=datamodule.reference_samples,
+                       run_info={"source": datamodule.source.describe(), "cache_dir": str(datamodule.cache_dir)})
+    return plan
+
+
+def predict(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "ResultsWriter | None" = None,
+            trainer: "L.Trainer | None" = None, reference: bool = True, **trainer_kwargs: Any) -> RunPlan:
+    """Wire and run one predict run (a quiet single-device Trainer unless ``trainer`` is given)."""
+    import lightning as L
+
+    plan = connect(sampler, datamodule, writer, reference=reference)
+    if trainer is None:
+        defaults: dict[str, Any] = {"logger": False, "enable_checkpointing": False, "enable_model_summary": False,
+                                    "enable_progress_bar": False, "devices": 1, "accelerator": "auto"}
+        defaults.update(trainer_kwargs)
+        trainer = L.Trainer(callbacks=[writer] if writer is not None else [], **defaults)
+    trainer.predict(sampler, datamodule=datamodule, return_predictions=False)
+    return plan
