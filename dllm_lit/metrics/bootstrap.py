@@ -81,20 +81,20 @@ class SequenceBootstrapMixin:
 
 
 def metric_interval(
-    metric: Any, num_resamples: int, confidence: float, seed: int, order: Tensor | None = None
+    metric: Any, num_resamples: int, confidence: float, seed: int, order: Tensor | None = None,
+    policy: IntervalPolicy | None = None,
 ) -> Interval | dict[str, Interval] | None:
     """Interval of ``metric`` (a :class:`SequenceBootstrapMixin`) under its ``interval_policy``.
 
     Args:
         order: optional permutation applied to the sequences of ``sequence_statistics()`` first.
+        policy: overrides the metric's ``interval_policy``.
 
     Returns:
         ``(low, high)``, ``{key: (low, high)}`` for a metric with several values, or None when the
         policy has no interval.
     """
-    policy = getattr(metric, "interval_policy", None)
-    if not isinstance(policy, IntervalPolicy):
-        raise ValueError(f"{type(metric).__name__} must declare an `interval_policy` (an IntervalPolicy)")
+    policy = policy if policy is not None else _declared_policy(metric)
     if not policy.enabled:
         return None
     statistics = metric.sequence_statistics()
@@ -112,6 +112,13 @@ def metric_interval(
     return bootstrap_interval(statistic, num_items, policy, num_resamples, confidence, seed)
 
 
+def _declared_policy(metric: Any) -> IntervalPolicy:
+    policy = getattr(metric, "interval_policy", None)
+    if not isinstance(policy, IntervalPolicy):
+        raise ValueError(f"{type(metric).__name__} must declare an `interval_policy` (an IntervalPolicy)")
+    return policy
+
+
 class SequenceBootstrapper(TypedCatStateMixin, WrapperMetric):
     """Wrap a metric with its bootstrap interval, sequences ordered by their global index.
 
@@ -122,26 +129,29 @@ class SequenceBootstrapper(TypedCatStateMixin, WrapperMetric):
     Args:
         metric: a metric declaring ``interval_policy`` (and, if the policy has a method, the
             methods of :class:`SequenceBootstrapMixin`).
-        num_resamples, confidence, seed: of the bootstrap.
+        num_resamples: bootstrap resamples (``>= 2``; 0 = no interval).
+        confidence, seed: of the bootstrap.
+        policy: overrides the metric's ``interval_policy``.
     """
 
     full_state_update = False
     _cat_state_specs = {"indices": (torch.int64, ())}
 
     def __init__(self, metric: Metric, num_resamples: int = 200, confidence: float = 0.95, seed: int = 0,
-                 **kwargs: Any) -> None:
+                 policy: IntervalPolicy | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not isinstance(getattr(metric, "interval_policy", None), IntervalPolicy):
-            raise ValueError(f"{type(metric).__name__} must declare an `interval_policy` (an IntervalPolicy)")
+        self.policy = policy if policy is not None else _declared_policy(metric)
         self.metric = metric
-        self.num_resamples = checks.integer("num_resamples", num_resamples, minimum=2)
+        self.num_resamples = checks.integer("num_resamples", num_resamples, minimum=0)
+        if self.num_resamples == 1:
+            raise ValueError("num_resamples must be 0 (no interval) or >= 2, got 1")
         self.confidence = checks.real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
         self.seed = checks.integer("seed", seed, minimum=0)
         self.add_state("indices", default=[], dist_reduce_fx="cat")
 
     @property
     def interval_policy(self) -> IntervalPolicy:
-        return self.metric.interval_policy
+        return self.policy
 
     def update(self, *args: Any, index: Tensor, **kwargs: Any) -> None:
         """``metric.update(*args, **kwargs)`` for sequences with global indices ``index``."""
@@ -152,12 +162,13 @@ class SequenceBootstrapper(TypedCatStateMixin, WrapperMetric):
         return self.metric.compute()
 
     def interval(self) -> Interval | dict[str, Interval] | None:
-        """The metric's interval, resampling its sequences in global index order."""
-        if not self.interval_policy.enabled:
+        """The metric's interval, resampling its sequences in global index order (None: no interval)."""
+        if not self.policy.enabled or self.num_resamples == 0:
             return None
         with synced_cat_states(self, {"indices": torch.int64}) as states:
             order = torch.argsort(states["indices"].cpu(), stable=True)
-        return metric_interval(self.metric, self.num_resamples, self.confidence, self.seed, order=order)
+        return metric_interval(self.metric, self.num_resamples, self.confidence, self.seed, order=order,
+                               policy=self.policy)
 
     def reset(self) -> None:
         super().reset()
