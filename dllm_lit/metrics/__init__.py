@@ -23,7 +23,6 @@ from dllm_lit.metrics.distributed import EmptyMetricError
 from dllm_lit.metrics.duplication_rate import DuplicationRate
 from dllm_lit.metrics.functional.transition import (
     METRIC_KEYS,
-    bootstrap_transition_cis,
     transition_counts,
     transition_metrics_from_counts,
     transition_metrics_from_pairs,
@@ -37,6 +36,6 @@ from dllm_lit.metrics.transition import TransitionMetrics
 __all__ = [
     "METRIC_KEYS", "DuplicationRate", "EmptyMetricError", "GenerativePerplexity", "IntervalPolicy", "MauveScore",
     "ModelNotAvailableError", "NgramDiversity", "SequenceBootstrapMixin", "SequenceBootstrapper", "TransitionMetrics",
-    "bootstrap_ci", "bootstrap_transition_cis", "metric_interval", "ratio_ci", "transition_counts",
+    "bootstrap_ci", "metric_interval", "ratio_ci", "transition_counts",
     "transition_metrics_from_counts", "transition_metrics_from_pairs",
 ]

@@ -20,14 +20,13 @@ from dllm_lit.metrics.functional.transition import (
     METRIC_KEYS,
     TRANSITION_INTERVAL,
     ResampledTransitionMetrics,
-    bootstrap_transition_cis,
     transition_codes,
     transition_counts,
     transition_metrics_from_counts,
     transition_metrics_from_pairs,
 )
 
-__all__ = ["METRIC_KEYS", "TransitionMetrics", "bootstrap_transition_cis"]
+__all__ = ["METRIC_KEYS", "TransitionMetrics"]
 
 
 class TransitionMetrics(SequenceBootstrapMixin, TypedCatStateMixin, Metric):

@@ -19,13 +19,12 @@ from __future__ import annotations
 import torch
 
 from dllm_lit.markov.chain import MarkovChain
-from dllm_lit.metrics.functional.bootstrap import Interval, IntervalPolicy, bootstrap_interval
+from dllm_lit.metrics.functional.bootstrap import IntervalPolicy
 
 __all__ = [
     "METRIC_KEYS",
     "TRANSITION_INTERVAL",
     "ResampledTransitionMetrics",
-    "bootstrap_transition_cis",
     "transition_codes",
     "transition_counts",
     "transition_metrics_from_counts",
@@ -131,10 +130,3 @@ class ResampledTransitionMetrics:
         values = [transition_metrics_from_pairs(self.pairs, counts[r], self.chain) for r in range(counts.shape[0])]
         return {k: torch.tensor([v[k] for v in values], dtype=torch.float64) for k in METRIC_KEYS}
 
-
-def bootstrap_transition_cis(
-    samples: torch.Tensor, chain: MarkovChain, num_resamples: int = 200, confidence: float = 0.95, seed: int = 0
-) -> dict[str, Interval]:
-    """:data:`TRANSITION_INTERVAL` intervals of every transition metric of ``samples`` [N, T], resampling sequences."""
-    statistic = ResampledTransitionMetrics(transition_codes(samples, chain.vocab_size), chain)
-    return bootstrap_interval(statistic, statistic.num_items, TRANSITION_INTERVAL, num_resamples, confidence, seed)  # type: ignore[return-value]
