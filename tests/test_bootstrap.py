@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dllm_lit.metrics.bootstrap import bootstrap_ci, ratio_ci, resample_weights
+from dllm_lit.metrics.functional.bootstrap import bootstrap_ci, ratio_ci, resample_weights
 
 
 def _mean_stat(x: torch.Tensor):
@@ -97,10 +97,10 @@ def test_lower_confidence_gives_narrower_interval_and_transform() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"confidence": 0.0}, r"`confidence` must be a float in the open interval \(0, 1\)"),
+        ({"confidence": 0.0}, r"`confidence` must be a number in \(0, 1\)"),
         ({"confidence": 1.0}, "`confidence`"),
         ({"confidence": 95}, "`confidence`"),
-        ({"num_items": 0}, "`num_items` must be an integer >= 1"),
+        ({"num_items": 0}, "`num_items` must be a positive integer"),
         ({"num_resamples": 1}, "`num_resamples` must be an integer >= 2"),
         ({"seed": 1.5}, "`seed` must be an integer"),
         ({"max_chunk_elements": 0}, "`max_chunk_elements`"),
@@ -125,3 +125,72 @@ def test_bad_statistics_and_ratio_inputs() -> None:
         ratio_ci(torch.ones(3), torch.zeros(3))
     with pytest.raises(ValueError, match="finite"):
         ratio_ci(torch.tensor([1.0, float("nan")]), torch.ones(2))
+
+
+# ----------------------------------------------------------------------------- policies and the metric protocol
+def test_interval_policies_validate_and_compute_endpoints() -> None:
+    from dllm_lit.metrics.functional.bootstrap import IntervalPolicy
+
+    with pytest.raises(ValueError, match="reason"):
+        IntervalPolicy(None)
+    with pytest.raises(ValueError, match="method must be one of"):
+        IntervalPolicy("bca")
+    with pytest.raises(ValueError, match="basic intervals only"):
+        IntervalPolicy("percentile", lower_bound=0.0)
+    with pytest.raises(ValueError, match="percentile intervals only"):
+        IntervalPolicy("basic", transform=math.exp)
+    boot = torch.arange(101, dtype=torch.float64)  # quantiles 2.5 and 97.5
+    assert IntervalPolicy("percentile").endpoints(boot, None, 0.95) == pytest.approx((2.5, 97.5))
+    assert IntervalPolicy("basic").endpoints(boot, 10.0, 0.95) == pytest.approx((20.0 - 97.5, 20.0 - 2.5))
+    assert IntervalPolicy("basic", lower_bound=0.0).endpoints(boot, 10.0, 0.95) == pytest.approx((0.0, 17.5))
+    assert not IntervalPolicy(None, reason="no").enabled
+
+
+def test_named_statistics_share_resamples() -> None:
+    from dllm_lit.metrics.functional.bootstrap import PERCENTILE, bootstrap_interval
+
+    x = torch.rand(30, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    mean = _mean_stat(x)
+    both = bootstrap_interval(lambda w: {"mean": mean(w), "twice": 2 * mean(w)}, 30, PERCENTILE, 100, 0.9, 4)
+    assert both["mean"] == bootstrap_ci(mean, 30, num_resamples=100, confidence=0.9, seed=4)
+    assert both["twice"] == pytest.approx((2 * both["mean"][0], 2 * both["mean"][1]))
+
+
+def test_metric_protocol_and_sequence_bootstrapper_orders_by_index() -> None:
+    from dllm_lit.markov import synthetic_chain
+    from dllm_lit.metrics import DuplicationRate, NgramDiversity, SequenceBootstrapper, TransitionMetrics
+    from dllm_lit.metrics.bootstrap import metric_interval
+
+    chain = synthetic_chain(9, 3, eps=0.05, seed=0)
+    x = chain.sample(30, 16, seed=1)
+    reference = TransitionMetrics(chain, per_sequence=True)
+    reference.update(x)
+    expected = reference.bootstrap_ci(num_resamples=40, seed=5)
+    # batches arrive out of order; the wrapper resamples sequences in global index order
+    wrapped = SequenceBootstrapper(TransitionMetrics(chain, per_sequence=True), num_resamples=40, seed=5)
+    for part in (torch.arange(20, 30), torch.arange(0, 7), torch.arange(7, 20)):
+        wrapped.update(x[part], index=part)
+    assert wrapped.interval() == expected
+    assert wrapped.compute() == reference.compute()
+    unordered = TransitionMetrics(chain, per_sequence=True)
+    for part in (torch.arange(20, 30), torch.arange(0, 7), torch.arange(7, 20)):
+        unordered.update(x[part])
+    assert unordered.bootstrap_ci(num_resamples=40, seed=5) != expected  # order matters bitwise
+    # no interval by policy, with a stated reason
+    dup = SequenceBootstrapper(DuplicationRate())
+    dup.update(x, index=torch.arange(30))
+    assert dup.interval() is None and metric_interval(DuplicationRate(), 10, 0.95, 0) is None
+    assert "duplicates" in DuplicationRate.interval_policy.reason
+    # the protocol's preconditions
+    with pytest.raises(ValueError, match="interval_policy"):
+        SequenceBootstrapper(torch.nn.Identity())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="per_sequence=True"):
+        TransitionMetrics(chain).bootstrap_ci()
+    with pytest.raises(ValueError, match="per_sequence=True"):
+        NgramDiversity(2).bootstrap_ci()
+    mixed = TransitionMetrics(chain, per_sequence=True)
+    mixed.update(x[:, :5])
+    with pytest.raises(ValueError, match="one length T"):
+        mixed.update(x[:, :6])
+    wrapped.reset()
+    assert wrapped.indices == [] and int(wrapped.metric.counts.sum()) == 0

@@ -26,13 +26,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torchmetrics import Metric
 
-from dllm_lit.metrics.language_model import GenerativePerplexity, MauveScore
-from dllm_lit.metrics.surface import DuplicationRate, NgramDiversity
+from dllm_lit.metrics.bootstrap import SequenceBootstrapper
+from dllm_lit.metrics.duplication_rate import DuplicationRate
+from dllm_lit.metrics.genppl import GenerativePerplexity
+from dllm_lit.metrics.mauve import MauveScore
+from dllm_lit.metrics.ngram_diversity import NgramDiversity
 from dllm_lit.metrics.transition import TransitionMetrics
 from tiny_models import build_tiny_gpt2, make_texts
 
 WORLD_SIZE = 2
-Batch = tuple[Any, ...]  # positional arguments of one ``metric.update`` call
+Batch = tuple[Any, ...]  # positional arguments of one ``metric.update`` call (a trailing dict: keyword arguments)
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,32 @@ def _transition_sparse(ctx: dict[str, Any]) -> Metric:
     return TransitionMetrics(MarkovChain.from_kernel(P), dense_max_vocab=1)
 
 
+def _transition_per_sequence(ctx: dict[str, Any]) -> Metric:
+    """Per-sequence transition codes (gathered over ranks) for the basic-bootstrap intervals."""
+    from dllm_lit.markov import MarkovChain
+
+    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
+    return TransitionMetrics(MarkovChain.from_kernel(P), per_sequence=True)
+
+
+def _indexed_token_batches(ctx: dict[str, Any]) -> list[Batch]:
+    """The token batches with global sequence indices that do not follow the rank order."""
+    batches = _token_batches(ctx)
+    sizes = [b[0].shape[0] for b in batches]
+    perm = torch.randperm(sum(sizes), generator=torch.Generator().manual_seed(1))
+    return [(b[0], {"index": idx}) for b, idx in zip(batches, perm.split(sizes))]
+
+
+def _bootstrapped_ngram2(ctx: dict[str, Any]) -> Metric:
+    return SequenceBootstrapper(NgramDiversity(n=2, per_sequence=True), num_resamples=50, seed=3)
+
+
 def _bootstrap(metric: Metric) -> tuple[float, float]:
     return metric.bootstrap_ci(num_resamples=200, seed=0)  # type: ignore[operator]
+
+
+def _interval(metric: Metric) -> Any:
+    return metric.interval()  # type: ignore[operator]
 
 
 CASES: list[MetricCase] = [
@@ -123,6 +150,12 @@ CASES: list[MetricCase] = [
     MetricCase("transition_dense", _transition_dense, _token_batches, rank0_batches=1, rtol=1e-12),
     MetricCase("transition_sparse_rank1_empty", _transition_sparse, _token_batches, rank0_batches=3, rtol=1e-12),
     MetricCase("transition_sparse", _transition_sparse, _token_batches, rank0_batches=2, rtol=1e-12),
+    MetricCase("transition_per_sequence", _transition_per_sequence, _token_batches, rank0_batches=1,
+               extra=_bootstrap, rtol=1e-12),
+    MetricCase("transition_per_sequence_rank1_empty", _transition_per_sequence, _token_batches, rank0_batches=3,
+               extra=_bootstrap, rtol=1e-12),
+    MetricCase("bootstrapper_index_order", _bootstrapped_ngram2, _indexed_token_batches, rank0_batches=1,
+               extra=_interval),
     MetricCase("genppl", _genppl, _text_batches, rank0_batches=1, extra=_bootstrap, rtol=1e-6),
     MetricCase("mauve", _mauve, _text_batches, rank0_batches=2, atol=1e-5),
     MetricCase("mauve_rank1_empty", _mauve, _text_batches, rank0_batches=3, atol=1e-5),
@@ -138,7 +171,10 @@ def _run_case(case: MetricCase, ctx: dict[str, Any], rank: int | None) -> dict[s
     if rank is not None:
         batches = batches[: case.rank0_batches] if rank == 0 else batches[case.rank0_batches :]
     for batch in batches:
-        metric.update(*batch)
+        if batch and isinstance(batch[-1], dict):
+            metric.update(*batch[:-1], **batch[-1])
+        else:
+            metric.update(*batch)
     value = metric.compute()
     extra = case.extra(metric) if case.extra is not None else None
     return {"value": value, "extra": extra}

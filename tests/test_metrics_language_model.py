@@ -17,12 +17,9 @@ import torch
 
 from dllm_lit.metrics.distributed import EmptyMetricError
 from tiny_models import build_tiny_gpt2, make_texts
-from dllm_lit.metrics.language_model import (
-    GenerativePerplexity,
-    MauveScore,
-    ModelNotAvailableError,
-    load_causal_lm,
-)
+from dllm_lit.metrics.genppl import GenerativePerplexity
+from dllm_lit.metrics.lm_loading import ModelNotAvailableError, load_causal_lm
+from dllm_lit.metrics.mauve import MauveScore
 
 @pytest.fixture(scope="module", autouse=True)
 def _single_thread():
@@ -118,11 +115,11 @@ def test_genppl_empty_and_bad_input(tiny_gpt2: str) -> None:
         m.update([])
     with pytest.raises(ValueError, match=r"`texts\[1\]` must be a str"):
         m.update(["ok", 3])  # type: ignore[list-item]
-    with pytest.raises(ValueError, match="`batch_size` must be an integer >= 1"):
+    with pytest.raises(ValueError, match="`batch_size` must be a positive integer"):
         GenerativePerplexity(tiny_gpt2, batch_size=0)
     with pytest.raises(ValueError, match="`dtype` must be one of"):
         GenerativePerplexity(tiny_gpt2, dtype="int8")
-    with pytest.raises(ValueError, match="`max_length` must be >= 2"):
+    with pytest.raises(ValueError, match="`max_length` must be an integer >= 2"):
         GenerativePerplexity(tiny_gpt2, max_length=1)
     too_long = GenerativePerplexity(tiny_gpt2, max_length=1024)
     with pytest.raises(ValueError, match="exceeds the 128 positions"):
@@ -208,8 +205,9 @@ def test_reference_feature_cache_hit_and_corruption(tiny_gpt2: str, tmp_path: Pa
     assert calls == [20, 30]  # generated batch, then the reference set once
     first.compute()
     assert calls == [20, 30]  # cached value
-    files = list((tmp_path / "cache").glob("mauve_reference_*.pt"))
-    assert len(files) == 1 and not list((tmp_path / "cache").glob("*.tmp"))
+    # one entry of the project's checksummed SettingsCache, no temporary directory left behind
+    files = list((tmp_path / "cache").glob("mauve_reference/*/features.pt"))
+    assert len(files) == 1 and not list((tmp_path / "cache").glob("mauve_reference/.tmp-*"))
 
     second = MauveScore(ref, **kwargs)
     calls = _counting(second)
@@ -245,7 +243,7 @@ def test_reference_feature_cache_hit_and_corruption(tiny_gpt2: str, tmp_path: Pa
     # different reference texts or max length -> different key
     MauveScore(ref[:-1], **kwargs).reference_features()
     MauveScore(ref, **(kwargs | {"max_text_length": 32})).reference_features()
-    assert len(list((tmp_path / "cache").glob("mauve_reference_*.pt"))) == 3
+    assert len(list((tmp_path / "cache").glob("mauve_reference/*/features.pt"))) == 3
 
 
 def test_mauve_bad_input(tiny_gpt2: str) -> None:

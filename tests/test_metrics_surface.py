@@ -9,13 +9,11 @@ import pytest
 import torch
 
 from dllm_lit.metrics.distributed import EmptyMetricError
-from dllm_lit.metrics.surface import (
-    DuplicationRate,
-    NgramDiversity,
-    distinct_ngrams_per_sequence,
-    mix64,
-    sequence_hashes,
-)
+from dllm_lit.metrics.duplication_rate import DuplicationRate
+from dllm_lit.metrics.functional.duplication import sequence_hashes
+from dllm_lit.metrics.functional.duplication import splitmix64_finalizer as mix64
+from dllm_lit.metrics.functional.ngram import distinct_ngrams_per_sequence
+from dllm_lit.metrics.ngram_diversity import NgramDiversity
 
 
 def _ref_distinct(rows: list[list[int]], n: int) -> list[int]:
@@ -106,8 +104,8 @@ def test_ngram_diversity_is_fast_and_vectorised() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "samples", "match"),
     [
-        ({"n": 0}, None, "`n` must be an integer >= 1"),
-        ({"n": 2.0}, None, "`n` must be an integer >= 1"),
+        ({"n": 0}, None, "`n` must be a positive integer"),
+        ({"n": 2.0}, None, "`n` must be a positive integer"),
         ({"n": 3}, torch.zeros(4, 2, dtype=torch.long), r"T = 2, but T >= 3"),
         ({"n": 2}, torch.zeros(0, 5, dtype=torch.long), "empty"),
         ({"n": 2}, torch.zeros(5, dtype=torch.long), "2-D"),

@@ -6,7 +6,7 @@ import torch
 
 from dllm_lit.markov import synthetic_chain
 from dllm_lit.metrics import TransitionMetrics
-from dllm_lit.metrics.transition import transition_counts
+from dllm_lit.metrics.functional.transition import transition_counts
 
 
 def reference_metrics(samples: torch.Tensor, chain) -> dict[str, float]:

@@ -1,5 +1,7 @@
-"""Results: metric accumulation during predict and the files a run writes."""
+"""Results: metric accumulation during predict and the files a run writes; the metrics of the
+table are the entries of :data:`dllm_lit.results.registry.METRICS`."""
 from dllm_lit.results.figures import plot_metric, write_figures
+from dllm_lit.results.registry import METRICS, MetricContext, MetricSpec, register
 from dllm_lit.results.writer import ResultsWriter
 
-__all__ = ["ResultsWriter", "plot_metric", "write_figures"]
+__all__ = ["METRICS", "MetricContext", "MetricSpec", "ResultsWriter", "plot_metric", "register", "write_figures"]

@@ -2,7 +2,8 @@
 
 Steps are on a log2 axis (8, 16, ..., 1024), the AR baseline (exact chain samples) is a dashed
 horizontal line, and bootstrap intervals (``<key>_ci``), when present, are drawn as bands - the
-layout of the paper's Fig. 2-4.
+layout of the paper's Fig. 2-4.  Which keys get a figure, and their axis labels, come from the
+results registry (:mod:`dllm_lit.results.registry`).
 """
 from __future__ import annotations
 
@@ -16,20 +17,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dllm_lit.atomic import atomic_write  # noqa: E402
+from dllm_lit.results import registry  # noqa: E402
 
-__all__ = ["plot_metric", "write_figures", "FIGURE_KEYS", "LABELS"]
-
-FIGURE_KEYS = ("kl", "nll", "entropy", "div3")
-LABELS = {
-    "kl": "transition KL (nats)", "nll": "NLL per token (nats)", "entropy": "transition entropy (nats)",
-    "div3": "3-gram diversity", "tv": "transition TV", "unigram_l1": "unigram L1", "div2": "2-gram diversity",
-    "dup_rate": "duplication rate", "other_mass": "other-mass rate", "support_frac": "support fraction",
-    "genppl": "GenPPL", "mauve": "MAUVE",
-}
+__all__ = ["plot_metric", "write_figures"]
 
 
 def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | None = None) -> Path:
     """Plot ``key`` against steps for every sampler in ``rows``; AR rows (steps None) dashed. Atomic write."""
+    label = registry.labels().get(key, key)
     series: dict[str, list[dict[str, Any]]] = defaultdict(list)
     ar = [r for r in rows if r.get("steps") is None and r.get(key) is not None]
     for r in rows:
@@ -52,8 +47,8 @@ def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | N
     if any(series.values()):
         ax.set_xscale("log", base=2)
     ax.set_xlabel("sampling steps")
-    ax.set_ylabel(LABELS.get(key, key))
-    ax.set_title(title or LABELS.get(key, key))
+    ax.set_ylabel(label)
+    ax.set_title(title or label)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -64,10 +59,11 @@ def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | N
     return path
 
 
-def write_figures(rows: list[dict[str, Any]], out_dir: Path, keys: tuple[str, ...] = FIGURE_KEYS) -> list[Path]:
-    """One PNG per metric key present in ``rows``: ``<out_dir>/figures/<key>_vs_steps.png``."""
+def write_figures(rows: list[dict[str, Any]], out_dir: Path, keys: tuple[str, ...] | None = None) -> list[Path]:
+    """One PNG per metric key present in ``rows``: ``<out_dir>/figures/<key>_vs_steps.png``
+    (default keys: the registry's figure keys)."""
     paths = []
-    for key in keys:
+    for key in registry.figure_keys() if keys is None else keys:
         if any(r.get(key) is not None for r in rows):
             paths.append(plot_metric(rows, key, Path(out_dir) / "figures" / f"{key}_vs_steps.png"))
     return paths

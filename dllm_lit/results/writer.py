@@ -1,22 +1,23 @@
 """The results of a predict run: metrics per (sampler, steps) row and the files a run writes.
 
-:class:`ResultsWriter` keeps, for every row of the model's grid, torchmetrics objects that are
-updated as work items finish on each process: :class:`TransitionMetrics` (count states summed
-across processes), 2- and 3-gram diversity, duplication rate, and optionally GenPPL and MAUVE on
-texts decoded by the data module.  At the end of predict the metrics are computed (synchronised
-across processes), the samples are gathered to rank 0, and rank 0 writes into ``output_dir``
-(default: the trainer's ``default_root_dir``), every file atomically:
+:class:`ResultsWriter` keeps, for every row of the run's plan, one metric per enabled entry of the
+results registry (:data:`dllm_lit.results.registry.METRICS`), each wrapped with its bootstrap
+interval (:class:`~dllm_lit.metrics.bootstrap.SequenceBootstrapper`) and updated as work items
+finish on each process, with the samples or with their decoded texts.  At the end of predict the
+metrics and intervals are computed (synchronised across processes), the samples are gathered to
+rank 0, and rank 0 writes into ``output_dir`` (default: the trainer's ``default_root_dir``), every
+file atomically:
 
-- ``metrics.json`` - a list of rows {sampler, steps, seed, nll, kl, tv, entropy, unigram_l1,
-  other_mass, support_frac, div2, div3, dup_rate[, genppl][, mauve]}, each metric with
-  ``<key>_ci: [low, high]`` (percentile bootstrap over sequences; ``null`` for dup_rate, whose
-  value under resampling-with-replacement is biased by the duplicates resampling creates, and for
-  MAUVE, which would need a k-means fit per resample);
+- ``metrics.json`` - a list of rows {sampler, steps, seed, <every registered key>}, each key with
+  ``<key>_ci: [low, high]`` under the metric's interval policy (``null`` for a metric without
+  one; no ``_ci`` entries when intervals are off); by default nll, kl, tv, entropy, unigram_l1,
+  other_mass, support_frac, div2, div3, dup_rate[, genppl][, mauve] (see ``docs/metrics.md``);
 - ``metrics.csv`` - the same rows, intervals as ``<key>_ci_low`` / ``<key>_ci_high`` columns;
 - ``samples.pt`` - {"format": "dllm_lit.samples", "version": 1, "rows": [{sampler, steps, seed,
   samples: uint8/int16 [N, T]}]};
 - ``samples.txt`` - a few decoded samples per row;
-- ``figures/<key>_vs_steps.png`` - KL, NLL, entropy and 3-gram diversity against steps.
+- ``figures/<key>_vs_steps.png`` - the registry's figure keys (KL, NLL, entropy, 3-gram diversity)
+  against steps.
 """
 from __future__ import annotations
 
@@ -31,22 +32,14 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 
+from dllm_lit import checks
 from dllm_lit.atomic import atomic_torch_save, atomic_write_text
-from dllm_lit.metrics.bootstrap import ratio_ci
-from dllm_lit.metrics.surface import DuplicationRate, NgramDiversity, distinct_ngrams_per_sequence
-from dllm_lit.metrics.transition import METRIC_KEYS, TransitionMetrics, bootstrap_transition_cis
+from dllm_lit.metrics.bootstrap import SequenceBootstrapper
+from dllm_lit.results import registry
 
 __all__ = ["ResultsWriter", "atomic_write_text", "SAMPLES_FORMAT"]
 
 SAMPLES_FORMAT = "dllm_lit.samples"
-
-
-def _row_key(sampler: str, steps: int | None) -> str:
-    return f"{sampler}@{'ar' if steps is None else steps}"
-
-
-def _float(x: Any) -> float:
-    return float(x.item()) if isinstance(x, torch.Tensor) else float(x)
 
 
 class ResultsWriter(Callback):
@@ -66,7 +59,9 @@ class ResultsWriter(Callback):
         mauve_num_buckets: k-means buckets (paper: 25) or "auto".
         max_text_length: token cap for GenPPL and MAUVE (paper: 1024).
         lm_device: device for the language models (default: the sampler's device).
-        cache_dir: MAUVE reference-feature cache (default: the data module's cache_dir).
+        cache_dir: MAUVE reference-feature cache (default: ``<the data module's cache_dir>/mauve``).
+
+    Which metrics a row holds is data: the enabled entries of :data:`dllm_lit.results.registry.METRICS`.
     """
 
     def __init__(
@@ -86,12 +81,10 @@ class ResultsWriter(Callback):
         lm_device: str | None = None,
         cache_dir: str | None = None,
     ) -> None:
-        if bootstrap_resamples < 0 or bootstrap_resamples == 1:
+        if checks.integer("bootstrap_resamples", bootstrap_resamples, minimum=0) == 1:
             raise ValueError(f"bootstrap_resamples must be 0 (off) or >= 2, got {bootstrap_resamples}")
-        if not 0.0 < confidence < 1.0:
-            raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-        if num_text_examples < 0:
-            raise ValueError(f"num_text_examples must be >= 0, got {num_text_examples}")
+        checks.real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
+        checks.integer("num_text_examples", num_text_examples, minimum=0)
         self.output_dir = output_dir
         self.bootstrap_resamples = bootstrap_resamples
         self.confidence = confidence
@@ -114,48 +107,30 @@ class ResultsWriter(Callback):
 
         ``reference_samples(n)`` returns n exact chain samples disjoint from the plan's rows.
         """
-        if self.mauve_featurizer and reference_samples is None:
-            raise ValueError("MAUVE needs reference samples (mauve_featurizer was set): wire the run with a data module")
-        if (self.genppl_model or self.mauve_featurizer) and decoder is None:
-            raise ValueError("GenPPL / MAUVE need a text decoder for the chain's tokens: wire the run with a data module")
+        specs = registry.enabled_specs(self)
+        needs = {"reference samples": [sp.name for sp in specs if sp.reference and reference_samples is None],
+                 "a text decoder for the chain's tokens": [sp.name for sp in specs if sp.reads == "texts" and decoder is None]}
+        for what, names in needs.items():
+            if names:
+                raise ValueError(f"metric(s) {', '.join(names)} need {what}: wire the run with a data module")
         self.plan, self.chain, self.decoder = plan, chain, decoder
         self.reference_samples = reference_samples
         self.run_info = dict(run_info or {})
 
     # ------------------------------------------------------------------ accumulation
-    def _metrics_for_row(self, chain, reference_texts: list[str] | None, device: str | None, cache_dir: str | None) -> dict[str, Any]:
-        m: dict[str, Any] = {
-            "transition": TransitionMetrics(chain),
-            "div2": NgramDiversity(2),
-            "div3": NgramDiversity(3),
-            "dup_rate": DuplicationRate(),
-        }
-        if self.genppl_model:
-            from dllm_lit.metrics.language_model import GenerativePerplexity
-
-            m["genppl"] = GenerativePerplexity(self.genppl_model, batch_size=self.genppl_batch_size,
-                                               max_length=self.max_text_length, device=device)
-        if self.mauve_featurizer:
-            from dllm_lit.metrics.language_model import MauveScore
-
-            m["mauve"] = MauveScore(reference_texts, featurizer=self.mauve_featurizer, max_text_length=self.max_text_length,
-                                    num_buckets=self.mauve_num_buckets, device=device, cache_dir=cache_dir)
-        return m
-
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.plan is None:
             raise ValueError("the results writer is not wired: call dllm_lit.engine.connect(...) before predict")
-        self._decoder = self.decoder if (self.genppl_model or self.mauve_featurizer or self.num_text_examples) else None
-        reference_texts = None
-        if self.mauve_featurizer:
-            ref = self.reference_samples(self.mauve_num_reference)
-            reference_texts = self._decoder.decode_batch(ref)
-        device = self.lm_device or str(pl_module.device)
-        data_cache = self.run_info.get("cache_dir")
-        cache_dir = self.cache_dir or (str(Path(data_cache) / "mauve") if data_cache else None)
-        self._order: list[tuple[str, int | None]] = [(r.name, r.steps) for r in self.plan.rows]
-        self.metrics = {_row_key(s, k): self._metrics_for_row(self.chain, reference_texts, device, cache_dir) for s, k in self._order}
-        self._chunks: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {key: [] for key in self.metrics}
+        self._specs = registry.enabled_specs(self)
+        self._reads_texts = any(spec.reads == "texts" for spec in self._specs)
+        self._decoder = self.decoder if (self._reads_texts or self.num_text_examples) else None
+        context = registry.MetricContext(
+            self.chain, self, device=self.lm_device or str(pl_module.device), intervals=self.bootstrap_resamples > 0,
+            data_cache_dir=self.run_info.get("cache_dir"), reference_samples=self.reference_samples, decoder=self.decoder)
+        self.metrics = [[SequenceBootstrapper(spec.build(context), self.bootstrap_resamples, self.confidence,
+                                              int(self.plan.seed), policy=spec.interval) for spec in self._specs]
+                        for _ in self.plan.rows]
+        self._chunks: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in self.plan.rows]
 
     def on_predict_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         """Name the row being sampled in the progress bar, e.g. ``mdlm steps=64``."""
@@ -165,22 +140,16 @@ class ResultsWriter(Callback):
             bar.set_description(f"{row.name} " + ("AR" if row.steps is None else f"steps={row.steps}"))
 
     def on_predict_batch_end(self, trainer, pl_module, outputs: dict[str, Any], batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        row = self.plan.rows[int(outputs["row"])]
-        key = _row_key(row.name, row.steps)
-        x = outputs["samples"]
-        metrics = self.metrics[key]
-        for name in ("transition", "div2", "div3", "dup_rate"):
-            metrics[name].update(x)
-        if "genppl" in metrics or "mauve" in metrics:
-            texts = self._decoder.decode_batch(x.long())
-            for name in ("genppl", "mauve"):
-                if name in metrics:
-                    metrics[name].update(texts)
-        self._chunks[key].append((outputs["index"], x))
+        row = int(outputs["row"])
+        x, index = outputs["samples"], outputs["index"]
+        texts = self._decoder.decode_batch(x.long()) if self._reads_texts else None
+        for spec, metric in zip(self._specs, self.metrics[row]):
+            metric.update(x if spec.reads == "ids" else texts, index=index)
+        self._chunks[row].append((index, x))
 
     # ------------------------------------------------------------------ end of predict
-    def _gather_samples(self, key: str) -> torch.Tensor:
-        chunks = self._chunks[key]
+    def _gather_samples(self, row: int) -> torch.Tensor:
+        chunks = self._chunks[row]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             gathered: list[Any] = [None] * dist.get_world_size()
             dist.all_gather_object(gathered, chunks)
@@ -191,23 +160,15 @@ class ResultsWriter(Callback):
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         seed = int(self.plan.seed)
         rows, all_samples = [], []
-        for sampler, steps in self._order:
-            key = _row_key(sampler, steps)
-            m = self.metrics[key]
-            row: dict[str, Any] = {"sampler": sampler, "steps": steps, "seed": seed}
-            values = m["transition"].compute()  # collective: every process computes every row in order
-            row.update({k: values[k] for k in METRIC_KEYS})
-            for name in ("div2", "div3", "dup_rate", "genppl", "mauve"):
-                if name in m:
-                    row[name] = _float(m[name].compute())
-            samples = self._gather_samples(key)
-            if "genppl" in m and self.bootstrap_resamples:  # collective: on every process
-                row["genppl_ci"] = list(m["genppl"].bootstrap_ci(num_resamples=self.bootstrap_resamples,
-                                                                 confidence=self.confidence, seed=seed or 0))
-            if trainer.is_global_zero:
-                self._add_intervals(row, m, samples, self.chain, seed or 0)
+        for i, plan_row in enumerate(self.plan.rows):  # collectives: every process computes every row in order
+            row: dict[str, Any] = {"sampler": plan_row.name, "steps": plan_row.steps, "seed": seed}
+            for spec, metric in zip(self._specs, self.metrics[i]):
+                row.update(spec.values(metric.compute()))
+            if self.bootstrap_resamples:
+                for spec, metric in zip(self._specs, self.metrics[i]):
+                    row.update(spec.intervals(metric.interval()))
             rows.append(row)
-            all_samples.append(samples)
+            all_samples.append(self._gather_samples(i))
         self.rows = rows
         if trainer.is_global_zero:
             out = Path(self.output_dir or trainer.default_root_dir)
@@ -218,22 +179,6 @@ class ResultsWriter(Callback):
 
                 write_figures(rows, out)
             self.log_rows(trainer, rows)
-
-    def _add_intervals(self, row: dict[str, Any], m: dict[str, Any], samples: torch.Tensor, chain, seed: int) -> None:
-        if self.bootstrap_resamples == 0:
-            return
-        R, conf = self.bootstrap_resamples, self.confidence
-        x = samples.long()
-        cis = bootstrap_transition_cis(x, chain, num_resamples=R, confidence=conf, seed=seed)
-        for k in METRIC_KEYS:
-            row[f"{k}_ci"] = list(cis[k])
-        for n in (2, 3):  # rank 0 only, on the gathered samples: no collectives here
-            distinct = distinct_ngrams_per_sequence(x, n).double()
-            windows = torch.full_like(distinct, x.shape[1] - n + 1)
-            row[f"div{n}_ci"] = list(ratio_ci(distinct, windows, num_resamples=R, confidence=conf, seed=seed))
-        row["dup_rate_ci"] = None
-        if "mauve" in m:
-            row["mauve_ci"] = None
 
     # ------------------------------------------------------------------ files
     @staticmethod
@@ -253,7 +198,8 @@ class ResultsWriter(Callback):
         for fr in flat_rows:
             fields += [k for k in fr if k not in fields]
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=fields or ["sampler", "steps", "seed", *METRIC_KEYS], restval="")
+        default = ["sampler", "steps", "seed", *registry.METRICS[0].keys]  # header of a run without rows
+        w = csv.DictWriter(buf, fieldnames=fields or default, restval="")
         w.writeheader()
         w.writerows(flat_rows)
         atomic_write_text(out / "metrics.csv", buf.getvalue())

@@ -1,0 +1,181 @@
+"""The metrics of the results table, as data: one :class:`MetricSpec` per metric in :data:`METRICS`.
+
+The results writer and the figures iterate over this list; neither names a metric.  A row of
+``metrics.json`` holds ``sampler, steps, seed``, then the values of every enabled spec's keys (in
+this order), then -- when intervals are on -- ``<key>_ci`` for every key: ``[low, high]`` under
+the spec's interval policy, or ``null`` when the policy has none.
+
+Adding a metric takes one metric module and one line here:
+
+1. ``dllm_lit/metrics/<name>.py``: a torchmetrics ``Metric`` declaring an ``interval_policy``; with
+   an interval it also gives its per-sequence sufficient statistics
+   (:class:`~dllm_lit.metrics.bootstrap.SequenceBootstrapMixin`).
+2. One entry in :data:`METRICS`, e.g.
+   ``MetricSpec(("mean_token",), lambda c: MeanTokenId(), labels={"mean_token": "mean token id"}, figures=("mean_token",))``.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from torchmetrics import Metric
+
+from dllm_lit import checks
+from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.metrics.bootstrap import IntervalPolicy
+from dllm_lit.metrics.duplication_rate import DuplicationRate
+from dllm_lit.metrics.functional.transition import METRIC_KEYS
+from dllm_lit.metrics.genppl import GenerativePerplexity
+from dllm_lit.metrics.mauve import MauveScore
+from dllm_lit.metrics.ngram_diversity import NgramDiversity
+from dllm_lit.metrics.transition import TransitionMetrics
+
+__all__ = ["METRICS", "MetricContext", "MetricSpec", "enabled_specs", "figure_keys", "labels", "register"]
+
+
+@dataclass
+class MetricContext:
+    """What a spec's ``build`` may use; one per run, shared by the rows.
+
+    Attributes:
+        chain: the run's Markov chain.
+        options: the results writer (its constructor options: ``genppl_model``, ``max_text_length``, ...).
+        device: device for language models (the writer's ``lm_device`` or the sampler's device).
+        intervals: whether intervals will be asked for (metrics then keep per-sequence statistics).
+        data_cache_dir: the data module's cache directory, if any.
+        reference_samples: ``n -> LongTensor[n, T]`` exact chain samples disjoint from the rows, if wired.
+        decoder: the chain's text decoder, if wired.
+    """
+
+    chain: MarkovChain
+    options: Any
+    device: str | None = None
+    intervals: bool = True
+    data_cache_dir: str | None = None
+    reference_samples: Callable[[int | None], Any] | None = None
+    decoder: Any = None
+
+    def cache_dir(self, name: str) -> str | None:
+        """On-disk cache of a metric: the writer's ``cache_dir`` if set, else ``<data cache>/<name>``."""
+        if getattr(self.options, "cache_dir", None):
+            return self.options.cache_dir
+        return os.path.join(self.data_cache_dir, name) if self.data_cache_dir else None
+
+    @cached_property
+    def reference_texts(self) -> list[str]:
+        """``options.mauve_num_reference`` exact chain samples decoded to text (once per run)."""
+        if self.reference_samples is None or self.decoder is None:
+            raise ValueError("reference texts need the run's reference samples and decoder: wire the run with a data module")
+        return self.decoder.decode_batch(self.reference_samples(getattr(self.options, "mauve_num_reference", None)))
+
+
+def _always(options: Any) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric of the results table.
+
+    Attributes:
+        keys: its result keys, in row order; a metric whose ``compute()`` returns a dict gives these
+            keys, any other gives the one value of ``keys[0]``.
+        build: ``MetricContext -> Metric``, called once per row.
+        reads: ``"ids"`` (the samples, ``LongTensor[n, T]``) or ``"texts"`` (them decoded).
+        interval: its interval policy; None = the metric's own ``interval_policy``.
+        labels: axis label of each key in figures (default: the key).
+        figures: keys drawn as ``figures/<key>_vs_steps.png``.
+        enabled: predicate on the writer's options (e.g. a language model was named).
+        reference: whether ``build`` reads ``context.reference_texts``.
+    """
+
+    keys: tuple[str, ...]
+    build: Callable[[MetricContext], Metric]
+    reads: str = "ids"
+    interval: IntervalPolicy | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    figures: tuple[str, ...] = ()
+    enabled: Callable[[Any], bool] = _always
+    reference: bool = False
+
+    def __post_init__(self) -> None:
+        keys = tuple(self.keys)
+        if not keys or len(set(keys)) != len(keys) or not all(isinstance(k, str) and k for k in keys):
+            raise ValueError(f"keys must be distinct non-empty strings, got {self.keys!r}")
+        object.__setattr__(self, "keys", keys)
+        checks.choice("reads", self.reads, ("ids", "texts"))
+        unknown = (set(self.labels) | set(self.figures)) - set(keys)
+        if unknown:
+            raise ValueError(f"labels and figures must name keys of the spec {keys}, got {sorted(unknown)}")
+
+    @property
+    def name(self) -> str:
+        return self.keys[0] if len(self.keys) == 1 else "+".join(self.keys)
+
+    def values(self, computed: Any) -> dict[str, float]:
+        """``{key: float}`` from the metric's ``compute()``."""
+        if isinstance(computed, Mapping):
+            return {k: _float(computed[k]) for k in self.keys}
+        if len(self.keys) != 1:
+            raise ValueError(f"metric {self.name} returned one value for {len(self.keys)} keys")
+        return {self.keys[0]: _float(computed)}
+
+    def intervals(self, interval: Any) -> dict[str, list[float] | None]:
+        """``{"<key>_ci": [low, high] or None}`` from the metric's interval."""
+        if interval is None:
+            return {f"{k}_ci": None for k in self.keys}
+        if isinstance(interval, Mapping):
+            return {f"{k}_ci": list(interval[k]) for k in self.keys}
+        return {f"{self.keys[0]}_ci": list(interval)}
+
+
+def _float(x: Any) -> float:
+    return float(x.item()) if hasattr(x, "item") else float(x)
+
+
+#: the results table, in row order
+METRICS: list[MetricSpec] = [
+    MetricSpec(METRIC_KEYS, lambda c: TransitionMetrics(c.chain, per_sequence=c.intervals),
+               labels={"nll": "NLL per token (nats)", "kl": "transition KL (nats)", "tv": "transition TV",
+                       "entropy": "transition entropy (nats)", "unigram_l1": "unigram L1",
+                       "other_mass": "other-mass rate", "support_frac": "support fraction"},
+               figures=("kl", "nll", "entropy")),
+    MetricSpec(("div2",), lambda c: NgramDiversity(2, per_sequence=c.intervals), labels={"div2": "2-gram diversity"}),
+    MetricSpec(("div3",), lambda c: NgramDiversity(3, per_sequence=c.intervals), labels={"div3": "3-gram diversity"},
+               figures=("div3",)),
+    MetricSpec(("dup_rate",), lambda c: DuplicationRate(), labels={"dup_rate": "duplication rate"}),
+    MetricSpec(("genppl",), lambda c: GenerativePerplexity(
+        c.options.genppl_model, batch_size=c.options.genppl_batch_size, max_length=c.options.max_text_length,
+        device=c.device), reads="texts", labels={"genppl": "GenPPL"}, enabled=lambda o: bool(o.genppl_model)),
+    MetricSpec(("mauve",), lambda c: MauveScore(
+        c.reference_texts, featurizer=c.options.mauve_featurizer, max_text_length=c.options.max_text_length,
+        num_buckets=c.options.mauve_num_buckets, device=c.device, cache_dir=c.cache_dir("mauve")),
+        reads="texts", reference=True, labels={"mauve": "MAUVE"}, enabled=lambda o: bool(o.mauve_featurizer)),
+]
+
+
+def register(spec: MetricSpec) -> MetricSpec:
+    """Append ``spec`` to :data:`METRICS` (its keys must be new); returns it."""
+    taken = {k for s in METRICS for k in s.keys} & set(spec.keys)
+    if taken:
+        raise ValueError(f"result keys {sorted(taken)} are already registered")
+    METRICS.append(spec)
+    return spec
+
+
+def enabled_specs(options: Any) -> list[MetricSpec]:
+    """The specs whose ``enabled(options)`` holds, in table order."""
+    return [s for s in METRICS if s.enabled(options)]
+
+
+def labels() -> dict[str, str]:
+    """Figure label of every registered key."""
+    return {k: v for s in METRICS for k, v in s.labels.items()}
+
+
+def figure_keys() -> tuple[str, ...]:
+    """The keys drawn as figures, in table order of their specs."""
+    return tuple(k for s in METRICS for k in s.figures)
