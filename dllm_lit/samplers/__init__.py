@@ -1,7 +1,10 @@
 """Reverse-diffusion samplers, each a LightningModule driven by a frozen denoiser."""
 from dllm_lit.samplers.ar import AR
 from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.fhs import FHS
+from dllm_lit.samplers.klass import KLASS
 from dllm_lit.samplers.llada import LLaDA
+from dllm_lit.samplers.maskgit import MaskGIT
 from dllm_lit.samplers.mdlm import MDLM
 from dllm_lit.samplers.mdlm_paper import MDLMPaper
 from dllm_lit.samplers.nucleus import top_p_filter
@@ -9,3 +12,4 @@ from dllm_lit.samplers.remdm import ReMDM
 from dllm_lit.samplers.sedd import SEDD
 
 __all__ = ["AR", "LLaDA", "MDLM", "MDLMPaper", "ReMDM", "SEDD", "Sampler", "top_p_filter"]
+__all__ += ["FHS", "KLASS", "MaskGIT"]
