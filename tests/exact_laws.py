@@ -146,6 +146,8 @@ def maskgit_law(chain: MarkovChain, T: int, steps: int, choice_temperature: floa
     """Exact output law of MaskGIT decoding: enumerate the proposals at the masked positions, then
     the committed set - the complement of the ``keep`` lowest scores log p(x̂) + c G, a Gumbel top-k
     (Plackett-Luce with weights p(x̂)^(1/c)) for c > 0, the strict-threshold rule with ties at c = 0."""
+    import math
+
     M, V = chain.mask_id, chain.vocab_size
     post = PosteriorCache(chain)
     dist: dict[State, float] = {(M,) * T: 1.0}
@@ -175,7 +177,7 @@ def maskgit_law(chain: MarkovChain, T: int, steps: int, choice_temperature: floa
                                 for A in range(1 << len(masked)) if bin(A).count("1") == size and f[A] > 0]
                 else:
                     rc = [round(x, TIE_DECIMALS) for x in conf]
-                    cut = sorted(rc)[keep]
+                    cut = (sorted(rc) + [math.inf] * (T - len(masked)))[keep]  # committed tokens score +inf
                     outcomes = [(tuple(i for i in range(len(masked)) if not rc[i] < cut), 1.0)]
                 for committed, q in outcomes:
                     zz = list(z)
