@@ -188,7 +188,7 @@ def maskgit_law(chain: MarkovChain, T: int, steps: int, choice_temperature: floa
     return law_vector(dist, V, T)
 
 
-def _schedule(n: int, S: int) -> list[int]:
+def transfer_counts(n: int, S: int) -> list[int]:
     return [n // S + (1 if i < n % S else 0) for i in range(S)]
 
 
@@ -219,7 +219,7 @@ def klass_law(chain: MarkovChain, T: int, steps: int, conf_threshold: float, kl_
     dist: dict = {((M,) * T, (None,) * H): 1.0}
     for blk in range(nb):
         lo, hi = blk * bl, (blk + 1) * bl
-        for s, k in enumerate(_schedule(bl, S)):
+        for s, k in enumerate(transfer_counts(bl, S)):
             new: dict = defaultdict(float)
             for (z, past), pz in dist.items():
                 masked = [i for i in range(lo, hi) if z[i] == M]
