@@ -13,25 +13,11 @@ from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers.llada import LLaDA, prompt_law
-from exact_laws import PosteriorCache, chain_law, law_vector
+from exact_laws import TIE_DECIMALS, PosteriorCache, chain_law, law_vector
+from exact_laws import proposal_options as _proposal, transfer_counts
 
 V, T, N = 3, 4, 20000
 ALPHA = 0.01
-TIE_DECIMALS = 9  # confidences equal to 9 decimals are ties (exact ties in the sampler's float output)
-
-
-def _schedule(n: int, S: int) -> list[int]:
-    return [n // S + (1 if i < n % S else 0) for i in range(S)]
-
-
-def _proposal(g: torch.Tensor, temperature: float) -> list[tuple[int, float]]:
-    """(token, prob) options of the proposal at one position with exact marginal g [V]."""
-    if temperature == 0:
-        top = float(g.max())
-        return [(next(v for v in range(V) if float(g[v]) >= top - 1e-9), 1.0)]
-    w = g.clamp_min(0) ** (1.0 / temperature)
-    w = w / w.sum()
-    return [(v, float(w[v])) for v in range(V) if w[v] > 0]
 
 
 def llada_law(chain: MarkovChain, T: int, steps: int, remasking: str, temperature: float,
@@ -47,7 +33,7 @@ def llada_law(chain: MarkovChain, T: int, steps: int, remasking: str, temperatur
     S = steps // nb
     for blk in range(nb):
         lo, hi = prompt_len + blk * bl, prompt_len + (blk + 1) * bl
-        for k in _schedule(bl, S):
+        for k in transfer_counts(bl, S):
             if k == 0:
                 continue
             new: dict = defaultdict(float)

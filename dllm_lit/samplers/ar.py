@@ -69,6 +69,10 @@ class AR(Sampler):
     def settings(self) -> dict:
         return {"class": "AR", "beta": self.beta, "denoiser": None}
 
+    def nfe(self, seq_len: int, steps: int | None) -> None:
+        """None: exact chain sampling evaluates no denoiser."""
+        return None
+
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int) -> torch.Tensor:
         """x_0 ~ pi, x_t ~ P_beta(. | x_{t-1}): ``MarkovChain.sample`` with the sharpened top-K rows."""
         if self.chain is None:

@@ -53,9 +53,9 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_stored_cdf, sharpen, tempered_draw
+from dllm_lit.samplers.draws import StepUniforms, categorical, tempered_draw
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
-from dllm_lit.samplers.posterior_cache import PosteriorCache
+from dllm_lit.samplers.proposals import Proposals
 from dllm_lit.samplers.selection import topk_stable, transfer_schedule
 
 __all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "prompt_law"]
@@ -172,6 +172,17 @@ class LLaDA(Sampler):
         if steps is not None and nb > 0 and steps % nb:  # upstream asserts steps % num_blocks == 0
             raise ValueError(f"steps={steps} must be divisible by the number of blocks ({nb}) for seq_len={seq_len}")
 
+    def nfe(self, seq_len: int, steps: int | None) -> float | None:
+        """Steps that commit at least one token: min(S, n) per block of n masked positions (S = steps / blocks).
+
+        Upstream calls the model at every step, also at steps with k = 0 (steps > block length);
+        those steps change nothing and are not counted (see docs/nfe.md).
+        """
+        P, bl, nb = self._blocks(seq_len)
+        if steps is None or nb == 0:
+            return 0.0
+        return float(sum(1 for k in transfer_schedule(bl, steps // nb) if k > 0) * nb)
+
     # ------------------------------------------------------------------ sampling
     def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int) -> torch.Tensor:
         """All-MASK [B, T] with the prompt (fixed or drawn per sequence) written in."""
@@ -196,30 +207,14 @@ class LLaDA(Sampler):
         tok_u = StepUniforms(seed, indices, steps)
         if self.remasking == "random":
             return self._generate_random(x, P, bl, nb, S, steps, seed, indices, tok_u)
-        V = self.vocab_size
         for blk in range(nb):
             lo, hi = P + blk * bl, P + (blk + 1) * bl
             n = int((x[0, lo:hi] == M).sum())  # same in every row (prompt positions are shared)
-            cache = None
-            if self.use_cache and PosteriorCache.fits(B, 2 * V + 2, length=hi - lo):
-                cache = PosteriorCache(den, B, lo, hi, self._proposal_features,
-                                       {"cdf": ((V,), torch.float64), "probs": ((V,), torch.float32),
-                                        "argmax": ((), torch.int64)}, dev)
+            props = Proposals(den, self.temperature, B, lo, hi, dev, use_cache=self.use_cache)
             for i, k in enumerate(transfer_schedule(n, S)):
                 if k > 0:
-                    self._low_confidence_step(x, lo, hi, k, blk * S + i, tok_u, cache)
+                    self._low_confidence_step(x, lo, hi, k, blk * S + i, tok_u, props)
         return x
-
-    def _proposal_features(self, probs: torch.Tensor) -> dict[str, torch.Tensor]:
-        """What a low-confidence step needs per position: the proposal law's cdf, p itself, argmax."""
-        tau = self.temperature
-        if tau == 0:
-            law = probs
-        elif tau == 1:
-            law = probs
-        else:
-            law = sharpen(probs, 1.0 / tau)
-        return {"cdf": law.to(torch.float64).cumsum(-1), "probs": probs.to(torch.float32), "argmax": probs.argmax(-1)}
 
     def _generate_random(self, x: torch.Tensor, P: int, bl: int, nb: int, S: int, steps: int, seed: int,
                          indices: torch.Tensor, tok_u: StepUniforms) -> torch.Tensor:
@@ -234,27 +229,16 @@ class LLaDA(Sampler):
         return decode_in_order(self.denoiser, x, decode, steps - 1, draw)
 
     def _low_confidence_step(self, x: torch.Tensor, lo: int, hi: int, k: int, j: int, tok_u: StepUniforms,
-                             cache: PosteriorCache | None = None) -> None:
+                             props: Proposals) -> None:
         """Propose at every masked position of the block, commit the k most confident (ties -> lower position).
 
-        With a :class:`PosteriorCache` the posterior-derived features are reused where the nearest
+        :class:`~dllm_lit.samplers.proposals.Proposals` reuses posterior features where the nearest
         revealed neighbours did not change; the draws are identical to recomputing them.
         """
         M, B = self.mask_id, x.shape[0]
         b, p = (x[:, lo:hi] == M).nonzero(as_tuple=True)
         p = p + lo
-        if cache is None:
-            probs = self.denoiser.probs_at(x, b, p)
-            tok = tempered_draw(probs, tok_u.at(j, b, p), self.temperature)
-            conf = probs.gather(1, tok[:, None]).squeeze(1).to(torch.float64)
-        else:
-            cache.refresh(x)
-            if self.temperature == 0:
-                tok = cache.get("argmax", b, p)
-            else:
-                cdf = cache.store["cdf"]
-                tok = categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), cache.rows(b, p), tok_u.at(j, b, p))
-            conf = cache.get("probs", b, p, tok).to(torch.float64)
+        tok, conf, _ = props.propose(x, b, p, tok_u.at(j, b, p))
         score = torch.full((B, hi - lo), -math.inf, dtype=torch.float64, device=x.device)
         score[b, p - lo] = conf
         proposal = torch.zeros((B, hi - lo), dtype=torch.long, device=x.device)

@@ -42,11 +42,20 @@ class MDLM(Sampler):
         self.decoding = checks.choice("decoding", decoding, DECODING)
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
+
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples and, per sequence, the denoiser evaluations of upstream's ddpm_cache loop.
+
+        ddpm_cache reuses p(x0 | z) while the state is unchanged, so a sequence (as a batch of one)
+        costs one evaluation per step at which at least one of its positions unmasks, plus one for
+        the final argmax fill if a position is still masked (docs/nfe.md).
+        """
         if self.decoding == "ordered":
             return self._generate_ordered(indices, seq_len, steps, seed)
         return self._generate_stepwise(indices, seq_len, steps, seed)
 
-    def _generate_ordered(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+    def _generate_ordered(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         den = self.denoiser
         B, T, M = indices.numel(), seq_len, self.mask_id
         uni = StepUniforms(seed, indices, steps)
@@ -58,14 +67,17 @@ class MDLM(Sampler):
             return probs.argmax(-1) if j == steps else categorical(probs, uni.at(j, b, p, slot=1))
 
         z = torch.full((B, T), M, dtype=torch.long, device=indices.device)
-        return decode_in_order(den, z, decode_step, steps, draw)
+        x = decode_in_order(den, z, decode_step, steps, draw)
+        used = torch.zeros((B, steps + 1), dtype=torch.bool, device=z.device).scatter_(1, decode_step, True)
+        return x, used.sum(1).to(torch.float64)
 
-    def _generate_stepwise(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+    def _generate_stepwise(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         den = self.denoiser
         B, T, M = indices.numel(), seq_len, self.mask_id
         z = torch.full((B, T), M, dtype=torch.long, device=indices.device)
         uni = StepUniforms(seed, indices, steps)
         ts = time_grid(steps).tolist()
+        nfe = torch.zeros(B, dtype=torch.float64, device=z.device)
         for j in range(steps):
             t, s = ts[j], ts[j + 1]
             u = uni.grid(j, T)
@@ -73,6 +85,8 @@ class MDLM(Sampler):
             b, p = move.nonzero(as_tuple=True)
             if b.numel() == 0:
                 continue
+            nfe += move.any(1)
             probs = den.probs_at(z, b, p)
             z[b, p] = categorical(probs, uni.at(j, b, p, slot=1))
-        return argmax_fill(den, z)
+        nfe += (z == M).any(1)
+        return argmax_fill(den, z), nfe

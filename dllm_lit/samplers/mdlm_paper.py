@@ -42,6 +42,10 @@ class MDLMPaper(Sampler):
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128) -> None:
         super().__init__(denoiser=denoiser, steps=steps)
 
+    def nfe(self, seq_len: int, steps: int | None) -> float | None:
+        """Steps that commit at least one token: min(steps, T) (docs/nfe.md)."""
+        return float(min(steps, seq_len))
+
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         z = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
         decode = random_order_steps(seed, indices, steps, seq_len, 0, seq_len, 1)

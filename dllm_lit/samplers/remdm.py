@@ -155,6 +155,10 @@ class ReMDM(Sampler):
             return m_t, m_s, self.eta * smax
         return m_t, m_s, smax if self.eta_cap is None else min(self.eta_cap, smax)
 
+    def nfe(self, seq_len: int, steps: int | None) -> float | None:
+        """steps + 1: upstream calls the model at every step (remasking can change any state) and for the final fill."""
+        return float(steps + 1)
+
     # ------------------------------------------------------------------ sampling
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         den = self.denoiser

@@ -146,6 +146,10 @@ class SEDD(Sampler):
         self.t_min = checks.real("t_min", t_min, 0.0, 1.0, low_open=True, high_open=True)
         self.noise_eps = checks.real("noise_eps", noise_eps, 0.0, 1.0, low_open=True, high_open=True)
 
+    def nfe(self, seq_len: int, steps: int | None) -> float | None:
+        """steps + 1: upstream evaluates the score at every predictor step and at the final denoise step."""
+        return float(steps + 1)
+
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         den, M, T = self.denoiser, self.mask_id, seq_len
         B, dev = indices.numel(), indices.device

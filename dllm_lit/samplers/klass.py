@@ -1,0 +1,147 @@
+"""KLASS: KL-Adaptive Stability Sampling; see ``docs/samplers/klass.md``.
+
+Kim et al., "KLASS: KL-Adaptive Stability Sampling for Fast Inference in Masked Diffusion Models"
+(arXiv:2511.05664); followed in shkim0116/KLASS ``src/model/llada_klass.py``
+(``stable_confident_decode`` with ``alg="klass"``, ``unmask_strategy="all"``).
+
+LLaDA's semi-autoregressive loop (blocks of ``block_length``, S = steps / blocks steps per block,
+LLaDA's transfer counts k_s) with an extra commit rule.  At step s of a block, for every sequence
+whose block still has masked positions (one denoiser call; a finished block is skipped):
+
+* p_l = p(x0_l | z) at every masked position l of the block; proposal x̂_l = argmax p_l
+  (temperature 0, upstream default) or x̂_l ~ p_l^(1/tau); confidence c_l = p_l(x̂_l);
+* KL_l = sum_v p_l(v) [log(p_l(v) + 1e-12) - log(q_l(v) + 1e-12)], q_l = position l's row at the
+  sequence's previous denoiser call (the previous block's last call at s = 0; all zeros before the
+  first call), kept in a history of the last H values;
+* ready: s >= H - 1 and the last H KL values are all < ``kl_threshold`` and c_l > ``conf_threshold``;
+* if any position is ready, every ready position commits its proposal; otherwise the k_s most
+  confident masked positions of the block commit (ties -> lower position), as LLaDA.
+
+Departures from upstream (both only where upstream would misbehave; see the docs page):
+
+* the fallback takes min(k_s, #masked) positions: upstream's ``topk`` would also pick positions
+  that are already decoded or outside the block when ready steps got ahead of the schedule;
+* the last step of a block commits every remaining proposal: upstream can otherwise leave MASK
+  tokens in a block for good (ready steps that commit fewer than k_s tokens).
+
+NFE: one per step at which the sequence's block still had a masked position, per sequence
+(``generate_with_nfe``).  Memory: the previous posterior row per position of the block
+(B x block x V, float64) plus the proposal cache of
+:class:`~dllm_lit.samplers.proposals.Proposals`.  Uniforms: Stream.TOKEN at (global step, position).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dllm_lit import checks
+from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.draws import StepUniforms
+from dllm_lit.samplers.proposals import Proposals
+from dllm_lit.samplers.selection import transfer_schedule
+
+__all__ = ["KLASS", "KL_EPS", "stability_kl"]
+
+#: upstream's additive epsilon inside both logarithms of the KL
+KL_EPS = 1e-12
+
+
+def stability_kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KLASS's KL(p || q) per row in float64, with 1e-12 added inside both logarithms (upstream formula)."""
+    p, q = p.to(torch.float64), q.to(torch.float64)
+    return (p * (torch.log(p + KL_EPS) - torch.log(q + KL_EPS))).sum(-1)
+
+
+class KLASS(Sampler):
+    """KLASS decoding (see module docstring).
+
+    Args:
+        denoiser: frozen denoiser (None: the chain's exact oracle).
+        steps: total steps (or a grid); must be divisible by the number of blocks.
+        conf_threshold: tau_c in (0, 1]: commit only if the proposal's probability exceeds it (upstream 0.9).
+        kl_threshold: tau_KL >= 0: every one of the last ``history`` KL values must be below it (upstream 0.01).
+        history: H >= 1, number of KL values checked (upstream 2).
+        block_length: semi-autoregressive block length; None = one block of length T (upstream scripts use 64).
+        temperature: tau >= 0 of the proposal (upstream 0 = argmax).
+    """
+
+    sampler_name = "klass"
+
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, conf_threshold: float = 0.9,
+                 kl_threshold: float = 0.01, history: int = 2, block_length: int | None = None,
+                 temperature: float = 0.0) -> None:
+        super().__init__(denoiser=denoiser, steps=steps)
+        self.conf_threshold = checks.probability("conf_threshold", conf_threshold)
+        self.kl_threshold = checks.real("kl_threshold", kl_threshold, 0.0)
+        self.history = checks.integer("history", history)
+        self.block_length = checks.optional_integer("block_length", block_length)
+        self.temperature = checks.real("temperature", temperature, 0.0)
+        #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
+        self.use_cache = True
+
+    def _blocks(self, seq_len: int) -> tuple[int, int]:
+        bl = self.block_length or seq_len
+        return bl, seq_len // bl
+
+    def check_run(self, seq_len: int, steps: int | None) -> None:
+        """block_length divides T and steps divide into the blocks (upstream asserts both)."""
+        if self.block_length is not None and seq_len % self.block_length:
+            raise ValueError(f"block_length={self.block_length} must divide seq_len={seq_len}")
+        _, nb = self._blocks(seq_len)
+        if steps is not None and steps % nb:
+            raise ValueError(f"steps={steps} must be divisible by the number of blocks ({nb}) for seq_len={seq_len}")
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
+
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        den, M, T, V, H = self.denoiser, self.mask_id, seq_len, self.vocab_size, self.history
+        B, dev = indices.numel(), indices.device
+        x = torch.full((B, T), M, dtype=torch.long, device=dev)
+        nfe = torch.zeros(B, dtype=torch.float64, device=dev)
+        bl, nb = self._blocks(T)
+        S = steps // nb
+        tok_u = StepUniforms(seed, indices, steps)
+        rows_b = torch.arange(B, device=dev)
+        prev = torch.zeros((B, bl, V), dtype=torch.float64, device=dev)  # q: rows of the previous call
+        for blk in range(nb):
+            lo, hi = blk * bl, (blk + 1) * bl
+            props = Proposals(den, self.temperature, B, lo, hi, dev, use_cache=self.use_cache)
+            hist = torch.zeros((B, bl, H), dtype=torch.float64, device=dev)
+            nxt = torch.zeros_like(prev)
+            for s, k in enumerate(transfer_schedule(bl, S)):
+                masked = x[:, lo:hi] == M
+                b, q = masked.nonzero(as_tuple=True)
+                if b.numel() == 0:
+                    break
+                active = masked.any(1)
+                nfe += active
+                p = q + lo
+                tok, conf, cur = props.propose(x, b, p, tok_u.at(blk * S + s, b, p), rows=True)
+                cur = cur.to(torch.float64)
+                kl = stability_kl(cur, prev[b, q])
+                prev[b, q] = cur
+                hist[b, q] = torch.cat([hist[b, q, 1:], kl[:, None]], 1)
+                if s == S - 1:
+                    commit = torch.ones_like(b, dtype=torch.bool)
+                else:
+                    ready = (conf > self.conf_threshold) & (hist[b, q] < self.kl_threshold).all(1) if s >= H - 1 \
+                        else torch.zeros_like(b, dtype=torch.bool)
+                    any_ready = torch.zeros(B, dtype=torch.bool, device=dev).index_fill_(0, b[ready], True)
+                    score = torch.full((B, bl), -math.inf, dtype=torch.float64, device=dev)
+                    score[b, q] = conf
+                    order = torch.sort(score, dim=1, descending=True, stable=True).indices
+                    rank = torch.empty_like(order).scatter_(1, order, torch.arange(bl, device=dev).expand(B, bl))
+                    commit = torch.where(any_ready[b], ready, rank[b, q] < k)
+                left = torch.zeros(B, dtype=torch.long, device=dev).index_add_(0, b, (~commit).long())
+                done = active & (left == 0)
+                if blk + 1 < nb and bool(done.any()):  # the next block's q: rows at this (last) call's state
+                    d = rows_b[done]
+                    db = d.repeat_interleave(bl)
+                    dp = torch.arange(hi, hi + bl, device=dev).repeat(d.numel())
+                    nxt[d] = den.probs_at(x, db, dp).to(torch.float64).view(d.numel(), bl, V)
+                x[b[commit], p[commit]] = tok[commit]
+            prev = nxt
+        return x, nfe
