@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from dllm_lit import console
 from dllm_lit.cli_messages import condense_parser_error
 
 from dllm_lit.data.datamodule import MarkovDataModule
@@ -69,6 +69,12 @@ class DllmCLI(LightningCLI):
             run=run,
         )
 
+    def parse_arguments(self, parser, args) -> None:
+        """Parse, then check the settings that would otherwise fail deep inside Lightning or torch."""
+        super().parse_arguments(parser, args)
+        cfg = self.config.get(self.config.get("subcommand")) if self.config.get("subcommand") else self.config
+        check_environment(cfg)
+
     def before_instantiate_classes(self) -> None:
         """Default output directory ``outputs/<sampler>[_<variant>]`` when ``trainer.default_root_dir`` is unset."""
         cfg = self.config.get(self.subcommand) if self.subcommand else self.config
@@ -79,11 +85,39 @@ class DllmCLI(LightningCLI):
         variant = (model.get("init_args") or {}).get("variant")
         trainer["default_root_dir"] = os.path.join("outputs", f"{name}_{variant}" if variant else name)
 
+    def after_predict(self) -> None:
+        """One table of the run's rows and where its files are."""
+        writer = next((cb for cb in self.trainer.callbacks if isinstance(cb, ResultsWriter)), None)
+        if writer is None or not self.trainer.is_global_zero or not getattr(writer, "rows", None):
+            return
+        out = writer.output_dir or self.trainer.default_root_dir
+        console.log.info("results:\n%s\n[dllm_lit] written to %s", console.summary(writer.rows), os.path.abspath(out))
+
     def before_predict(self) -> None:
         """The one wiring step: chain -> sampler, plan -> data module / sampler / results writer."""
         writer = next((cb for cb in self.trainer.callbacks if isinstance(cb, ResultsWriter)), None)
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         connect(self.model, self.datamodule, writer, reference=bool(cfg["plan"]["reference"]))
+
+
+def check_environment(cfg) -> None:
+    """Settings the machine cannot honour, as one ValueError naming the field (before anything runs)."""
+    import torch
+
+    if cfg is None:
+        return
+    seed = cfg.get("seed_everything")
+    if not isinstance(seed, bool) and seed is not None and not (isinstance(seed, int) and 0 <= seed < 2**32):
+        raise ValueError(f"seed_everything must be an integer in [0, 4294967295] or true/false, got {seed!r}")
+    trainer = cfg.get("trainer") or {}
+    accelerator = trainer.get("accelerator")
+    if isinstance(accelerator, str) and accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ValueError(f"trainer.accelerator={accelerator} needs a CUDA GPU, and none is available here; "
+                         "use cpu or auto")
+    results = cfg.get("results") or {}
+    device = results.get("lm_device")
+    if isinstance(device, str) and device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"results.lm_device={device} needs a CUDA GPU, and none is available here; use cpu")
 
 
 #: exceptions that mean "bad input" (a setting, a missing file or model): shown as one clear line
@@ -116,8 +150,7 @@ def main(args=None) -> DllmCLI:
 
     Set ``DLLM_LIT_TRACEBACK=1`` to see the full traceback instead.
     """
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-    warnings.filterwarnings("ignore", message=".*predict_dataloader.*num_workers.*")
+    console.configure()
     try:
         return DllmCLI(args=args)
     except USER_ERRORS as exc:

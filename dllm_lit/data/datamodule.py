@@ -10,6 +10,7 @@ processes without repetition in predict).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dllm_lit import checks
+from dllm_lit.console import log
 from dllm_lit.engine.plan import RunPlan, WorkItem
 from dllm_lit.markov import MarkovChain
 from dllm_lit.sources import ChainSource, EnglishChars, TextDecoder
@@ -87,7 +89,11 @@ class MarkovDataModule(L.LightningDataModule):
     def build_chain(self) -> MarkovChain:
         """The ground-truth chain (built once, cached on disk by the source where it is costly)."""
         if self.chain is None:
+            start = time.perf_counter()
             self.chain = self.source.build(self.cache_dir)
+            took = time.perf_counter() - start
+            if took > 2.0:  # say so only when it was a real build, not a cache hit
+                log.info("built the chain %r in %.1f s", self.chain, took)
         return self.chain
 
     def use_plan(self, plan: RunPlan) -> None:

@@ -1,0 +1,84 @@
+"""Bad command lines end with one short line naming the field and what is allowed (exit 2), before any work."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dllm_lit.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--data.num_sequences", "4", "--data.seq_len", "16"]
+
+CASES = [
+    (["--model.steps", "abc"], "model.steps must be an integer or a list"),
+    (["--data.num_sequences", "1.5"], "data.num_sequences must be an integer, got 1.5"),
+    (["--model.top_p", "nan"], "model.top_p must be a finite number, got nan"),
+    (["--model", "dllm_lit.samplers.Foo"], "no class 'Foo' in dllm_lit.samplers (available: AR,"),
+    (["--model.stepz", "4"], "unknown option 'stepz' for dllm_lit.samplers.ReMDM (accepted: denoiser, steps,"),
+    (["--data.source", "dllm_lit.sources.LocalTextChars"], "data.source: missing required option path"),
+    (["--seed_everything", "-1"], "seed_everything must be an integer in [0, 4294967295]"),
+    (["--model.steps", "[16, 4, 16]"], "steps must not repeat a value"),
+    (["--model.top_p", "1.5"], "top_p must be a number in (0, 1], got 1.5"),
+]
+
+
+@pytest.mark.parametrize("extra,message", CASES)
+def test_one_line_naming_the_field(extra, message, tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as info:
+        main(["predict", "--config", "configs/remdm_conf.yaml", *SMALL, "--trainer.default_root_dir", str(out), *extra])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert message in lines[0] and lines[0].startswith("error: "), err
+    assert len(lines) <= 2 and "Traceback" not in err
+    assert not (out / "metrics.json").exists()
+
+
+def test_yaml_typo_names_the_option(tmp_path, capsys) -> None:
+    cfg = tmp_path / "typo.yaml"
+    cfg.write_text("model:\n  class_path: dllm_lit.samplers.MDLM\n  init_args:\n    stpes: 3\n")
+    with pytest.raises(SystemExit):
+        main(["predict", "--config", str(cfg), *SMALL, "--trainer.default_root_dir", str(tmp_path / "r")])
+    assert "unknown option 'stpes' for dllm_lit.samplers.MDLM (accepted: denoiser, steps, decoding)" in capsys.readouterr().err
+
+
+def test_missing_cuda_is_named(tmp_path, capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    for extra, field in ((["--trainer.accelerator", "gpu"], "trainer.accelerator=gpu"),
+                         (["--results.lm_device", "cuda"], "results.lm_device=cuda")):
+        with pytest.raises(SystemExit):
+            main(["predict", "--config", "configs/mdlm.yaml", *SMALL, "--trainer.default_root_dir", str(tmp_path), *extra])
+        err = capsys.readouterr().err
+        assert f"error: {field} needs a CUDA GPU" in err and "Traceback" not in err
+
+
+def test_real_command_line(tmp_path) -> None:
+    """The same through the real entry point in a subprocess: exit 2, one line, no traceback, no files."""
+    for extra, message in (CASES[0], CASES[4]):
+        proc = subprocess.run([sys.executable, "cli.py", "predict", "--config", "configs/remdm_conf.yaml", *SMALL,
+                               "--trainer.default_root_dir", str(tmp_path), *extra],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+        assert len([ln for ln in proc.stderr.splitlines() if ln.strip()]) <= 2
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_quiet_console_and_summary(tmp_path) -> None:
+    """No Lightning chatter; the run ends with a table of its rows and where they were written."""
+    proc = subprocess.run([sys.executable, "cli.py", "predict", "--config", "configs/mdlm.yaml", *SMALL,
+                           "--model.steps", "[2]", "--trainer.default_root_dir", str(tmp_path),
+                           "--trainer.enable_progress_bar", "false"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout + proc.stderr
+    for noise in ("litlogger", "GPU available", "TPU available", "LeafSpec", "Seed set"):
+        assert noise not in text
+    assert "[dllm_lit] results:" in text and f"written to {tmp_path}" in text
+    assert "mdlm" in text and (tmp_path / "metrics.json").exists()
