@@ -27,3 +27,17 @@ def test_ddp_matches_single_process(tmp_path) -> None:
     assert single == ddp  # every metric, interval and row identical
     one = (tmp_path / "one" / "samples.txt").read_text()
     assert one == (tmp_path / "two" / "samples.txt").read_text()
+
+
+def test_idle_process_when_fewer_items_than_processes(tmp_path) -> None:
+    """One work item for two processes: the idle process takes a placeholder item; results equal one process."""
+    def run(out, devices: int) -> list[dict]:
+        dm = MarkovDataModule(num_sequences=6, seq_len=16, chunk_size=8, seed=3)
+        writer = ResultsWriter(output_dir=str(out), bootstrap_resamples=10, figures=False, num_text_examples=0)
+        kwargs = dict(strategy="ddp_spawn", devices=devices) if devices > 1 else dict(devices=1)
+        trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, **kwargs)
+        predict(MDLM(steps=[4]), dm, writer, trainer=trainer, reference=False)
+        return json.loads((out / "metrics.json").read_text())
+
+    assert run(tmp_path / "one", 1) == run(tmp_path / "two", 2)

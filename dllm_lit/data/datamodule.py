@@ -16,7 +16,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from dllm_lit import checks
 from dllm_lit.console import log
@@ -24,7 +24,7 @@ from dllm_lit.engine.plan import RunPlan, WorkItem
 from dllm_lit.markov import MarkovChain
 from dllm_lit.sources import ChainSource, EnglishChars, TextDecoder
 
-__all__ = ["MarkovDataModule", "PredictWork"]
+__all__ = ["MarkovDataModule", "PredictWork", "WorkShards", "IDLE"]
 
 
 class PredictWork(Dataset):
@@ -38,8 +38,32 @@ class PredictWork(Dataset):
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        it = self.items[i]
+        it = self.items[i] if i < len(self.items) else IDLE
         return {"row": it.row, "index": torch.arange(it.start, it.end), "seq_len": self.seq_len, "seed": self.seed}
+
+
+#: the work item of a process that has none (row -1, no sequences): keeps every process in the predict loop
+IDLE = WorkItem(-1, 0, 0)
+
+
+class WorkShards(DistributedSampler):
+    """Process ``rank`` takes items rank, rank + world, ... without padding or repetition.
+
+    A process left without any item gets one idle item (:data:`IDLE`), so that every process runs
+    the predict hooks (the results are synchronised across processes at the end).  Lightning uses
+    a sampler that is already distributed as it is.
+    """
+
+    def __init__(self, dataset: PredictWork, num_replicas: int, rank: int) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False, drop_last=False)
+        own = list(range(rank, len(dataset), num_replicas))
+        self.own = own if own else [len(dataset)]
+
+    def __iter__(self):
+        return iter(self.own)
+
+    def __len__(self) -> int:
+        return len(self.own)
 
 
 class MarkovDataModule(L.LightningDataModule):
@@ -118,4 +142,6 @@ class MarkovDataModule(L.LightningDataModule):
         if self.plan is None:
             raise ValueError("the data module has no run plan: wire the run with dllm_lit.engine.connect(...)")
         work = PredictWork(self.plan.work(), self.plan.seq_len, self.plan.seed)
-        return DataLoader(work, batch_size=None, shuffle=False, num_workers=0)
+        world = self.trainer.world_size if self.trainer is not None else 1
+        sampler = WorkShards(work, world, self.trainer.global_rank) if world > 1 else None
+        return DataLoader(work, batch_size=None, shuffle=False, sampler=sampler, num_workers=0)

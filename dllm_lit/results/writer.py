@@ -135,12 +135,14 @@ class ResultsWriter(Callback):
     def on_predict_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         """Name the row being sampled in the progress bar, e.g. ``mdlm steps=64``."""
         bar = getattr(trainer.progress_bar_callback, "predict_progress_bar", None)
-        if bar is not None and isinstance(batch, dict) and self.plan is not None:
+        if bar is not None and isinstance(batch, dict) and self.plan is not None and int(batch["row"]) >= 0:
             row = self.plan.rows[int(batch["row"])]
             bar.set_description(f"{row.name} " + ("AR" if row.steps is None else f"steps={row.steps}"))
 
     def on_predict_batch_end(self, trainer, pl_module, outputs: dict[str, Any], batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         row = int(outputs["row"])
+        if row < 0:  # an idle process's placeholder item
+            return
         x, index = outputs["samples"], outputs["index"]
         texts = self._decoder.decode_batch(x.long()) if self._reads_texts else None
         for spec, metric in zip(self._specs, self.metrics[row]):

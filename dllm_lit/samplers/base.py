@@ -178,6 +178,9 @@ class Sampler(L.LightningModule, ABC):
         """One work item {"row", "index", "seq_len", "seed"} of the plan -> its samples (compact dtype) and NFE."""
         if self.plan is None:
             raise ValueError("the sampler has no run plan: wire the run with dllm_lit.engine.connect(...)")
+        if int(batch["row"]) < 0:  # an idle process's placeholder item: nothing to sample
+            empty = torch.zeros(0, int(batch["seq_len"]), dtype=compact_dtype(self.vocab_size))
+            return {"row": -1, "index": batch["index"], "samples": empty, "nfe": torch.zeros(0, dtype=torch.float64)}
         row = self.plan.rows[int(batch["row"])]
         idx = batch["index"].to(self.device)
         x, nfe = row.sampler.generate_with_nfe(idx, int(batch["seq_len"]), row.steps, int(batch["seed"]))
