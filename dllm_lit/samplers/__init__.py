@@ -1,11 +1,16 @@
 """Reverse-diffusion samplers, each a LightningModule driven by a frozen denoiser."""
 from dllm_lit.samplers.ar import AR
 from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.dream import Dream
+from dllm_lit.samplers.eb_sampler import EBSampler
+from dllm_lit.samplers.fast_dllm import FastDLLM
 from dllm_lit.samplers.llada import LLaDA
 from dllm_lit.samplers.mdlm import MDLM
 from dllm_lit.samplers.mdlm_paper import MDLMPaper
 from dllm_lit.samplers.nucleus import top_p_filter
+from dllm_lit.samplers.pc_sampler import PCSampler
 from dllm_lit.samplers.remdm import ReMDM
 from dllm_lit.samplers.sedd import SEDD
 
 __all__ = ["AR", "LLaDA", "MDLM", "MDLMPaper", "ReMDM", "SEDD", "Sampler", "top_p_filter"]
+__all__ += ["Dream", "EBSampler", "FastDLLM", "PCSampler"]
