@@ -158,8 +158,8 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     Adaptive: ``count`` gives n per sequence at every step until the block has no mask; each
     sequence's step index is the number of steps it has taken.  ``propose(view)`` returns the
     proposals at the masked positions (``view.tok`` is not yet set), ``score(view)`` their float64
-    scores.  Returns the per-sequence number of steps taken (float64 [B]; the denoiser evaluations
-    of the adaptive rules).
+    scores.  Returns the per-sequence number of steps taken under an adaptive count (float64 [B]:
+    the denoiser evaluations of the adaptive rules; zeros for a fixed schedule).
     """
     B, dev = x.shape[0], x.device
     M = den.mask_id
