@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from dllm_lit.denoisers import OracleDenoiser
+from dllm_lit.denoisers import Denoiser, OracleDenoiser
 from dllm_lit.markov import MarkovChain
 
 
@@ -61,3 +61,18 @@ def chain() -> MarkovChain:
 def den(chain: MarkovChain) -> OracleDenoiser:
     """Exact oracle of the tiny chain."""
     return OracleDenoiser(chain)
+
+
+class GenericDenoiser(Denoiser):
+    """The oracle seen only through the generic Denoiser interface (no neighbour fast path): it is
+    queried with ``probs_at`` on the actual state, the reference for the ordered-decoding fast path."""
+
+    def __init__(self, oracle: OracleDenoiser) -> None:
+        super().__init__()
+        self.oracle, self.vocab_size = oracle, oracle.vocab_size
+
+    def forward(self, z):
+        return self.oracle(z)
+
+    def probs_at(self, z, b, p):
+        return self.oracle.probs_at(z, b, p)

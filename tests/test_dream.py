@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import chi_square_pvalue, sequence_counts
+from conftest import GenericDenoiser, chi_square_pvalue, sequence_counts
 from dllm_lit.samplers import Dream
 from exact_laws import (PosteriorCache, law_vector, plackett_luce_choice, product_step, ranked_choice,
                         score_select_law, tempered_options)
@@ -130,22 +130,9 @@ def test_schedule_floor_and_last_step() -> None:
 
 
 def test_origin_ordered_fast_path_equals_generic_path(den) -> None:
-    from dllm_lit.denoisers import Denoiser
-
-    class Generic(Denoiser):  # the oracle through the generic interface: queried on the actual state
-        def __init__(self, oracle):
-            super().__init__()
-            self.oracle, self.vocab_size = oracle, oracle.vocab_size
-
-        def forward(self, z):
-            return self.oracle(z)
-
-        def probs_at(self, z, b, p):
-            return self.oracle.probs_at(z, b, p)
-
     for kw in ({"temperature": 1.0}, {"temperature": 0.7, "top_p": 0.8}, {"temperature": 0.0}):
         fast = Dream(den, alg="origin", **kw).sample(50, 40, 9, seed=4)
-        slow = Dream(Generic(den), alg="origin", **kw).sample(50, 40, 9, seed=4)
+        slow = Dream(GenericDenoiser(den), alg="origin", **kw).sample(50, 40, 9, seed=4)
         assert torch.equal(fast, slow)
 
 

@@ -33,13 +33,14 @@ from dataclasses import dataclass
 
 import torch
 
+from dllm_lit import checks
 from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, categorical_from_stored_cdf, sharpen
 from dllm_lit.samplers.posterior_cache import PosteriorCache
-from dllm_lit.samplers.selection import rank_positions
+from dllm_lit.samplers.selection import TIE_RULES, rank_positions
 
 __all__ = ["BlockPosteriors", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
            "propose_tokens", "confidence", "posterior_entropy",
-           "check_blocks", "block_bounds", "TIE_SLOT"]
+           "check_blocks", "block_bounds", "TIE_SLOT", "ranking_options", "with_tie_rule"]
 
 #: slot of Stream.ORDER uniforms that break ties under tie_rule="random"
 TIE_SLOT = 1
@@ -236,3 +237,18 @@ def check_blocks(seq_len: int, prompt_length: int, block_length: int | None, ste
     nb = len(block_bounds(seq_len, prompt_length, block_length))
     if steps is not None and nb > 0 and steps % nb:
         raise ValueError(f"steps={steps} must be divisible by the number of blocks ({nb}) for seq_len={seq_len}")
+
+
+def ranking_options(sampler, temperature: float, tie_rule: str, block_length: int | None = None) -> None:
+    """Check and set the options the confidence-ranked samplers share - ``temperature`` >= 0, ``tie_rule``,
+    ``block_length`` (None or >= 1) - and switch the exact posterior cache on (``sampler.use_cache``)."""
+    sampler.temperature = checks.real("temperature", temperature, 0.0)
+    sampler.tie_rule = checks.choice("tie_rule", tie_rule, TIE_RULES)
+    sampler.block_length = checks.optional_integer("block_length", block_length)
+    #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
+    sampler.use_cache = True
+
+
+def with_tie_rule(name: str, tie_rule: str) -> str:
+    """Row name: ``name``, suffixed ``_tie_<rule>`` for a tie rule other than the default "lowest"."""
+    return name if tie_rule == "lowest" else f"{name}_tie_{tie_rule}"

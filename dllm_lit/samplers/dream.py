@@ -32,11 +32,10 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import decode_blocks, propose_tokens
+from dllm_lit.samplers.confidence_decoding import decode_blocks, propose_tokens, ranking_options, with_tie_rule
 from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen
 from dllm_lit.samplers.nucleus import check_top_p, top_k_filter, top_p_filter
 from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
-from dllm_lit.samplers.selection import TIE_RULES
 
 __all__ = ["Dream", "ALGS", "dream_grid", "dream_schedule", "dream_law"]
 
@@ -94,20 +93,17 @@ class Dream(Sampler):
         super().__init__(denoiser=denoiser, steps=steps)
         self.alg = checks.choice("alg", alg, ALGS)
         self.alg_temp = checks.optional_real("alg_temp", alg_temp, 0.0)
-        self.temperature = checks.real("temperature", temperature, 0.0)
+        ranking_options(self, temperature, tie_rule)
         self.top_p = None if top_p is None else check_top_p(top_p)
         self.top_k = checks.optional_integer("top_k", top_k)
         self.eps = checks.real("eps", eps, 0.0, 1.0, low_open=True, high_open=True)
-        self.tie_rule = checks.choice("tie_rule", tie_rule, TIE_RULES)
-        #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
-        self.use_cache = True
 
     @property
     def name(self) -> str:
         name = f"dream_{self.alg}"
         if self.alg != "origin" and self.alg_temp:
             name += f"_algtemp{self.alg_temp:g}"
-        return name if self.tie_rule == "lowest" or self.alg == "origin" else f"{name}_tie_{self.tie_rule}"
+        return name if self.alg == "origin" else with_tie_rule(name, self.tie_rule)
 
     def _law(self, probs: torch.Tensor) -> torch.Tensor:
         return dream_law(probs, self.temperature, self.top_p, self.top_k)

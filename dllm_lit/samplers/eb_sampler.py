@@ -26,9 +26,8 @@ from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (decode_blocks, posterior_entropy, proposal_features,
-                                                   proposal_widths, propose_tokens)
+                                                   proposal_widths, propose_tokens, ranking_options, with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms
-from dllm_lit.samplers.selection import TIE_RULES
 
 __all__ = ["EBSampler", "entropy_bound_count"]
 
@@ -59,15 +58,12 @@ class EBSampler(Sampler):
                  temperature: float = 0.0, tie_rule: str = "lowest") -> None:
         super().__init__(denoiser=denoiser, steps=steps)
         self.gamma = checks.real("gamma", gamma, 0.0)
-        self.temperature = checks.real("temperature", temperature, 0.0)
-        self.tie_rule = checks.choice("tie_rule", tie_rule, TIE_RULES)
-        #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
-        self.use_cache = True
+        ranking_options(self, temperature, tie_rule)
 
     @property
     def name(self) -> str:
         base = "eb_sampler" if self.gamma == 0.01 else f"eb_sampler_g{self.gamma:g}"
-        return base if self.tie_rule == "lowest" else f"{base}_tie_{self.tie_rule}"
+        return with_tie_rule(base, self.tie_rule)
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         return self.generate_with_nfe(indices, seq_len, steps, seed)[0]

@@ -56,7 +56,7 @@ from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence, decode_blocks,
-                                                   proposal_features, proposal_widths, propose_tokens)
+                                                   proposal_features, proposal_widths, propose_tokens, with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, categorical, tempered_draw
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
@@ -150,7 +150,7 @@ class LLaDA(Sampler):
     # ------------------------------------------------------------------ settings
     @property
     def name(self) -> str:
-        return self.sampler_name if self.tie_rule == "lowest" else f"{self.sampler_name}_tie_{self.tie_rule}"
+        return with_tie_rule(self.sampler_name, self.tie_rule)
 
     def prompt_length(self) -> int:
         return 1 if self.prompt_mode is not None else len(self.prompt)

@@ -22,9 +22,10 @@ from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence, decode_blocks,
-                                                   proposal_features, proposal_widths, propose_tokens)
+                                                   proposal_features, proposal_widths, propose_tokens, ranking_options,
+                                                   with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms
-from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
+from dllm_lit.samplers.selection import transfer_schedule
 
 __all__ = ["PCSampler"]
 
@@ -53,18 +54,14 @@ class PCSampler(Sampler):
         super().__init__(denoiser=denoiser, steps=steps)
         self.lambd = checks.real("lambd", lambd, 0.0)
         self.alpha = checks.real("alpha", alpha, 0.0, low_open=True)
-        self.block_length = checks.optional_integer("block_length", block_length)
-        self.temperature = checks.real("temperature", temperature, 0.0)
-        self.tie_rule = checks.choice("tie_rule", tie_rule, TIE_RULES)
-        #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
-        self.use_cache = True
+        ranking_options(self, temperature, tie_rule, block_length)
 
     @property
     def name(self) -> str:
         base = "pc_sampler"
         if (self.lambd, self.alpha) != (0.25, 10.0):
             base += f"_l{self.lambd:g}_a{self.alpha:g}"
-        return base if self.tie_rule == "lowest" else f"{base}_tie_{self.tie_rule}"
+        return with_tie_rule(base, self.tie_rule)
 
     def check_options(self) -> None:
         if self.chain is None:
