@@ -134,5 +134,4 @@ def test_bad_settings(den) -> None:
             FastDLLM(den, **kw)
     with pytest.raises(ValueError, match="block_length"):
         FastDLLM(den, block_length=3).sample(2, 8, 8, seed=0)
-    with pytest.raises(ValueError, match="steps"):
-        FastDLLM(den, block_length=4).sample(2, 12, 4, seed=0)
+    assert (FastDLLM(den, block_length=4).sample(2, 12, 4, seed=0) < V).all()  # steps need not divide into 3 blocks

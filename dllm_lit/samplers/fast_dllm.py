@@ -18,9 +18,10 @@ p_i^(1/tau)) and the confidence c_i = p_i(x̂_i); the masked positions are ranke
 
 A block runs until it has no mask left, so the number of steps, and of denoiser evaluations, is
 adaptive: :meth:`FastDLLM.generate_with_nfe` counts them per sequence.  ``steps`` does not change
-the algorithm (upstream only asserts ``steps % num_blocks == 0`` in this mode); it keys the
-randomness, so a steps grid gives independent replicates.  With a threshold above every confidence
-it commits one token per step and equals ``LLaDA(steps=seq_len)`` draw for draw (same uniforms).
+the algorithm; it only keys the randomness, so a steps grid gives independent replicates (upstream
+still asserts ``steps % num_blocks == 0`` in this mode; not required here, so any grid runs).
+With a threshold above every confidence it commits one token per step and equals
+``LLaDA(steps=seq_len)`` draw for draw (same uniforms).
 """
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence, decode_blocks,
-                                                   proposal_features, proposal_widths, propose_tokens)
+                                                   proposal_features, proposal_widths, propose_tokens, ranking_options,
+                                                   with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms
-from dllm_lit.samplers.selection import TIE_RULES
 
 __all__ = ["FastDLLM", "threshold_count", "factor_count"]
 
@@ -59,7 +60,7 @@ class FastDLLM(Sampler):
 
     Args:
         denoiser: frozen denoiser (None: the chain's exact oracle).
-        steps: keys the randomness only (a grid gives replicates); divisible by the number of blocks.
+        steps: keys the randomness only (a grid gives replicates).
         threshold: tau in (0, 1] for the threshold rule (upstream's example 0.9); None with ``factor``.
         factor: f > 0 for the factor rule (upstream default 1.0); None for the threshold rule.
         block_length: block length dividing T (None: one block); upstream's examples use 32.
@@ -77,11 +78,7 @@ class FastDLLM(Sampler):
             raise ValueError(f"give exactly one of threshold and factor, got threshold={threshold!r}, factor={factor!r}")
         self.threshold = None if threshold is None else checks.probability("threshold", threshold)
         self.factor = None if factor is None else checks.real("factor", factor, 0.0, low_open=True)
-        self.block_length = checks.optional_integer("block_length", block_length)
-        self.temperature = checks.real("temperature", temperature, 0.0)
-        self.tie_rule = checks.choice("tie_rule", tie_rule, TIE_RULES)
-        #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
-        self.use_cache = True
+        ranking_options(self, temperature, tie_rule, block_length)
 
     @property
     def name(self) -> str:
@@ -89,11 +86,11 @@ class FastDLLM(Sampler):
             base = "fast_dllm_factor" if self.factor == 1 else f"fast_dllm_factor{self.factor:g}"
         else:
             base = "fast_dllm" if self.threshold == 0.9 else f"fast_dllm_t{self.threshold:g}"
-        return base if self.tie_rule == "lowest" else f"{base}_tie_{self.tie_rule}"
+        return with_tie_rule(base, self.tie_rule)
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
-        """block_length divides T and steps is divisible by the number of blocks (upstream's assertions)."""
-        check_blocks(seq_len, 0, self.block_length, steps)
+        """block_length divides T (upstream's assertion; steps need not divide into the blocks, being unused)."""
+        check_blocks(seq_len, 0, self.block_length, None)
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
