@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from dllm_lit.denoisers import OracleDenoiser
+from dllm_lit.denoisers import Denoiser, OracleDenoiser
 from dllm_lit.markov import MarkovChain
 
 
@@ -102,3 +102,16 @@ class CountingDenoiser(torch.nn.Module):
                 return n
 
         return _Counting(oracle)
+class GenericDenoiser(Denoiser):
+    """The oracle seen only through the generic Denoiser interface (no neighbour fast path): it is
+    queried with ``probs_at`` on the actual state, the reference for the ordered-decoding fast path."""
+
+    def __init__(self, oracle: OracleDenoiser) -> None:
+        super().__init__()
+        self.oracle, self.vocab_size = oracle, oracle.vocab_size
+
+    def forward(self, z):
+        return self.oracle(z)
+
+    def probs_at(self, z, b, p):
+        return self.oracle.probs_at(z, b, p)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import chi_square_pvalue, sequence_counts
+from conftest import GenericDenoiser, chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.samplers import MDLM
 from exact_laws import chain_law, mdlm_law
@@ -70,22 +70,8 @@ def test_stepwise_law_matches_dynamic_programming(sampler: MDLM, steps: int) -> 
 
 def test_ordered_fast_path_equals_generic_path(sampler: MDLM) -> None:
     """The neighbour-based O(kV) query gives the same draws as querying probs_at on the full state."""
-
-    from dllm_lit.denoisers import Denoiser
-
-    class Generic(Denoiser):  # the oracle seen only through the generic Denoiser interface
-        def __init__(self, oracle):
-            super().__init__()
-            self.oracle, self.vocab_size = oracle, oracle.vocab_size
-
-        def forward(self, z):
-            return self.oracle(z)
-
-        def probs_at(self, z, b, p):
-            return self.oracle.probs_at(z, b, p)
-
     fast = sampler.sample(50, 64, steps=9, seed=4)
-    slow = MDLM(Generic(sampler.denoiser)).sample(50, 64, steps=9, seed=4)
+    slow = MDLM(GenericDenoiser(sampler.denoiser)).sample(50, 64, steps=9, seed=4)
     assert torch.equal(fast, slow)
 
 

@@ -73,3 +73,20 @@ def test_batched_shapes_and_p_one_identity() -> None:
 def test_bad_p(p: float) -> None:
     with pytest.raises(ValueError, match="p"):
         top_p_filter(torch.ones(1, 3), p)
+
+
+def test_non_strict_top_p_keeps_the_crossing_token() -> None:
+    """Dream / Hugging Face top_p_logits: a token is kept while the mass before it is <= p."""
+    x = torch.tensor([[0.3, 0.5, 0.2], [0.6, 0.3, 0.1]], dtype=torch.float64)
+    out = top_p_filter(x, 0.7, strict=False)
+    assert torch.allclose(out[0], torch.tensor([0.375, 0.625, 0.0], dtype=torch.float64))
+    assert torch.allclose(out[1], torch.tensor([2 / 3, 1 / 3, 0.0], dtype=torch.float64))
+    assert torch.equal(top_p_filter(x, 0.4, strict=False), top_p_filter(x, 0.4))  # only the first token either way
+
+
+def test_top_k_filter_keeps_ties() -> None:
+    from dllm_lit.samplers.nucleus import top_k_filter
+
+    x = torch.tensor([[0.4, 0.2, 0.2, 0.2], [0.1, 0.6, 0.3, 0.0]], dtype=torch.float64)
+    assert torch.allclose(top_k_filter(x, 2), torch.tensor([[0.4, 0.2, 0.2, 0.2], [0, 2 / 3, 1 / 3, 0]], dtype=torch.float64))
+    assert torch.equal(top_k_filter(x, 10), x / x.sum(1, keepdim=True))

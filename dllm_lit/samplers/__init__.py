@@ -2,6 +2,9 @@
 from dllm_lit.samplers.ar import AR
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.block_mdlm import BlockMDLM
+from dllm_lit.samplers.dream import Dream
+from dllm_lit.samplers.eb_sampler import EBSampler
+from dllm_lit.samplers.fast_dllm import FastDLLM
 from dllm_lit.samplers.fhs import FHS
 from dllm_lit.samplers.klass import KLASS
 from dllm_lit.samplers.llada import LLaDA
@@ -9,8 +12,9 @@ from dllm_lit.samplers.maskgit import MaskGIT
 from dllm_lit.samplers.mdlm import MDLM
 from dllm_lit.samplers.mdlm_paper import MDLMPaper
 from dllm_lit.samplers.nucleus import top_p_filter
+from dllm_lit.samplers.pc_sampler import PCSampler
 from dllm_lit.samplers.remdm import ReMDM
 from dllm_lit.samplers.sedd import SEDD
 
-__all__ = ["AR", "BlockMDLM", "FHS", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT", "ReMDM", "SEDD", "Sampler",
-           "top_p_filter"]
+__all__ = ["AR", "BlockMDLM", "Dream", "EBSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT",
+           "PCSampler", "ReMDM", "SEDD", "Sampler", "top_p_filter"]

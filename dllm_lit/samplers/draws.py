@@ -103,9 +103,14 @@ class StepUniforms:
 
     def grid(self, step: int, seq_len: int, slot: int = 0) -> torch.Tensor:
         """Float64 [B, T] uniforms for every position of every sequence at step ``step``."""
-        pos = torch.arange(seq_len, device=self.keys.device)
+        return self.block(step, 0, seq_len, slot)
+
+    def block(self, step: int | torch.Tensor, lo: int, hi: int, slot: int = 0) -> torch.Tensor:
+        """Float64 [B, hi - lo] uniforms at positions lo..hi-1; ``step`` an int or one step per sequence [B]."""
+        pos = torch.arange(lo, hi, device=self.keys.device)
+        step = step if isinstance(step, int) else step[:, None]
         return rng.uniform(self.keys[:, None], step, pos[None, :], slot)
 
-    def at(self, step: int, batch_index: torch.Tensor, position_index: torch.Tensor, slot: int = 0) -> torch.Tensor:
-        """Float64 [n] uniforms at the listed (batch, position) pairs."""
+    def at(self, step: int | torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor, slot: int = 0) -> torch.Tensor:
+        """Float64 [n] uniforms at the listed (batch, position) pairs (``step``: an int or one per pair)."""
         return rng.uniform(self.keys[batch_index], step, position_index, slot)

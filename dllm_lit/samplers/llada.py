@@ -20,9 +20,12 @@ At a step, with p_l = p(x0_l | z) the denoiser's marginal at masked position l o
   their proposal; every other proposal is discarded (those positions stay masked).  Committed
   tokens never change.
 
-Top-k tie-break (implementation-defined upstream): confidence descending, then position
-ascending - a stable descending sort over positions in increasing order.  Ties are exact ties
-of the denoiser's floating-point output.
+Top-k tie-break (implementation-defined upstream): confidence descending, then by ``tie_rule``:
+position ascending ("lowest", default: a stable descending sort over positions in increasing
+order), descending ("highest"), or uniformly at random ("random").  Ties are exact ties of the
+denoiser's floating-point output; under the exact oracle they are frequent, and the rule alone
+moves the output law (docs/samplers/llada.md).  The low-confidence loop is the shared
+:func:`dllm_lit.samplers.confidence_decoding.decode_blocks`.
 
 Efficiency.  ``low_confidence`` needs c_l at every masked position of the current block at
 every step: the denoiser is queried there, and only there (O(#masked V) per step, inherent).
@@ -45,7 +48,6 @@ random-remasking orders use Stream.ORDER uniforms keyed by the block index.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -53,10 +55,11 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence, decode_blocks,
+                                                   proposal_features, proposal_widths, propose_tokens, with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, categorical, tempered_draw
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
-from dllm_lit.samplers.proposals import Proposals
-from dllm_lit.samplers.selection import topk_stable, transfer_schedule
+from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
 __all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "prompt_law"]
 
@@ -105,6 +108,9 @@ class LLaDA(Sampler):
         prompt: token ids fixed at positions 0..P-1 (never changed).
         prompt_mode: None, or "pi" / "pi_head" / "pi_tail": one position-0 token per sequence
             drawn from pi, its head or its tail (needs the chain; excludes ``prompt``).
+        tie_rule: order of equal confidences in the top-k: "lowest" position first (default),
+            "highest" first, or "random" (Stream.ORDER uniforms per (step, position)); unused by
+            random remasking, whose confidences never tie.
     """
 
     sampler_name = "llada"
@@ -118,12 +124,14 @@ class LLaDA(Sampler):
         block_length: int | None = None,
         prompt: list[int] | None = None,
         prompt_mode: str | None = None,
+        tie_rule: str = "lowest",
     ) -> None:
         super().__init__(denoiser=denoiser, steps=steps)
         checks.choice("remasking", remasking, REMASKING)
         temperature = checks.real("temperature", temperature, 0.0)
         checks.optional_integer("block_length", block_length)
         checks.choice("prompt_mode", prompt_mode, PROMPT_MODES)
+        self.tie_rule = checks.choice("tie_rule", tie_rule, TIE_RULES)
         if prompt is not None:
             if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
                 raise ValueError(f"prompt must be a list of token ids, got {prompt!r}")
@@ -140,6 +148,10 @@ class LLaDA(Sampler):
         self.use_cache = True
 
     # ------------------------------------------------------------------ settings
+    @property
+    def name(self) -> str:
+        return with_tie_rule(self.sampler_name, self.tie_rule)
+
     def prompt_length(self) -> int:
         return 1 if self.prompt_mode is not None else len(self.prompt)
 
@@ -159,18 +171,7 @@ class LLaDA(Sampler):
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
         """The prompt fits, block_length divides the generated length, steps divide into the blocks."""
-        P = self.prompt_length()
-        if P > seq_len:
-            raise ValueError(f"prompt (length {P}) is longer than seq_len={seq_len}")
-        G = seq_len - P
-        if self.block_length is not None and G > 0 and G % self.block_length:
-            raise ValueError(
-                f"block_length={self.block_length} must divide the generated length "
-                f"seq_len - len(prompt) = {G}"
-            )
-        _, _, nb = self._blocks(seq_len)
-        if steps is not None and nb > 0 and steps % nb:  # upstream asserts steps % num_blocks == 0
-            raise ValueError(f"steps={steps} must be divisible by the number of blocks ({nb}) for seq_len={seq_len}")
+        check_blocks(seq_len, self.prompt_length(), self.block_length, steps)
 
     def nfe(self, seq_len: int, steps: int | None) -> float | None:
         """Steps that commit at least one token: min(S, n) per block of n masked positions (S = steps / blocks).
@@ -197,23 +198,21 @@ class LLaDA(Sampler):
         return x
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        den, M, T = self.denoiser, self.mask_id, seq_len
-        B, dev = indices.numel(), indices.device
-        x = self.initial_state(indices, T, seed)
-        P, bl, nb = self._blocks(T)
+        x = self.initial_state(indices, seq_len, seed)
+        P, bl, nb = self._blocks(seq_len)
         if nb == 0:
             return x
         S = steps // nb
         tok_u = StepUniforms(seed, indices, steps)
         if self.remasking == "random":
             return self._generate_random(x, P, bl, nb, S, steps, seed, indices, tok_u)
-        for blk in range(nb):
-            lo, hi = P + blk * bl, P + (blk + 1) * bl
-            n = int((x[0, lo:hi] == M).sum())  # same in every row (prompt positions are shared)
-            props = Proposals(den, self.temperature, B, lo, hi, dev, use_cache=self.use_cache)
-            for i, k in enumerate(transfer_schedule(n, S)):
-                if k > 0:
-                    self._low_confidence_step(x, lo, hi, k, blk * S + i, tok_u, props)
+        tau = self.temperature
+        decode_blocks(
+            self.denoiser, x, block_bounds(seq_len, P, self.block_length),
+            features=lambda probs: proposal_features(probs, tau), widths=proposal_widths(self.vocab_size, tau),
+            propose=lambda view: propose_tokens(view, tau, tok_u), score=confidence,
+            tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
+            schedule=[transfer_schedule(bl, S)] * nb, use_cache=self.use_cache, width=2 * self.vocab_size + 2)
         return x
 
     def _generate_random(self, x: torch.Tensor, P: int, bl: int, nb: int, S: int, steps: int, seed: int,
@@ -227,22 +226,3 @@ class LLaDA(Sampler):
             return tempered_draw(probs, tok_u.at(j, b, p), self.temperature)
 
         return decode_in_order(self.denoiser, x, decode, steps - 1, draw)
-
-    def _low_confidence_step(self, x: torch.Tensor, lo: int, hi: int, k: int, j: int, tok_u: StepUniforms,
-                             props: Proposals) -> None:
-        """Propose at every masked position of the block, commit the k most confident (ties -> lower position).
-
-        :class:`~dllm_lit.samplers.proposals.Proposals` reuses posterior features where the nearest
-        revealed neighbours did not change; the draws are identical to recomputing them.
-        """
-        M, B = self.mask_id, x.shape[0]
-        b, p = (x[:, lo:hi] == M).nonzero(as_tuple=True)
-        p = p + lo
-        tok, conf, _ = props.propose(x, b, p, tok_u.at(j, b, p))
-        score = torch.full((B, hi - lo), -math.inf, dtype=torch.float64, device=x.device)
-        score[b, p - lo] = conf
-        proposal = torch.zeros((B, hi - lo), dtype=torch.long, device=x.device)
-        proposal[b, p - lo] = tok
-        sel = topk_stable(score, k)  # [B, k] block-relative columns
-        rr = torch.arange(B, device=x.device)[:, None].expand(B, k)
-        x[rr, sel + lo] = proposal[rr, sel]

@@ -23,7 +23,7 @@ from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical
-from dllm_lit.samplers.ordered_decoding import decode_in_order
+from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
 from dllm_lit.samplers.schedules import time_grid
 
 __all__ = ["MDLM", "DECODING"]
@@ -60,8 +60,8 @@ class MDLM(Sampler):
         B, T, M = indices.numel(), seq_len, self.mask_id
         uni = StepUniforms(seed, indices, steps)
         ts = time_grid(steps).to(indices.device)
-        cdf = 1.0 - ts[1:]  # P(decode step <= j) = 1 - t_{j+1}; beyond: the final fill (prob t_min)
-        decode_step = torch.searchsorted(cdf, uni.grid(0, T, slot=2), right=True)
+        # P(decode step <= j) = 1 - t_{j+1}; beyond: the final fill (prob t_min)
+        decode_step = coin_decode_steps(uni.grid(0, T, slot=2), ts)
 
         def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
             return probs.argmax(-1) if j == steps else categorical(probs, uni.at(j, b, p, slot=1))

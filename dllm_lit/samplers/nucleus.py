@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["top_p_filter", "check_top_p"]
+__all__ = ["top_p_filter", "top_k_filter", "check_top_p"]
 
 
 def check_top_p(p: float, name: str = "top_p") -> float:
@@ -37,10 +37,12 @@ def check_top_p(p: float, name: str = "top_p") -> float:
     return v
 
 
-def top_p_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
+def top_p_filter(probs: torch.Tensor, p: float, strict: bool = True) -> torch.Tensor:
     """Nucleus-filtered, renormalised float64 copy of ``probs`` [..., V] (see module docstring).
 
-    Rows must have positive total mass.  Zero-probability entries stay zero.
+    ``strict=False`` gives the Hugging Face / Dream ``top_p_logits`` semantics instead: a token is
+    kept when the mass *before* it (descending order) is <= p, so the token that crosses p is kept
+    and the kept mass is >= p.  Rows must have positive total mass.  Zero-probability entries stay zero.
     """
     p = check_top_p(p, "p")
     q = probs.to(torch.float64)
@@ -48,8 +50,18 @@ def top_p_filter(probs: torch.Tensor, p: float) -> torch.Tensor:
     if p >= 1.0:
         return q
     sorted_q, order = torch.sort(q, dim=-1, descending=True, stable=True)
-    keep_sorted = sorted_q.cumsum(-1) <= p
+    cum = sorted_q.cumsum(-1)
+    keep_sorted = (cum <= p) if strict else (cum - sorted_q <= p)
     keep_sorted[..., 0] = True
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
     out = torch.where(keep, q, torch.zeros((), dtype=q.dtype, device=q.device))
+    return out / out.sum(-1, keepdim=True)
+
+
+def top_k_filter(probs: torch.Tensor, k: int) -> torch.Tensor:
+    """Renormalised float64 copy of ``probs`` [..., V] keeping the entries >= the k-th largest (ties at the
+    k-th value are all kept), as Dream's ``top_k_logits``."""
+    q = probs.to(torch.float64)
+    kth = torch.topk(q, min(int(k), q.shape[-1]), dim=-1).values[..., -1:]
+    out = torch.where(q >= kth, q, torch.zeros((), dtype=q.dtype, device=q.device))
     return out / out.sum(-1, keepdim=True)

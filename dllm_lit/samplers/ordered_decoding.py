@@ -30,7 +30,7 @@ from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.samplers.selection import topk_stable, transfer_schedule
 
-__all__ = ["previous_smaller", "next_smaller", "decode_in_order", "random_order_steps"]
+__all__ = ["previous_smaller", "next_smaller", "decode_in_order", "random_order_steps", "coin_decode_steps"]
 
 
 def previous_smaller(s: torch.Tensor) -> torch.Tensor:
@@ -98,6 +98,13 @@ def decode_in_order(denoiser, z: torch.Tensor, decode_step: torch.Tensor, num_st
             probs = denoiser.probs_at(z, b, p)
         z[b, p] = draw(j, b, p, probs)
     return z
+
+
+def coin_decode_steps(u: torch.Tensor, ts: torch.Tensor) -> torch.Tensor:
+    """Decode step of each position when a masked position unmasks at step j with probability
+    1 - ts[j+1]/ts[j] (grid ``ts`` from ts[0] = 1 down): P(step <= j) = 1 - ts[j+1], so the step is
+    ``#{j : 1 - ts[j+1] <= u}`` in [0, len(ts) - 1] (len(ts) - 1: never, left for a final step)."""
+    return torch.searchsorted((1.0 - ts[1:]).to(torch.float64).contiguous(), u.contiguous(), right=True)
 
 
 def random_order_steps(seed: int, indices: torch.Tensor, steps: int, seq_len: int, prompt_length: int,

@@ -35,7 +35,8 @@ class PosteriorCache:
     Args:
         denoiser: the sampler's denoiser (neighbour fast path if it is a :class:`LocalDenoiser`).
         features: maps posterior rows [n, V] to named tensors with leading dimension n.
-        widths: name -> (trailing shape, dtype) of each feature, for allocation.
+        widths: name -> (trailing shape, dtype) of each feature, for allocation; a dtype of None
+            takes the dtype of the first computed values (e.g. the posterior's own dtype).
     """
 
     def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features,
@@ -44,7 +45,10 @@ class PosteriorCache:
         self.lo, self.hi = lo, hi
         self.features = features
         self.local = isinstance(denoiser, LocalDenoiser)
-        self.store = {name: torch.zeros((B, hi - lo, *shape), dtype=dt, device=device) for name, (shape, dt) in widths.items()}
+        self.shape = (B, hi - lo)
+        self.device = device
+        self.store = {name: torch.zeros((B, hi - lo, *shape), dtype=dt, device=device)
+                      for name, (shape, dt) in widths.items() if dt is not None}
         self.left: torch.Tensor | None = None
         self.right: torch.Tensor | None = None
 
@@ -74,6 +78,8 @@ class PosteriorCache:
         else:
             probs = self.den.probs_at(z, b, p + lo)
         for name, value in self.features(probs).items():
+            if name not in self.store:  # dtype taken from the first values
+                self.store[name] = torch.zeros((*self.shape, *value.shape[1:]), dtype=value.dtype, device=self.device)
             self.store[name][b, p] = value
 
     def rows(self, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,14 @@
-"""Which positions commit at a step: LLaDA's transfer schedule and a stable top-k."""
+"""Which positions commit at a step: LLaDA's transfer schedule, a stable top-k and the tie rules."""
 from __future__ import annotations
 
 import torch
 
-__all__ = ["transfer_schedule", "topk_stable"]
+__all__ = ["transfer_schedule", "topk_stable", "TIE_RULES", "rank_positions"]
+
+#: how equal scores are ordered when positions are ranked (upstream uses torch.topk / argsort, whose
+#: order among ties is implementation-defined): lowest position first, highest first, or uniformly
+#: at random (an independent uniform per (step, position) orders the tied positions)
+TIE_RULES = ("lowest", "highest", "random")
 
 
 def transfer_schedule(n: int, steps: int) -> list[int]:
@@ -16,3 +21,23 @@ def transfer_schedule(n: int, steps: int) -> list[int]:
 def topk_stable(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Column indices [B, k] of the k largest scores per row, ties -> lower column first."""
     return torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
+
+
+def rank_positions(scores: torch.Tensor, tie_rule: str = "lowest", tie_keys: torch.Tensor | None = None) -> torch.Tensor:
+    """Columns [B, L] of ``scores`` [B, L] by score descending, equal scores ordered by ``tie_rule``.
+
+    "lowest": lower column first (a stable sort; the first k columns are :func:`topk_stable`);
+    "highest": higher column first; "random": by ``tie_keys`` [B, L] ascending (i.i.d. uniforms, so
+    every order of a tied group is equally likely): a stable sort by score of the key order.
+    """
+    if tie_rule == "lowest":
+        return torch.sort(scores, dim=1, descending=True, stable=True).indices
+    L = scores.shape[1]
+    if tie_rule == "highest":
+        return L - 1 - torch.sort(scores.flip(1), dim=1, descending=True, stable=True).indices
+    if tie_rule == "random":
+        if tie_keys is None:
+            raise ValueError("tie_rule='random' needs tie_keys")
+        first = torch.sort(tie_keys, dim=1, stable=True).indices
+        return first.gather(1, torch.sort(scores.gather(1, first), dim=1, descending=True, stable=True).indices)
+    raise ValueError(f"tie_rule must be one of {TIE_RULES}, got {tie_rule!r}")

@@ -1,0 +1,254 @@
+"""The loop shared by confidence-ranked parallel decoding rules (LLaDA, Fast-dLLM, Dream, EB, PC-sampler).
+
+Every such rule decodes blocks of positions left to right and, at each step of a block,
+
+1. takes the posterior p_i = p(x0_i | x) at every masked position i of the block;
+2. proposes a token x̂_i at each (argmax at temperature 0, else a draw from the rule's proposal law);
+3. gives each position a score (a confidence p_i(x̂_i), a margin, a negative entropy, ...);
+4. ranks the masked positions by score (ties by a :data:`~dllm_lit.samplers.selection.TIE_RULES` rule)
+   and commits the proposals of the first n; every other proposal is discarded.
+
+Rules differ only in the features they read from p_i, the score, and how n is chosen:
+
+* a *fixed schedule* (LLaDA's ``get_num_transfer_tokens``, Dream's ``floor(#mask (1 - s/t))``): the
+  counts are known in advance and every sequence steps together; the step index is global;
+* an *adaptive count* (Fast-dLLM's threshold and factor rules, the EB-sampler): n is a function of
+  the sorted scores of each sequence, a block runs until it has no mask left, and every sequence
+  keeps its own step counter (what a batch of one would do upstream), which also counts its
+  denoiser evaluations.
+
+The posterior features of a block come from a :class:`~dllm_lit.samplers.posterior_cache.PosteriorCache`
+when it fits in memory (refreshed only where a nearest revealed neighbour changed), else they are
+computed from ``probs_at`` at every step; both give identical draws.
+
+Randomness: the proposal at (step j, position i) uses ``tok_u`` (Stream.TOKEN) at (j, i); the
+random tie rule uses ``tie_u`` (Stream.ORDER) at (j, i) in slot :data:`TIE_SLOT`.  So rules that
+coincide (e.g. Fast-dLLM with a threshold no confidence reaches, and LLaDA with one token per step)
+coincide draw for draw.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from dllm_lit import checks
+from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, categorical_from_stored_cdf, sharpen
+from dllm_lit.samplers.posterior_cache import PosteriorCache
+from dllm_lit.samplers.selection import TIE_RULES, rank_positions
+
+__all__ = ["BlockPosteriors", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
+           "propose_tokens", "confidence", "posterior_entropy",
+           "check_blocks", "block_bounds", "TIE_SLOT", "ranking_options", "with_tie_rule"]
+
+#: slot of Stream.ORDER uniforms that break ties under tie_rule="random"
+TIE_SLOT = 1
+
+Features = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+Widths = dict[str, tuple[tuple[int, ...], torch.dtype | None]]
+
+
+def proposal_features(probs: torch.Tensor, temperature: float) -> dict[str, torch.Tensor]:
+    """LLaDA's proposal: ``argmax`` of p (temperature 0) or the float64 ``cdf`` of p^(1/tau); ``probs`` = p.
+
+    ``probs`` keeps the posterior's dtype, so cached and recomputed confidences are the same numbers.
+    """
+    out = {"probs": probs, "argmax": probs.argmax(-1)}
+    if temperature != 0:
+        law = probs if temperature == 1 else sharpen(probs, 1.0 / temperature)
+        out["cdf"] = law.to(torch.float64).cumsum(-1)
+    return out
+
+
+def proposal_widths(V: int, temperature: float) -> Widths:
+    """Allocation of :func:`proposal_features` in a :class:`PosteriorCache`."""
+    w: Widths = {"probs": ((V,), None), "argmax": ((), torch.int64)}
+    if temperature != 0:
+        w["cdf"] = ((V,), torch.float64)
+    return w
+
+
+def posterior_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """H(p) = -sum_v p_v log p_v in float64 (0 log 0 = 0), per row."""
+    p = probs.to(torch.float64)
+    return -torch.special.xlogy(p, p).sum(-1)
+
+
+class BlockPosteriors:
+    """Posterior features at the masked positions of [lo, hi) of a [B, T] state, step after step.
+
+    With ``use_cache`` and enough memory they live in a :class:`PosteriorCache`; otherwise every
+    :meth:`load` recomputes them with ``probs_at`` at the listed positions.  Same values either way.
+    """
+
+    def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features, widths: Widths,
+                 device: torch.device, use_cache: bool = True, width: int | None = None) -> None:
+        self.den, self.lo, self.hi, self.features = denoiser, lo, hi, features
+        if width is None:
+            width = sum(max(1, int(torch.tensor(shape).prod())) if shape else 1 for shape, _ in widths.values())
+        self.cache = None
+        if use_cache and PosteriorCache.fits(B, width, length=hi - lo):
+            self.cache = PosteriorCache(denoiser, B, lo, hi, features, widths, device)
+        self.b = self.p = None
+        self._rows: torch.Tensor | None = None
+        self._feats: dict[str, torch.Tensor] = {}
+
+    def load(self, x: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> None:
+        """Make the features of masked positions (b, p) (absolute positions) of state x available."""
+        self.b, self.p = b, p
+        if self.cache is not None:
+            self.cache.refresh(x)
+            self._rows = self.cache.rows(b, p)
+        else:
+            self._feats = self.features(self.den.probs_at(x, b, p))
+
+    def get(self, name: str, k: torch.Tensor | None = None) -> torch.Tensor:
+        """Feature ``name`` at the loaded positions; with ``k``, only entry k of each row."""
+        if self.cache is not None:
+            return self.cache.get(name, self.b, self.p, k)
+        v = self._feats[name]
+        return v if k is None else v.gather(1, k[:, None]).squeeze(1)
+
+    def draw(self, u: torch.Tensor, name: str = "cdf") -> torch.Tensor:
+        """Inverse-CDF draw (uniforms ``u``) from the stored float64 cdf ``name`` at the loaded positions."""
+        if self.cache is not None:
+            cdf = self.cache.store[name]
+            return categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), self._rows, u)
+        return categorical_from_cdf(self._feats[name], u)
+
+
+@dataclass
+class StepView:
+    """What a score or count rule sees at one step: the loaded posteriors, the masked positions
+    (``post.b``, ``post.p``), their proposals ``tok`` and step indices ``j`` (int, or a tensor per position)."""
+
+    post: BlockPosteriors
+    tok: torch.Tensor
+    j: int | torch.Tensor
+    lo: int
+    hi: int
+
+
+def propose_tokens(view: StepView, temperature: float, tok_u: StepUniforms, cdf: str = "cdf") -> torch.Tensor:
+    """The proposals: feature ``argmax`` at temperature 0, else a draw from the stored cdf with Stream.TOKEN
+    uniforms at (step, position) - upstream's Gumbel race ``argmax(log p / tau + G)`` in law."""
+    if temperature == 0:
+        return view.post.get("argmax")
+    return view.post.draw(tok_u.at(view.j, view.post.b, view.post.p), cdf)
+
+
+def confidence(view: StepView) -> torch.Tensor:
+    """c_i = p_i(x̂_i), the posterior's probability of the proposal (no temperature), as float64."""
+    return view.post.get("probs", view.tok).to(torch.float64)
+
+
+Score = Callable[[StepView], torch.Tensor]
+#: adaptive count: (scores sorted descending [B, L] with -inf where no masked position, masked count [B]) -> n [B]
+Count = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, features: Features, widths: Widths,
+                  propose: Callable[[StepView], torch.Tensor], score: Score, tie_rule: str,
+                  tie_u: StepUniforms | None, schedule: list[list[int]] | None = None, count: Count | None = None,
+                  use_cache: bool = True, width: int | None = None) -> torch.Tensor:
+    """Decode the masked positions of ``blocks`` in x [B, T] (in place), block after block.
+
+    Fixed schedule: ``schedule[blk][i]`` positions commit at step i of block blk (global step
+    index = the earlier blocks' step counts + i; steps with 0 commits are skipped).
+    Adaptive: ``count`` gives n per sequence at every step until the block has no mask; each
+    sequence's step index is the number of steps it has taken.  ``propose(view)`` returns the
+    proposals at the masked positions (``view.tok`` is not yet set), ``score(view)`` their float64
+    scores.  Returns the per-sequence number of steps taken under an adaptive count (float64 [B]:
+    the denoiser evaluations of the adaptive rules; zeros for a fixed schedule).
+    """
+    B, dev = x.shape[0], x.device
+    M = den.mask_id
+    rows = torch.arange(B, device=dev)
+    taken = torch.zeros(B, dtype=torch.long, device=dev)
+    base = 0
+    for blk, (lo, hi) in enumerate(blocks):
+        L = hi - lo
+        post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width)
+        i = 0
+        while True:
+            if schedule is not None:
+                if i >= len(schedule[blk]):
+                    break
+                k = schedule[blk][i]
+                j: int | torch.Tensor = base + i
+                i += 1
+                if k == 0:
+                    continue
+            masked = x[:, lo:hi] == M
+            active = masked.any(1)
+            if schedule is None and not bool(active.any()):
+                break
+            b, p = masked.nonzero(as_tuple=True)
+            p = p + lo
+            post.load(x, b, p)
+            jj = j if schedule is not None else taken[b]
+            view = StepView(post, torch.empty(0, dtype=torch.long, device=dev), jj, lo, hi)
+            view.tok = propose(view)
+            scores = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
+            scores[b, p - lo] = score(view)
+            keys = None
+            if tie_rule == "random":
+                keys = tie_u.block(j if schedule is not None else taken, lo, hi, slot=TIE_SLOT)
+            order = rank_positions(scores, tie_rule, keys)
+            if schedule is not None:
+                n = torch.full((B,), k, dtype=torch.long, device=dev)
+                kmax = k
+            else:
+                n = count(scores.gather(1, order), masked.sum(1)).long() * active
+                taken += active.long()
+                kmax = int(n.max())
+            if kmax == 0:
+                continue
+            proposal = torch.zeros((B, L), dtype=torch.long, device=dev)
+            proposal[b, p - lo] = view.tok
+            sel = order[:, :kmax]
+            keep = torch.arange(kmax, device=dev)[None, :] < n[:, None]
+            rr = rows[:, None].expand(B, kmax)[keep]
+            cc = sel[keep]
+            x[rr, cc + lo] = proposal[rr, cc]
+        base += len(schedule[blk]) if schedule is not None else 0
+    return taken.to(torch.float64)
+
+
+def block_bounds(seq_len: int, prompt_length: int, block_length: int | None) -> list[tuple[int, int]]:
+    """[lo, hi) of each block of the generated part (one block when ``block_length`` is None)."""
+    G = seq_len - prompt_length
+    bl = block_length if block_length is not None else G
+    if bl <= 0 or G <= 0:
+        return []
+    return [(prompt_length + k * bl, prompt_length + (k + 1) * bl) for k in range(G // bl)]
+
+
+def check_blocks(seq_len: int, prompt_length: int, block_length: int | None, steps: int | None) -> None:
+    """Upstream's assertions: the prompt fits, ``block_length`` divides the generated length, and
+    ``steps`` is divisible by the number of blocks (ValueError naming the field)."""
+    if prompt_length > seq_len:
+        raise ValueError(f"prompt (length {prompt_length}) is longer than seq_len={seq_len}")
+    G = seq_len - prompt_length
+    if block_length is not None and G > 0 and G % block_length:
+        raise ValueError(f"block_length={block_length} must divide the generated length "
+                         f"seq_len - len(prompt) = {G}")
+    nb = len(block_bounds(seq_len, prompt_length, block_length))
+    if steps is not None and nb > 0 and steps % nb:
+        raise ValueError(f"steps={steps} must be divisible by the number of blocks ({nb}) for seq_len={seq_len}")
+
+
+def ranking_options(sampler, temperature: float, tie_rule: str, block_length: int | None = None) -> None:
+    """Check and set the options the confidence-ranked samplers share - ``temperature`` >= 0, ``tie_rule``,
+    ``block_length`` (None or >= 1) - and switch the exact posterior cache on (``sampler.use_cache``)."""
+    sampler.temperature = checks.real("temperature", temperature, 0.0)
+    sampler.tie_rule = checks.choice("tie_rule", tie_rule, TIE_RULES)
+    sampler.block_length = checks.optional_integer("block_length", block_length)
+    #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
+    sampler.use_cache = True
+
+
+def with_tie_rule(name: str, tie_rule: str) -> str:
+    """Row name: ``name``, suffixed ``_tie_<rule>`` for a tie rule other than the default "lowest"."""
+    return name if tie_rule == "lowest" else f"{name}_tie_{tie_rule}"

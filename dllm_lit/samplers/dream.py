@@ -1,0 +1,164 @@
+"""Dream's diffusion sampler and its ``alg`` family (``generation_utils.py``: ``_sample``,
+``sample_tokens``); see ``docs/samplers/confidence.md``.
+
+Ye et al., "Dream 7B: Diffusion Large Language Models" (arXiv:2508.15487).  Upstream: HKUNLP/Dream
+(the model's ``generation_utils.py``; a copy is in NVlabs/Fast-dLLM ``dream/model/generation_utils.py``).
+
+Grid t_j = linspace(1, eps, steps + 1) (float32, as upstream); step j goes t = t_j -> s = t_{j+1}.
+The proposal law at a masked position is q = softmax(log p / tau) (p itself at tau = 0), restricted
+to Dream's top-p (the token crossing p is kept) and top-k sets and renormalised; the proposal is a
+draw from q (tau > 0) or argmax q (tau = 0).
+
+* ``origin``: every masked position is revealed with probability 1 - s/t (1 at the last step)
+  with its proposal - MDLM-like.  Which positions reveal does not depend on the tokens, so each
+  position's step is drawn up front (:func:`~dllm_lit.samplers.ordered_decoding.coin_decode_steps`)
+  and only the revealed positions are queried (:func:`decode_in_order`).
+* ``maskgit_plus`` / ``topk_margin`` / ``entropy``: n = floor(#mask (1 - s/t)) positions
+  (all remaining at the last step) commit, the n best by score q(x̂), q_(1) - q_(2), or
+  sum_v q_v log(q_v + 1e-10) (a negative entropy); with ``alg_temp`` > 0 the n positions are drawn
+  without replacement from softmax(score / alg_temp) (Gumbel top-k, the law of upstream's
+  ``torch.multinomial``).  The counts are the same in every sequence, so they are computed up front,
+  in float32 as upstream.
+
+Dream's network is initialised from an autoregressive model, so upstream shifts its logits by one
+position (``logits = cat([logits[:, :1], logits[:, :-1]])``): the prediction for position i is read
+at i - 1.  That is a property of the network's output layout; the oracle returns p(x0_i | z) at i
+directly, so there is nothing to shift.
+"""
+from __future__ import annotations
+
+import torch
+
+from dllm_lit import checks, rng
+from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.confidence_decoding import decode_blocks, propose_tokens, ranking_options, with_tie_rule
+from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen
+from dllm_lit.samplers.nucleus import check_top_p, top_k_filter, top_p_filter
+from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
+
+__all__ = ["Dream", "ALGS", "dream_grid", "dream_schedule", "dream_law"]
+
+ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+#: Stream.ORDER slot of the Gumbel keys that draw positions when alg_temp > 0
+GUMBEL_SLOT = 2
+
+
+def dream_grid(steps: int, eps: float) -> torch.Tensor:
+    """Upstream's ``torch.linspace(1, eps, steps + 1)`` (float32)."""
+    return torch.linspace(1.0, eps, steps + 1, dtype=torch.float32)
+
+
+def dream_schedule(num_masked: int, steps: int, eps: float) -> list[int]:
+    """Positions committed at each step: int(#mask * (1 - s/t)) in float32, all remaining at the last step."""
+    ts = dream_grid(steps, eps)
+    out, n = [], int(num_masked)
+    for i in range(steps):
+        k = int(torch.tensor(float(n), dtype=torch.float32) * (1 - ts[i + 1] / ts[i])) if i < steps - 1 else n
+        out.append(k)
+        n -= k
+    return out
+
+
+def dream_law(probs: torch.Tensor, temperature: float, top_p: float | None, top_k: int | None) -> torch.Tensor:
+    """q: p^(1/tau) (p at tau = 0), Dream's top-p then top-k, renormalised (float64 rows)."""
+    q = probs.to(torch.float64) if temperature == 0 else sharpen(probs, 1.0 / temperature)
+    q = q / q.sum(-1, keepdim=True)
+    if top_p is not None and top_p < 1:
+        q = top_p_filter(q, top_p, strict=False)
+    if top_k is not None:
+        q = top_k_filter(q, top_k)
+    return q
+
+
+class Dream(Sampler):
+    """Dream ``diffusion_generate`` with ``alg`` origin / maskgit_plus / topk_margin / entropy (see module docstring).
+
+    Args:
+        denoiser: frozen denoiser (None: the chain's exact oracle).
+        steps: diffusion steps (or a grid); upstream default 512.
+        alg: "origin" (upstream default), "maskgit_plus", "topk_margin" or "entropy".
+        alg_temp: 0 / None = top-n by score; > 0 = positions drawn from softmax(score / alg_temp).
+        temperature: proposal temperature, 0 = argmax (upstream default 0.0).
+        top_p: Dream's nucleus on the proposal (None = off); top_k: keep the k most likely (None = off).
+        eps: final time of the grid, in (0, 1) (upstream default 1e-3).
+        tie_rule: order of equal scores ("lowest", "highest", "random").
+    """
+
+    sampler_name = "dream"
+
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 512, alg: str = "origin",
+                 alg_temp: float | None = None, temperature: float = 0.0, top_p: float | None = None,
+                 top_k: int | None = None, eps: float = 1e-3, tie_rule: str = "lowest") -> None:
+        super().__init__(denoiser=denoiser, steps=steps)
+        self.alg = checks.choice("alg", alg, ALGS)
+        self.alg_temp = checks.optional_real("alg_temp", alg_temp, 0.0)
+        ranking_options(self, temperature, tie_rule)
+        self.top_p = None if top_p is None else check_top_p(top_p)
+        self.top_k = checks.optional_integer("top_k", top_k)
+        self.eps = checks.real("eps", eps, 0.0, 1.0, low_open=True, high_open=True)
+
+    @property
+    def name(self) -> str:
+        name = f"dream_{self.alg}"
+        if self.alg != "origin" and self.alg_temp:
+            name += f"_algtemp{self.alg_temp:g}"
+        return name if self.alg == "origin" else with_tie_rule(name, self.tie_rule)
+
+    def _law(self, probs: torch.Tensor) -> torch.Tensor:
+        return dream_law(probs, self.temperature, self.top_p, self.top_k)
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        B, T, dev = indices.numel(), seq_len, indices.device
+        x = torch.full((B, T), self.mask_id, dtype=torch.long, device=dev)
+        tok_u = StepUniforms(seed, indices, steps)
+        tau = self.temperature
+        if self.alg == "origin":
+            decode = coin_decode_steps(tok_u.grid(0, T, slot=2), dream_grid(steps, self.eps)[:-1].to(dev))
+
+            def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+                q = self._law(probs)
+                return q.argmax(-1) if tau == 0 else categorical_from_cdf(q.cumsum(-1), tok_u.at(j, b, p, slot=1))
+
+            return decode_in_order(self.denoiser, x, decode, steps - 1, draw)
+
+        alg, V = self.alg, self.vocab_size
+
+        def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
+            q = self._law(probs)
+            out = {"argmax": q.argmax(-1)}
+            if tau != 0:
+                out["cdf"] = q.cumsum(-1)
+            if alg == "maskgit_plus":
+                out["q"] = q
+            elif alg == "topk_margin":
+                top = torch.topk(q, min(2, V), dim=-1).values
+                out["margin"] = top[:, 0] - (top[:, 1] if V > 1 else 0.0)
+            else:
+                out["negent"] = (q * torch.log(q + 1e-10)).sum(-1)
+            return out
+
+        widths = {"argmax": ((), torch.int64)}
+        if tau != 0:
+            widths["cdf"] = ((V,), torch.float64)
+        widths.update({"maskgit_plus": {"q": ((V,), torch.float64)}, "topk_margin": {"margin": ((), torch.float64)},
+                       "entropy": {"negent": ((), torch.float64)}}[alg])
+        gumbel_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
+        alg_temp = self.alg_temp
+
+        def score(view) -> torch.Tensor:
+            post = view.post
+            if alg == "maskgit_plus":
+                s = post.get("q", view.tok)
+            else:
+                s = post.get("margin" if alg == "topk_margin" else "negent")
+            if alg_temp:  # Gumbel top-k = sampling without replacement from softmax(s / alg_temp)
+                u = gumbel_u.at(view.j, post.b, post.p, slot=GUMBEL_SLOT)
+                s = s / alg_temp - torch.log(-torch.log(u))
+            return s
+
+        decode_blocks(self.denoiser, x, [(0, T)], features=features, widths=widths,
+                      propose=lambda view: propose_tokens(view, tau, tok_u), score=score, tie_rule=self.tie_rule,
+                      tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
+                      schedule=[dream_schedule(T, steps, self.eps)], use_cache=self.use_cache)
+        return x

@@ -1,0 +1,85 @@
+"""The EB-sampler: entropy-bounded unmasking (NEUIR/PC-Sampler ``src/generate.py``,
+``generate_with_eb_sampler``); see ``docs/samplers/confidence.md``.
+
+Ben-Hamu et al., "Accelerated Sampling from Masked Diffusion Models via Entropy Bounded Unmasking"
+(arXiv:2505.24857).
+
+At each step every masked position i of the sequence (no blocks, as upstream) gets LLaDA's proposal
+x̂_i and the entropy H_i = H(p_i) of its posterior (no temperature).  The masked positions are sorted
+by entropy ascending (ties by ``tie_rule``) and the first k commit, k the largest with
+
+    sum_{j <= k} H_(j) - max_{j <= k} H_(j) <= gamma          (k >= 1),
+
+so the entropy of the committed set beyond its largest term stays below gamma.  The loop runs until
+no mask is left: the number of steps (denoiser evaluations) is adaptive and counted per sequence.
+``steps`` does not change the algorithm (upstream has no such argument); it keys the randomness.
+
+At gamma = 0 (and temperature 1) a step commits one position - plus any of zero entropy, whose
+token is certain - chosen from the entropies alone, with a token drawn from its exact conditional:
+exact sequential sampling in a state-dependent order, so the output law is the chain's.
+"""
+from __future__ import annotations
+
+import torch
+
+from dllm_lit import checks, rng
+from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.confidence_decoding import (decode_blocks, posterior_entropy, proposal_features,
+                                                   proposal_widths, propose_tokens, ranking_options, with_tie_rule)
+from dllm_lit.samplers.draws import StepUniforms
+
+__all__ = ["EBSampler", "entropy_bound_count"]
+
+
+def entropy_bound_count(sorted_neg_entropy: torch.Tensor, gamma: float) -> torch.Tensor:
+    """#{k : sum_{j<=k} H_(j) - max_{j<=k} H_(j) <= gamma}, at least 1, per row of -H sorted descending
+    (-inf = no position), as upstream counts it."""
+    valid = torch.isfinite(sorted_neg_entropy)
+    H = torch.where(valid, -sorted_neg_entropy, torch.zeros_like(sorted_neg_entropy))
+    ok = (H.cumsum(1) - H.cummax(1).values <= gamma) & valid
+    return ok.sum(1).clamp(min=1)
+
+
+class EBSampler(Sampler):
+    """Entropy-bounded parallel unmasking (see module docstring).
+
+    Args:
+        denoiser: frozen denoiser (None: the chain's exact oracle).
+        steps: keys the randomness only (a grid gives replicates).
+        gamma: entropy budget >= 0 (upstream's evaluations use 0.01; function default 0.1).
+        temperature: 0 = argmax proposals (upstream default); tau > 0 samples p^(1/tau).
+        tie_rule: order of equal entropies ("lowest", "highest", "random").
+    """
+
+    sampler_name = "eb_sampler"
+
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, gamma: float = 0.01,
+                 temperature: float = 0.0, tie_rule: str = "lowest") -> None:
+        super().__init__(denoiser=denoiser, steps=steps)
+        self.gamma = checks.real("gamma", gamma, 0.0)
+        ranking_options(self, temperature, tie_rule)
+
+    @property
+    def name(self) -> str:
+        base = "eb_sampler" if self.gamma == 0.01 else f"eb_sampler_g{self.gamma:g}"
+        return with_tie_rule(base, self.tie_rule)
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
+
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples and the denoiser evaluations of each sequence (its number of steps)."""
+        x = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
+        tau, gamma, tok_u = self.temperature, self.gamma, StepUniforms(seed, indices, steps)
+
+        def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {**proposal_features(probs, tau), "entropy": posterior_entropy(probs)}
+
+        widths = {**proposal_widths(self.vocab_size, tau), "entropy": ((), torch.float64)}
+        nfe = decode_blocks(
+            self.denoiser, x, [(0, seq_len)], features=features, widths=widths,
+            propose=lambda view: propose_tokens(view, tau, tok_u), score=lambda view: -view.post.get("entropy"),
+            tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
+            count=lambda sorted_scores, m: entropy_bound_count(sorted_scores, gamma), use_cache=self.use_cache)
+        return x, nfe

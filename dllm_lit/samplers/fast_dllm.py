@@ -1,0 +1,118 @@
+"""Fast-dLLM's confidence-aware parallel decoding (NVlabs/Fast-dLLM ``llada/generate.py``); see
+``docs/samplers/confidence.md``.
+
+Wu et al., "Fast-dLLM: Training-free Acceleration of Diffusion LLM by Enabling KV Cache and
+Parallel Decoding" (arXiv:2505.22618).
+
+Blocks of ``block_length`` positions are decoded left to right.  At each step every masked position
+i of the current block gets LLaDA's proposal x̂_i (argmax at temperature 0, else a draw from
+p_i^(1/tau)) and the confidence c_i = p_i(x̂_i); the masked positions are ranked by c (ties by
+``tie_rule``) and the first n commit, with
+
+* threshold rule (``get_transfer_index``): n = max(1, #{i : c_i >= tau}) - every proposal at least
+  as confident as tau, and always the most confident one;
+* factor rule (``get_transfer_index_dynamic``): with c_(1) >= c_(2) >= ... the sorted confidences
+  of the m masked positions, n is the length of the leading run of ranks r with
+  c_(r) >= 1 - f / (r + 1) (rank 1 always passes); upstream then takes all m when the run stops
+  at rank m - 1 (only the last rank fails) - kept as upstream does.
+
+A block runs until it has no mask left, so the number of steps, and of denoiser evaluations, is
+adaptive: :meth:`FastDLLM.generate_with_nfe` counts them per sequence.  ``steps`` does not change
+the algorithm; it only keys the randomness, so a steps grid gives independent replicates (upstream
+still asserts ``steps % num_blocks == 0`` in this mode; not required here, so any grid runs).
+With a threshold above every confidence it commits one token per step and equals
+``LLaDA(steps=seq_len)`` draw for draw (same uniforms).
+"""
+from __future__ import annotations
+
+import torch
+
+from dllm_lit import checks, rng
+from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence, decode_blocks,
+                                                   proposal_features, proposal_widths, propose_tokens, ranking_options,
+                                                   with_tie_rule)
+from dllm_lit.samplers.draws import StepUniforms
+
+__all__ = ["FastDLLM", "threshold_count", "factor_count"]
+
+
+def threshold_count(sorted_conf: torch.Tensor, threshold: float) -> torch.Tensor:
+    """n = max(1, #{c >= threshold}) per row of descending confidences [B, L] (-inf = no position)."""
+    return (sorted_conf >= threshold).sum(1).clamp(min=1)
+
+
+def factor_count(sorted_conf: torch.Tensor, num_masked: torch.Tensor, factor: float) -> torch.Tensor:
+    """Fast-dLLM's dynamic count: leading ranks r (1-based) with c_(r) >= 1 - factor/(r+1), rank 1
+    always; all m masked positions when the run covers at least m - 1 ranks (upstream's loop exit)."""
+    L = sorted_conf.shape[1]
+    r = torch.arange(1, L + 1, dtype=torch.float64, device=sorted_conf.device)
+    thresh = 1.0 - factor / (r + 1.0)
+    thresh[0] = -1.0
+    passed = (sorted_conf >= thresh[None, :]) & (r[None, :] <= num_masked[:, None])
+    lead = passed.long().cumprod(1).sum(1)
+    return torch.where(lead >= num_masked - 1, num_masked, lead)
+
+
+class FastDLLM(Sampler):
+    """Fast-dLLM threshold / factor parallel decoding (see module docstring).
+
+    Args:
+        denoiser: frozen denoiser (None: the chain's exact oracle).
+        steps: keys the randomness only (a grid gives replicates).
+        threshold: tau in (0, 1] for the threshold rule (upstream's example 0.9); None with ``factor``.
+        factor: f > 0 for the factor rule (upstream default 1.0); None for the threshold rule.
+        block_length: block length dividing T (None: one block); upstream's examples use 32.
+        temperature: 0 = argmax proposals (upstream's evaluations); tau > 0 samples p^(1/tau).
+        tie_rule: order of equal confidences ("lowest", "highest", "random").
+    """
+
+    sampler_name = "fast_dllm"
+
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128,
+                 threshold: float | None = 0.9, factor: float | None = None, block_length: int | None = 32,
+                 temperature: float = 0.0, tie_rule: str = "lowest") -> None:
+        super().__init__(denoiser=denoiser, steps=steps)
+        if (threshold is None) == (factor is None):
+            raise ValueError(f"give exactly one of threshold and factor, got threshold={threshold!r}, factor={factor!r}")
+        self.threshold = None if threshold is None else checks.probability("threshold", threshold)
+        self.factor = None if factor is None else checks.real("factor", factor, 0.0, low_open=True)
+        ranking_options(self, temperature, tie_rule, block_length)
+
+    @property
+    def name(self) -> str:
+        if self.factor is not None:
+            base = "fast_dllm_factor" if self.factor == 1 else f"fast_dllm_factor{self.factor:g}"
+        else:
+            base = "fast_dllm" if self.threshold == 0.9 else f"fast_dllm_t{self.threshold:g}"
+        return with_tie_rule(base, self.tie_rule)
+
+    def check_run(self, seq_len: int, steps: int | None) -> None:
+        """block_length divides T (upstream's assertion; steps need not divide into the blocks, being unused)."""
+        check_blocks(seq_len, 0, self.block_length, None)
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
+
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples and the denoiser evaluations of each sequence (its number of steps)."""
+        x = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
+        tau, tok_u = self.temperature, StepUniforms(seed, indices, steps)
+        if self.factor is not None:
+            f = self.factor
+
+            def count(sorted_conf, m):
+                return factor_count(sorted_conf, m, f)
+        else:
+            t = self.threshold
+
+            def count(sorted_conf, m):
+                return threshold_count(sorted_conf, t)
+        nfe = decode_blocks(
+            self.denoiser, x, block_bounds(seq_len, 0, self.block_length),
+            features=lambda probs: proposal_features(probs, tau), widths=proposal_widths(self.vocab_size, tau),
+            propose=lambda view: propose_tokens(view, tau, tok_u), score=confidence,
+            tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
+            count=count, use_cache=self.use_cache, width=2 * self.vocab_size + 2)
+        return x, nfe

@@ -1,0 +1,87 @@
+"""PC-sampler: exact law of its rule (DP), score formula, cache, settings."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import chi_square_pvalue, sequence_counts
+from dllm_lit.samplers import PCSampler
+from exact_laws import ranked_choice, score_select_law, tempered_options
+
+V, N = 3, 20000
+ALPHA = 0.01
+
+
+def pc_law(chain, T: int, steps: int, lambd: float, alpha: float, block_length: int | None, temperature: float,
+           tie_rule: str = "lowest") -> torch.Tensor:
+    pi = chain.stationary.double()
+    bl = block_length or T
+    nb = T // bl
+    S = steps // nb
+    counts = [bl // S + (1 if i < bl % S else 0) for i in range(S)]
+    sched = [counts] * nb
+
+    def score(i, v, g, lo):
+        return math.exp(-lambd * (i - lo)) * min(alpha, -float(g[i, v]) * math.log(float(pi[v]) + 1e-9))
+
+    def select(j, masked, scores):
+        return ranked_choice(masked, scores, counts[j % S], tie_rule)
+
+    return score_select_law(chain, T, [(k * bl, (k + 1) * bl) for k in range(nb)],
+                            lambda g: tempered_options(g, temperature), score, select, schedule=sched)
+
+
+@pytest.mark.parametrize("T, steps, lambd, alpha, block_length, temperature, tie_rule", [
+    (4, 2, 0.25, 10.0, None, 1.0, "lowest"),
+    (4, 2, 0.0, 0.3, None, 1.0, "random"),   # alpha clips: many ties
+    (4, 4, 1.0, 10.0, 2, 0.5, "lowest"),
+    (6, 3, 0.25, 10.0, None, 1.0, "highest"),
+])
+def test_law_matches_dynamic_programming(chain, den, T, steps, lambd, alpha, block_length, temperature, tie_rule) -> None:
+    law = pc_law(chain, T, steps, lambd, alpha, block_length, temperature, tie_rule)
+    s = PCSampler(den, lambd=lambd, alpha=alpha, block_length=block_length, temperature=temperature, tie_rule=tie_rule)
+    s.connect(chain)
+    x = s.sample(N, T, steps, seed=steps)
+    assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
+
+
+def test_calibration_changes_the_law(chain, den) -> None:
+    """Power: PC-sampler's law differs from LLaDA's (lambda = 0, no clipping = background-weighted confidence)."""
+    from test_llada import llada_law
+
+    pc = pc_law(chain, 4, 2, 0.0, 10.0, None, 1.0)
+    assert 0.5 * (pc - llada_law(chain, 4, 2, "low_confidence", 1.0)).abs().sum() > 0.02
+
+
+def test_cache_gives_identical_draws() -> None:
+    from dllm_lit.denoisers import OracleDenoiser
+    from dllm_lit.markov import english_char_chain
+
+    chain = english_char_chain()
+    oracle = OracleDenoiser(chain)
+    for kw in ({"temperature": 1.0}, {"temperature": 0.5, "block_length": 16, "lambd": 0.0, "alpha": 0.5,
+                                      "tie_rule": "random"}):
+        s = PCSampler(oracle, **kw).connect(chain)
+        cached = s.sample(8, 64, 16, seed=3)
+        s.use_cache = False
+        assert torch.equal(cached, s.sample(8, 64, 16, seed=3))
+
+
+def test_no_mask_left_and_batch_invariance(chain, den) -> None:
+    s = PCSampler(den, temperature=1.0, block_length=10).connect(chain)
+    full = s.sample(12, 30, steps=6, seed=5)
+    assert full.min() >= 0 and full.max() < V
+    assert torch.equal(full[7:], s.sample(5, 30, steps=6, seed=5, start_index=7))
+
+
+def test_bad_settings(chain, den) -> None:
+    for kw, field in (({"lambd": -0.1}, "lambd"), ({"alpha": 0.0}, "alpha"), ({"block_length": 0}, "block_length"),
+                      ({"temperature": -1}, "temperature"), ({"tie_rule": "x"}, "tie_rule")):
+        with pytest.raises(ValueError, match=field):
+            PCSampler(den, **kw)
+    with pytest.raises(ValueError, match="block_length"):
+        PCSampler(den, block_length=3).connect(chain).sample(2, 8, 2, seed=0)
+    with pytest.raises(ValueError, match="steps"):
+        PCSampler(den, block_length=4).connect(chain).sample(2, 12, 4, seed=0)
