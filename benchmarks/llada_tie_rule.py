@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from dllm_lit.denoisers import OracleDenoiser
-from dllm_lit.markov import english_char_chain
+from dllm_lit.sources import english_char_chain
 from dllm_lit.metrics import TransitionMetrics
 from dllm_lit.samplers import LLaDA
 

@@ -75,33 +75,6 @@ def den(chain: MarkovChain) -> OracleDenoiser:
     return OracleDenoiser(chain)
 
 
-class CountingDenoiser(torch.nn.Module):
-    """The oracle seen only through the generic ``probs_at`` interface, counting per sequence the
-    calls a sequence takes part in (its denoiser evaluations as a batch of one)."""
-
-    def __new__(cls, oracle: OracleDenoiser):
-        from dllm_lit.denoisers import Denoiser
-
-        class _Counting(Denoiser):
-            def __init__(self, inner):
-                super().__init__()
-                self.inner, self.vocab_size = inner, inner.vocab_size
-                self.calls: list[torch.Tensor] = []
-
-            def forward(self, z):
-                return self.inner(z)
-
-            def probs_at(self, z, b, p):
-                self.calls.append(torch.unique(b))
-                return self.inner.probs_at(z, b, p)
-
-            def per_sequence(self, B: int) -> torch.Tensor:
-                n = torch.zeros(B, dtype=torch.float64)
-                for b in self.calls:
-                    n[b] += 1
-                return n
-
-        return _Counting(oracle)
 class GenericDenoiser(Denoiser):
     """The oracle seen only through the generic Denoiser interface (no neighbour fast path): it is
     queried with ``probs_at`` on the actual state, the reference for the ordered-decoding fast path."""
@@ -115,3 +88,22 @@ class GenericDenoiser(Denoiser):
 
     def probs_at(self, z, b, p):
         return self.oracle.probs_at(z, b, p)
+
+
+class CountingDenoiser(GenericDenoiser):
+    """The oracle seen only through the generic ``probs_at`` interface, counting per sequence the
+    calls a sequence takes part in (its denoiser evaluations as a batch of one)."""
+
+    def __init__(self, oracle: OracleDenoiser) -> None:
+        super().__init__(oracle)
+        self.calls: list[torch.Tensor] = []
+
+    def probs_at(self, z, b, p):
+        self.calls.append(torch.unique(b))
+        return self.oracle.probs_at(z, b, p)
+
+    def per_sequence(self, B: int) -> torch.Tensor:
+        n = torch.zeros(B, dtype=torch.float64)
+        for b in self.calls:
+            n[b] += 1
+        return n

@@ -198,23 +198,6 @@ def proposal_options(g: torch.Tensor, temperature: float) -> list[tuple[int, flo
         top = float(g.max())
         return [(next(v for v in range(V) if float(g[v]) >= top - 1e-9), 1.0)]
     w = g.clamp_min(0) ** (1.0 / temperature)
-# ---------------------------------------------------------------------------------------------
-# Score-and-select rules (LLaDA low-confidence, Fast-dLLM, Dream's alg family, EB, PC-sampler)
-# ---------------------------------------------------------------------------------------------
-
-#: scores equal to this many decimals are ties (the samplers' ties are exact ties of the float output)
-TIE_DECIMALS = 9
-
-Selection = list[tuple[tuple[int, ...], float]]
-
-
-def tempered_options(q: torch.Tensor, temperature: float) -> list[tuple[int, float]]:
-    """(token, prob) options of a proposal from the law q [V]: argmax (lowest id) at 0, else q^(1/tau) normalised."""
-    V = q.numel()
-    if temperature == 0:
-        top = float(q.max())
-        return [(next(v for v in range(V) if float(q[v]) >= top - 1e-12), 1.0)]
-    w = q.clamp_min(0) ** (1.0 / temperature)
     w = w / w.sum()
     return [(v, float(w[v])) for v in range(V) if w[v] > 0]
 
@@ -365,6 +348,28 @@ def klass_law(chain: MarkovChain, T: int, steps: int, conf_threshold: float, kl_
     for (z, _), p in dist.items():
         out[z] += p
     return law_vector(out, V, T)
+
+# ---------------------------------------------------------------------------------------------
+# Score-and-select rules (LLaDA low-confidence, Fast-dLLM, Dream's alg family, EB, PC-sampler)
+# ---------------------------------------------------------------------------------------------
+
+#: scores equal to this many decimals are ties (the samplers' ties are exact ties of the float output)
+TIE_DECIMALS = 9
+
+Selection = list[tuple[tuple[int, ...], float]]
+
+
+def tempered_options(q: torch.Tensor, temperature: float) -> list[tuple[int, float]]:
+    """(token, prob) options of a proposal from the law q [V]: argmax (lowest id) at 0, else q^(1/tau) normalised."""
+    V = q.numel()
+    if temperature == 0:
+        top = float(q.max())
+        return [(next(v for v in range(V) if float(q[v]) >= top - 1e-12), 1.0)]
+    w = q.clamp_min(0) ** (1.0 / temperature)
+    w = w / w.sum()
+    return [(v, float(w[v])) for v in range(V) if w[v] > 0]
+
+
 def ranked_choice(positions: list[int], scores: list[float], n: int, tie_rule: str) -> Selection:
     """The n best positions by score (ties to TIE_DECIMALS) under ``tie_rule``: (chosen set, prob) pairs.
 

@@ -138,7 +138,7 @@ def test_origin_ordered_fast_path_equals_generic_path(den) -> None:
 
 def test_cache_gives_identical_draws() -> None:
     from dllm_lit.denoisers import OracleDenoiser
-    from dllm_lit.markov import english_char_chain
+    from dllm_lit.sources import english_char_chain
 
     oracle = OracleDenoiser(english_char_chain())
     for kw in ({"alg": "maskgit_plus", "temperature": 1.0}, {"alg": "topk_margin", "temperature": 0.5, "top_k": 5},

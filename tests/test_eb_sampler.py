@@ -74,7 +74,7 @@ def test_adaptive_nfe_and_batch_invariance(den) -> None:
 
 def test_cache_gives_identical_draws() -> None:
     from dllm_lit.denoisers import OracleDenoiser
-    from dllm_lit.markov import english_char_chain
+    from dllm_lit.sources import english_char_chain
 
     oracle = OracleDenoiser(english_char_chain())
     for kw in ({"gamma": 0.5, "temperature": 1.0}, {"gamma": 2.0, "temperature": 0.0, "tie_rule": "random"}):

@@ -74,7 +74,7 @@ def test_law_is_not_the_chain(chain, den) -> None:
 def test_unreachable_threshold_is_llada_one_token_per_step(chain, den, tie_rule) -> None:
     """tau = 1 (no confidence reaches 1 on these chains): one token per step, LLaDA's draws exactly."""
     from dllm_lit.denoisers import OracleDenoiser
-    from dllm_lit.markov import english_char_chain
+    from dllm_lit.sources import english_char_chain
 
     for d, T, bl, tau in ((den, 4, None, 1.0), (den, 6, 3, 1.0), (den, 6, 2, 0.0)):
         a = LLaDA(d, temperature=tau, block_length=bl, tie_rule=tie_rule).sample(300, T, T, seed=1)
@@ -112,7 +112,7 @@ def test_factor_rule_counts() -> None:
 
 def test_cache_gives_identical_draws() -> None:
     from dllm_lit.denoisers import OracleDenoiser
-    from dllm_lit.markov import english_char_chain
+    from dllm_lit.sources import english_char_chain
 
     oracle = OracleDenoiser(english_char_chain())
     for kw in ({"threshold": 0.3, "temperature": 1.0}, {"threshold": None, "factor": 3.0, "temperature": 0.7,

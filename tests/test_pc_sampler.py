@@ -57,7 +57,7 @@ def test_calibration_changes_the_law(chain, den) -> None:
 
 def test_cache_gives_identical_draws() -> None:
     from dllm_lit.denoisers import OracleDenoiser
-    from dllm_lit.markov import english_char_chain
+    from dllm_lit.sources import english_char_chain
 
     chain = english_char_chain()
     oracle = OracleDenoiser(chain)
