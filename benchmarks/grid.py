@@ -66,7 +66,7 @@ def main() -> None:
             if chain is None:
                 t0 = time.perf_counter()
                 chain = cli.datamodule.build_chain()
-                oracle = OracleDenoiser(chain)
+                oracle = OracleDenoiser(chain, cache_dir=cli.datamodule.cache_dir)
                 print(f"chain {chain!r}; oracle {oracle.extra_repr()}; built in {time.perf_counter() - t0:.1f} s")
                 print(f"N={args.num_sequences} T={args.seq_len} steps={args.steps} accelerator={args.accelerator} "
                       f"threads={torch.get_num_threads()}")
