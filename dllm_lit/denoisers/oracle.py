@@ -88,11 +88,8 @@ class OracleDenoiser(LocalDenoiser):
         factor alone is returned, normalised.  Cost O(n V).
         """
         has_left, has_right = d_left > 0, d_right > 0
-        x_left, x_right = x_left.long(), x_right.long()
         d_left, d_right = d_left.long(), d_right.long()
-        V, D = self.vocab_size, self.depth
-        r_idx = torch.where(has_left, (2 * d_left.clamp(min=1, max=D) - 2) * V + x_left.clamp(0, V - 1), 2 * D * V)
-        c_idx = torch.where(has_right, (2 * d_right.clamp(min=1, max=D) - 1) * V + x_right.clamp(0, V - 1), 2 * D * V + 1)
+        r_idx, c_idx = self._table_rows(x_left, d_left, x_right, d_right)
         lf, rf = self.table[r_idx], self.table[c_idx]
         if not self.certified:
             lf, rf = self._beyond_cache(lf, rf, has_left, has_right, d_left, d_right)
@@ -104,6 +101,23 @@ class OracleDenoiser(LocalDenoiser):
         bad = s <= 0  # unreachable right neighbour: left-only law
         g = torch.where(bad, lf, g)
         return g.div_(torch.where(bad, lf.sum(-1, keepdim=True), s))
+
+    def _table_rows(self, x_left, d_left, x_right, d_right) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of the power table holding the left factor P'^d(x_left, .) and the right factor P'^d(., x_right)."""
+        V, D = self.vocab_size, self.depth
+        x_left, x_right = x_left.long(), x_right.long()
+        r_idx = torch.where(d_left > 0, (2 * d_left.long().clamp(min=1, max=D) - 2) * V + x_left.clamp(0, V - 1), 2 * D * V)
+        c_idx = torch.where(d_right > 0, (2 * d_right.long().clamp(min=1, max=D) - 1) * V + x_right.clamp(0, V - 1),
+                            2 * D * V + 1)
+        return r_idx, c_idx
+
+    def neighbour_keys(self, x_left, d_left, x_right, d_right) -> torch.Tensor | None:
+        """(left table row, right table row) as one int64: with a certified table the posterior is a
+        function of these two rows only (distances beyond D share the row of P'^D)."""
+        if not self.certified:
+            return None
+        r_idx, c_idx = self._table_rows(x_left, d_left, x_right, d_right)
+        return r_idx * self.table.shape[0] + c_idx
 
     def _beyond_cache(self, left_f, right_f, has_left, has_right, d1, d2):
         """Uncertified cache: distances beyond D by repeated multiplication with cached powers (exact, slower)."""

@@ -56,7 +56,7 @@ from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_stored_cdf, sharpen, tempered_draw
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.posterior_cache import PosteriorCache
-from dllm_lit.samplers.selection import topk_stable, transfer_schedule
+from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
 
 __all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "prompt_law"]
 
@@ -197,6 +197,9 @@ class LLaDA(Sampler):
         if self.remasking == "random":
             return self._generate_random(x, P, bl, nb, S, steps, seed, indices, tok_u)
         V = self.vocab_size
+        sub = PosteriorCache.max_batch(2 * V + 2, length=bl)
+        if self.use_cache and 1 <= sub < B:  # sequences are independent: run the cache in sub-batches that fit
+            return torch.cat([self.generate(indices[i:i + sub], seq_len, steps, seed) for i in range(0, B, sub)])
         for blk in range(nb):
             lo, hi = P + blk * bl, P + (blk + 1) * bl
             n = int((x[0, lo:hi] == M).sum())  # same in every row (prompt positions are shared)
@@ -259,6 +262,5 @@ class LLaDA(Sampler):
         score[b, p - lo] = conf
         proposal = torch.zeros((B, hi - lo), dtype=torch.long, device=x.device)
         proposal[b, p - lo] = tok
-        sel = topk_stable(score, k)  # [B, k] block-relative columns
-        rr = torch.arange(B, device=x.device)[:, None].expand(B, k)
-        x[rr, sel + lo] = proposal[rr, sel]
+        sel = topk_stable_mask(score, k)  # the k most confident, ties -> lower position
+        x[:, lo:hi] = torch.where(sel, proposal, x[:, lo:hi])
