@@ -56,6 +56,12 @@ class LocalDenoiser(Denoiser):
         distances; a distance <= 0 means no revealed token on that side.
         """
 
+    def neighbour_keys(self, x_left: torch.Tensor, d_left: torch.Tensor,
+                       x_right: torch.Tensor, d_right: torch.Tensor) -> torch.Tensor | None:
+        """Int64 key per query such that equal keys give identical rows of :meth:`probs_given_neighbours`
+        (callers may then compute one row per distinct key), or None when no such key is known."""
+        return None
+
     def probs_from_neighbours(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor,
                               a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         """:meth:`probs_given_neighbours` for masked positions (b, p) of z with neighbour indices a, c."""

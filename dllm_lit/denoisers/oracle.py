@@ -27,11 +27,12 @@ synchronisation (cummax / cummin scans), on CPU or CUDA.
 """
 from __future__ import annotations
 
-import math
+from pathlib import Path
 
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser
+from dllm_lit.denoisers.oracle_cache import load_or_build
 from dllm_lit.markov.chain import MarkovChain
 
 __all__ = ["OracleDenoiser"]
@@ -45,6 +46,8 @@ class OracleDenoiser(LocalDenoiser):
         mixing_tol: relative tolerance r_D at which powers are treated as converged to 1 pi^T.
         max_cache_bytes: memory budget for the cached powers (rows and columns).
         dtype: dtype of cached powers and outputs (float32 default; float64 for exactness studies).
+        cache_dir: where the power table is cached on disk (shared by the processes of a node;
+            see :mod:`dllm_lit.denoisers.oracle_cache`); None builds it in memory.
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class OracleDenoiser(LocalDenoiser):
         mixing_tol: float = 1e-8,
         max_cache_bytes: int = 4 * 2**30,
         dtype: torch.dtype = torch.float32,
+        cache_dir: str | Path | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(chain, MarkovChain):
@@ -64,39 +68,14 @@ class OracleDenoiser(LocalDenoiser):
         self.chain = chain
         self.vocab_size = chain.vocab_size
         self.mixing_tol = float(mixing_tol)
-        V = chain.vocab_size
-        itemsize = torch.finfo(dtype).bits // 8
-        max_depth = max(1, int(max_cache_bytes // (2 * V * V * itemsize)) - 1)
-        pi = chain.stationary
-        positive = pi > 0
-        powers: list[torch.Tensor] = []
-        kernel = chain.kernel
-        cur = kernel.clone()
-        certified, resid = False, math.inf
-        for _ in range(max_depth):
-            powers.append(cur.to(dtype))
-            if positive.all():
-                resid = (cur / pi[None, :] - 1.0).abs().max().item()
-                if resid <= mixing_tol:
-                    certified = True
-                    break
-            cur = cur @ kernel  # dense BLAS: faster than the sparse product for V up to a few thousand
+        built = load_or_build(chain, self.mixing_tol, int(max_cache_bytes), dtype, cache_dir)
         #: P' > 0 entrywise (e.g. a teleport with full-support nu): no evidence has probability zero
-        self.strictly_positive = bool((chain.kernel > 0).all()) and bool(positive.all())
-        self.depth = len(powers)
-        self.certified = certified
-        self.mixing_residual = resid
-        D = self.depth
-        rows = torch.empty(D * V + 1, V, dtype=dtype)  # rows[(d-1) V + x] = P'^d(x, .), last row pi
-        cols = torch.empty(D * V + 1, V, dtype=dtype)  # cols[(d-1) V + w] = P'^d(., w), last row 1
-        for d, pw in enumerate(powers):
-            rows[d * V:(d + 1) * V] = pw
-            cols[d * V:(d + 1) * V] = pw.T
-        powers.clear()
-        rows[D * V] = pi.to(dtype)
-        cols[D * V] = 1.0
-        self.register_buffer("row_table", rows, persistent=False)
-        self.register_buffer("col_table", cols, persistent=False)
+        self.strictly_positive = built.strictly_positive
+        self.depth = built.depth
+        self.certified = built.certified
+        self.mixing_residual = built.residual
+        # table[2 (d-1) V + x] = P'^d(x, .), table[(2d-1) V + w] = P'^d(., w), then pi and ones
+        self.register_buffer("table", built.table, persistent=False)
         self.requires_grad_(False)
         self.eval()
 
@@ -109,12 +88,9 @@ class OracleDenoiser(LocalDenoiser):
         factor alone is returned, normalised.  Cost O(n V).
         """
         has_left, has_right = d_left > 0, d_right > 0
-        x_left, x_right = x_left.long(), x_right.long()
         d_left, d_right = d_left.long(), d_right.long()
-        V, D = self.vocab_size, self.depth
-        r_idx = torch.where(has_left, (d_left.clamp(min=1, max=D) - 1) * V + x_left.clamp(0, V - 1), D * V)
-        c_idx = torch.where(has_right, (d_right.clamp(min=1, max=D) - 1) * V + x_right.clamp(0, V - 1), D * V)
-        lf, rf = self.row_table[r_idx], self.col_table[c_idx]
+        r_idx, c_idx = self._table_rows(x_left, d_left, x_right, d_right)
+        lf, rf = self.table[r_idx], self.table[c_idx]
         if not self.certified:
             lf, rf = self._beyond_cache(lf, rf, has_left, has_right, d_left, d_right)
         if self.strictly_positive:  # every P'^d > 0: the product never vanishes, normalise in place
@@ -126,6 +102,23 @@ class OracleDenoiser(LocalDenoiser):
         g = torch.where(bad, lf, g)
         return g.div_(torch.where(bad, lf.sum(-1, keepdim=True), s))
 
+    def _table_rows(self, x_left, d_left, x_right, d_right) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of the power table holding the left factor P'^d(x_left, .) and the right factor P'^d(., x_right)."""
+        V, D = self.vocab_size, self.depth
+        x_left, x_right = x_left.long(), x_right.long()
+        r_idx = torch.where(d_left > 0, (2 * d_left.long().clamp(min=1, max=D) - 2) * V + x_left.clamp(0, V - 1), 2 * D * V)
+        c_idx = torch.where(d_right > 0, (2 * d_right.long().clamp(min=1, max=D) - 1) * V + x_right.clamp(0, V - 1),
+                            2 * D * V + 1)
+        return r_idx, c_idx
+
+    def neighbour_keys(self, x_left, d_left, x_right, d_right) -> torch.Tensor | None:
+        """(left table row, right table row) as one int64: with a certified table the posterior is a
+        function of these two rows only (distances beyond D share the row of P'^D)."""
+        if not self.certified:
+            return None
+        r_idx, c_idx = self._table_rows(x_left, d_left, x_right, d_right)
+        return r_idx * self.table.shape[0] + c_idx
+
     def _beyond_cache(self, left_f, right_f, has_left, has_right, d1, d2):
         """Uncertified cache: distances beyond D by repeated multiplication with cached powers (exact, slower)."""
         D, V = self.depth, self.vocab_size
@@ -136,14 +129,14 @@ class OracleDenoiser(LocalDenoiser):
                 step = rem.clamp(max=D)
                 for s in torch.unique(step[step > 0]).tolist():
                     sel = (step == s).nonzero().squeeze(1)
-                    mat = self.row_table[(s - 1) * V:s * V]  # P'^s
+                    mat = self.table[2 * (s - 1) * V:(2 * s - 1) * V]  # P'^s
                     vec[sel] = vec[sel] @ (mat if is_left else mat.T)
                 rem = rem - step
         return left_f, right_f
 
     @property
     def output_dtype(self) -> torch.dtype:
-        return self.row_table.dtype
+        return self.table.dtype
 
     def describe(self) -> dict:
         return {"denoiser": "oracle", "depth": self.depth, "certified": self.certified, "mixing_tol": self.mixing_tol}

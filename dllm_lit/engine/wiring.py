@@ -28,12 +28,12 @@ def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "Results
             reference: bool = True) -> RunPlan:
     """Wire one run; returns its plan.  ``reference`` adds the exact-chain-samples row (AR baseline)."""
     chain = datamodule.build_chain()
-    sampler.connect(chain)
+    sampler.connect(chain, cache_dir=datamodule.cache_dir)
     plan = RunPlan.build(sampler, datamodule.num_sequences, datamodule.seq_len, datamodule.seed,
                          datamodule.chunk_size, reference=reference)
     for row in plan.rows:
         if row.sampler is not sampler:
-            row.sampler.connect(chain)
+            row.sampler.connect(chain, cache_dir=datamodule.cache_dir)
     sampler.use_plan(plan)
     datamodule.use_plan(plan)
     if writer is not None:

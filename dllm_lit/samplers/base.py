@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
@@ -67,13 +68,16 @@ class Sampler(L.LightningModule, ABC):
     def name(self) -> str:
         return self.sampler_name
 
-    def connect(self, chain: MarkovChain) -> "Sampler":
-        """Wire the chain: build its oracle if no denoiser was given, bind the denoiser, check options."""
+    def connect(self, chain: MarkovChain, cache_dir: str | Path | None = None) -> "Sampler":
+        """Wire the chain: build its oracle if no denoiser was given, bind the denoiser, check options.
+
+        ``cache_dir`` (the data module's) caches the oracle's power table on disk for large chains.
+        """
         if self.requires_denoiser:
             if self.denoiser is None:
                 from dllm_lit.denoisers.oracle import OracleDenoiser
 
-                self.denoiser = OracleDenoiser(chain).to(self.device)
+                self.denoiser = OracleDenoiser(chain, cache_dir=cache_dir).to(self.device)
             else:
                 self.denoiser.bind(chain)
         self.chain = chain

@@ -14,7 +14,17 @@ import torch
 from dllm_lit import rng
 
 __all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "sharpen", "tempered_draw",
-           "argmax_fill", "StepUniforms"]
+           "argmax_fill", "StepUniforms", "row_chunks", "ROW_CHUNK_ELEMENTS"]
+
+#: rows x V elements per chunk of posterior rows processed at once (4 MB of float64): temporaries
+#: stay in cache and below the allocator's mmap threshold, so they are reused instead of page-faulted
+ROW_CHUNK_ELEMENTS = 2**19
+
+
+def row_chunks(n: int, width: int) -> list[slice]:
+    """Slices covering range(n) in chunks of about ROW_CHUNK_ELEMENTS / width rows (row-wise work is unchanged)."""
+    step = max(1, ROW_CHUNK_ELEMENTS // max(1, width))
+    return [slice(i, min(n, i + step)) for i in range(0, n, step)]
 
 
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ import torch
 
 from dllm_lit import rng
 from dllm_lit.denoisers.local import LocalDenoiser
-from dllm_lit.samplers.draws import StepUniforms
+from dllm_lit.samplers.draws import StepUniforms, row_chunks
 from dllm_lit.samplers.selection import topk_stable, transfer_schedule
 
 __all__ = ["previous_smaller", "next_smaller", "decode_in_order", "random_order_steps", "coin_decode_steps"]
@@ -71,11 +71,12 @@ def decode_in_order(denoiser, z: torch.Tensor, decode_step: torch.Tensor, num_st
 
     ``decode_step`` must be negative at positions already revealed in ``z`` (e.g. a prompt).
     At step j the positions with decode_step == j are decoded in parallel from the posterior
-    given the positions with decode_step < j; ``draw(j, b, p, probs) -> tokens`` turns the
+    given the positions with decode_step < j; ``draw(j, b, p, probs) -> tokens`` (row-wise: it may
+    be called on chunks of a step's positions) turns the
     posterior rows into tokens (sampling, argmax, ...).  Returns the decoded LongTensor[B, T].
     """
     B, T = z.shape
-    M = denoiser.mask_id
+    M, V = denoiser.mask_id, denoiser.vocab_size
     z = z.clone()
     s = torch.where(z != M, torch.full_like(decode_step, -1), decode_step.long())
     fast = isinstance(denoiser, LocalDenoiser)
@@ -92,11 +93,16 @@ def decode_in_order(denoiser, z: torch.Tensor, decode_step: torch.Tensor, num_st
         idx = order[offset: offset + k]
         offset += k
         b, p = idx // T, idx % T
-        if fast:
-            probs = denoiser.probs_from_neighbours(z, b, p, prev[b, p], nxt[b, p])
+        if fast:  # the step's positions see only earlier steps: rows are independent, done in chunks
+            a, c = prev[b, p], nxt[b, p]
+            tok = torch.empty_like(b)
+            for sl in row_chunks(k, V):
+                probs = denoiser.probs_from_neighbours(z, b[sl], p[sl], a[sl], c[sl])
+                tok[sl] = draw(j, b[sl], p[sl], probs)
+            z[b, p] = tok
         else:
             probs = denoiser.probs_at(z, b, p)
-        z[b, p] = draw(j, b, p, probs)
+            z[b, p] = draw(j, b, p, probs)
     return z
 
 

@@ -11,7 +11,10 @@ O(masked V).  For any denoiser that is not a :class:`~dllm_lit.denoisers.LocalDe
 masked position is recomputed at every refresh, which is what the sampler would do without the cache.
 
 The cached values are exactly those a fresh query would give (same neighbours, same arithmetic),
-so samplers produce identical draws with and without the cache (tested).
+so samplers produce identical draws with and without the cache (tested).  When the denoiser names
+a key per neighbourhood (:meth:`~dllm_lit.denoisers.LocalDenoiser.neighbour_keys`), the features
+are computed once per distinct key among the positions to refresh (the oracle: positions farther
+than its certified depth from both neighbours share one posterior).
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from collections.abc import Callable
 
 import torch
 
-from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed
+from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
+from dllm_lit.samplers.draws import row_chunks
 
 __all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS"]
 
@@ -57,6 +61,11 @@ class PosteriorCache:
         """Whether B * length * width elements stay within ``budget``."""
         return B * length * width <= budget
 
+    @staticmethod
+    def max_batch(width: int, budget: int = DEFAULT_CACHE_ELEMENTS, length: int = 1) -> int:
+        """Largest B with B * length * width within ``budget`` (0 if not even one sequence fits)."""
+        return budget // max(1, length * width)
+
     def refresh(self, z: torch.Tensor) -> None:
         """Recompute the features of masked positions in [lo, hi) whose posterior may have changed."""
         M = self.den.mask_id
@@ -74,13 +83,42 @@ class PosteriorCache:
             return
         if self.local:  # masked positions only: straight from the neighbours, no one-hot rows
             pos = p + lo
-            probs = self.den.probs_from_neighbours(z, b, pos, left[b, pos].long(), right[b, pos].long())
-        else:
-            probs = self.den.probs_at(z, b, p + lo)
-        for name, value in self.features(probs).items():
+            T = z.shape[1]
+            a, c = left[b, pos].long(), right[b, pos].long()
+            d1, d2 = neighbour_distances(pos, a, c, T)
+            xl, xr = z[b, a.clamp(min=0)], z[b, c.clamp(max=T - 1)]
+            keys = self.den.neighbour_keys(xl, d1, xr, d2)
+            if keys is None:
+                inv = torch.arange(b.numel(), device=b.device)
+                rep, order, bounds = inv, inv, None
+            else:
+                # one posterior per distinct neighbourhood (e.g. every position of a long gap
+                # beyond the oracle's certified depth from both ends shares one)
+                uniq, inv = torch.unique(keys, return_inverse=True)
+                rep = torch.empty(uniq.numel(), dtype=torch.long, device=keys.device)
+                rep.scatter_(0, inv, torch.arange(keys.numel(), device=keys.device))
+                order = torch.argsort(inv)
+                bounds = torch.searchsorted(inv[order], torch.arange(uniq.numel() + 1, device=keys.device))
+            for sl in row_chunks(rep.numel(), self.den.vocab_size):  # bounded temporaries
+                r = rep[sl]
+                probs = self.den.probs_given_neighbours(xl[r], d1[r], xr[r], d2[r])
+                if bounds is None:
+                    dst, src = order[sl], None
+                else:
+                    lo_i, hi_i = int(bounds[sl.start]), int(bounds[sl.stop])
+                    dst = order[lo_i:hi_i]
+                    src = inv[dst] - sl.start
+                self._write(b[dst], p[dst], self.features(probs), src)
+            return
+        self._write(b, p, self.features(self.den.probs_at(z, b, p + lo)))
+
+    def _write(self, b: torch.Tensor, p: torch.Tensor, values: dict[str, torch.Tensor],
+               src: torch.Tensor | None = None) -> None:
+        """Store feature rows (``values[name][src]`` when ``src`` maps targets to computed rows)."""
+        for name, value in values.items():
             if name not in self.store:  # dtype taken from the first values
                 self.store[name] = torch.zeros((*self.shape, *value.shape[1:]), dtype=value.dtype, device=self.device)
-            self.store[name][b, p] = value
+            self.store[name][b, p] = value if src is None else value[src]
 
     def rows(self, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """Flat row index of (batch, absolute position) pairs in a [B, hi - lo, ...] feature."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["transfer_schedule", "topk_stable", "TIE_RULES", "rank_positions"]
+__all__ = ["transfer_schedule", "topk_stable", "topk_stable_mask", "TIE_RULES", "rank_positions"]
 
 #: how equal scores are ordered when positions are ranked (upstream uses torch.topk / argsort, whose
 #: order among ties is implementation-defined): lowest position first, highest first, or uniformly
@@ -41,3 +41,18 @@ def rank_positions(scores: torch.Tensor, tie_rule: str = "lowest", tie_keys: tor
         first = torch.sort(tie_keys, dim=1, stable=True).indices
         return first.gather(1, torch.sort(scores.gather(1, first), dim=1, descending=True, stable=True).indices)
     raise ValueError(f"tie_rule must be one of {TIE_RULES}, got {tie_rule!r}")
+
+
+def topk_stable_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Bool [B, n]: the set :func:`topk_stable` selects (k largest per row, ties -> lower column), without a full sort.
+
+    The k-th largest value v_k (a partial selection) splits each row: every score > v_k is taken,
+    then the leftmost scores == v_k until k are taken.
+    """
+    if k <= 0:
+        return torch.zeros_like(scores, dtype=torch.bool)
+    thr = torch.topk(scores, k, dim=1).values[:, -1:]
+    above = scores > thr
+    tie = scores == thr
+    need = k - above.sum(1, keepdim=True)
+    return above | (tie & (tie.cumsum(1) <= need))
