@@ -19,11 +19,11 @@ from __future__ import annotations
 import torch
 
 from dllm_lit.markov.chain import MarkovChain
-from dllm_lit.metrics.functional.bootstrap import IntervalPolicy
+from dllm_lit.metrics.functional.bootstrap import PERCENTILE, IntervalPolicy
 
 __all__ = [
     "METRIC_KEYS",
-    "TRANSITION_INTERVAL",
+    "TRANSITION_INTERVALS",
     "ResampledTransitionMetrics",
     "transition_codes",
     "transition_counts",
@@ -33,12 +33,26 @@ __all__ = [
 
 METRIC_KEYS = ("nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac")
 
-#: Basic bootstrap, clipped at 0 (the lower bound of every transition metric).  The metrics are
-#: plug-in functionals of the empirical kernel with a bias of order #observed pairs / M (e.g. KL and
-#: support_frac are biased upward, entropy downward), and a resample with replacement repeats
-#: sequences, which adds the same bias again: the percentile interval is shifted and can miss the
-#: point estimate.  The basic interval cancels that shift to first order.
-TRANSITION_INTERVAL = IntervalPolicy("basic", lower_bound=0.0)
+#: Plug-in functionals of the empirical kernel (kl, tv, entropy, unigram_l1) have a bias of order
+#: #observed pairs / M, and a resample with replacement repeats sequences, which adds to that bias:
+#: the percentile interval is shifted away from the estimate, the basic interval (reverse percentile)
+#: to the other side, so either can exclude the estimate (the basic one did for the AR row's kl and
+#: tv).  They get the "centred" interval (the bootstrap spread around the estimate), clipped at 0;
+#: the bias itself is what the floor-corrected columns report.  nll and other_mass are linear in the
+#: counts (ratios of sums, unbiased under resampling): percentile.  support_frac counts *distinct*
+#: pairs, and a resample's duplicated sequences remove distinct pairs by construction (as for
+#: dup_rate): no interval.
+_CENTRED0 = IntervalPolicy("centred", lower_bound=0.0)
+TRANSITION_INTERVALS: dict[str, IntervalPolicy] = {
+    "nll": PERCENTILE,
+    "kl": _CENTRED0,
+    "tv": _CENTRED0,
+    "entropy": _CENTRED0,
+    "unigram_l1": _CENTRED0,
+    "other_mass": PERCENTILE,
+    "support_frac": IntervalPolicy(None, reason="a resample repeats sequences, which removes distinct transition "
+                                                "pairs by construction (as for dup_rate)"),
+}
 
 
 def transition_codes(samples: torch.Tensor, vocab_size: int) -> torch.Tensor:
