@@ -40,7 +40,7 @@ from __future__ import annotations
 import torch
 
 from dllm_lit.markov.chain import MarkovChain
-from dllm_lit.metrics.functional.transition import transition_metrics_from_pairs
+from dllm_lit.metrics.functional.transition import PairCounts, transition_metrics_from_pairs
 
 __all__ = [
     "LOG_FLOOR",
@@ -116,8 +116,8 @@ class ResampledSequenceKL:
                  reference_codes: torch.Tensor | None) -> None:
         self.chain = chain
         self.T = codes.shape[1] + 1
-        self.own = _PairCounts(codes)
-        self.ref = _PairCounts(reference_codes) if reference_codes is not None else None
+        self.own = PairCounts(codes)
+        self.ref = PairCounts(reference_codes) if reference_codes is not None else None
         ok = u is not None and u.numel() and bool(torch.isfinite(u).all())
         self.u = u.to(torch.float64).cpu() if ok else None
 
@@ -135,20 +135,3 @@ class ResampledSequenceKL:
         if self.u is not None:
             out["seq_kl_upper"] = (weights * self.u).sum(-1) / weights.sum(-1) / self.T
         return out
-
-
-class _PairCounts:
-    """Per-sequence pair counts as a sparse [U, N] matrix over the U distinct observed pairs."""
-
-    def __init__(self, codes: torch.Tensor) -> None:
-        N, L = codes.shape
-        self.pairs, inv = torch.unique(codes.reshape(-1), return_inverse=True)
-        seq_of = torch.arange(N).repeat_interleave(L)
-        self.matrix = torch.sparse_coo_tensor(
-            torch.stack([inv, seq_of]), torch.ones(inv.numel(), dtype=torch.float64), (self.pairs.numel(), N),
-            check_invariants=False,
-        ).coalesce()
-
-    def counts(self, weights: torch.Tensor) -> torch.Tensor:
-        """Weighted pair counts [B, U] (exact integer sums)."""
-        return torch.sparse.mm(self.matrix, weights.T).T

@@ -23,6 +23,7 @@ from dllm_lit.metrics.functional.bootstrap import PERCENTILE, IntervalPolicy
 
 __all__ = [
     "METRIC_KEYS",
+    "PairCounts",
     "TRANSITION_INTERVALS",
     "ResampledTransitionMetrics",
     "transition_codes",
@@ -112,6 +113,24 @@ def transition_metrics_from_counts(counts: torch.Tensor, chain: MarkovChain) -> 
     return transition_metrics_from_pairs(codes, flat[codes], chain)
 
 
+class PairCounts:
+    """Per-sequence transition-pair counts as a sparse [U, N] matrix over the U distinct observed pairs
+    (``pairs``, ascending codes), from codes int64 [N, T - 1]; :meth:`counts` applies resample weights."""
+
+    def __init__(self, codes: torch.Tensor) -> None:
+        N, L = codes.shape
+        self.pairs, inv = torch.unique(codes.reshape(-1), return_inverse=True)
+        seq_of = torch.arange(N).repeat_interleave(L)
+        self.matrix = torch.sparse_coo_tensor(
+            torch.stack([inv, seq_of]), torch.ones(inv.numel(), dtype=torch.float64), (self.pairs.numel(), N),
+            check_invariants=False,
+        ).coalesce()
+
+    def counts(self, weights: torch.Tensor) -> torch.Tensor:
+        """Weighted pair counts [B, U] for resample weights [B, N] (exact integer sums)."""
+        return torch.sparse.mm(self.matrix, weights.T).T
+
+
 class ResampledTransitionMetrics:
     """Bootstrap statistic of the transition metrics: resample weights ``[B, N]`` -> ``{key: Tensor[B]}``.
 
@@ -129,18 +148,13 @@ class ResampledTransitionMetrics:
     def __init__(self, codes: torch.Tensor, chain: MarkovChain) -> None:
         if codes.ndim != 2 or codes.shape[0] == 0 or codes.shape[1] == 0:
             raise ValueError(f"codes must have shape [N, T - 1] with N, T - 1 >= 1, got {tuple(codes.shape)}")
-        N, L = codes.shape
         self.chain = chain
-        self.num_items = N
-        self.pairs, inv = torch.unique(codes.reshape(-1), return_inverse=True)
-        seq_of = torch.arange(N).repeat_interleave(L)
-        self.per_sequence = torch.sparse_coo_tensor(
-            torch.stack([inv, seq_of]), torch.ones(inv.numel(), dtype=torch.float64), (self.pairs.numel(), N),
-            check_invariants=False,
-        ).coalesce()
+        self.num_items = codes.shape[0]
+        self.per_sequence = PairCounts(codes)
+        self.pairs = self.per_sequence.pairs
 
     def __call__(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
-        counts = torch.sparse.mm(self.per_sequence, weights.T).T  # [B, U], exact integer sums
+        counts = self.per_sequence.counts(weights)  # [B, U], exact integer sums
         values = [transition_metrics_from_pairs(self.pairs, counts[r], self.chain) for r in range(counts.shape[0])]
         return {k: torch.tensor([v[k] for v in values], dtype=torch.float64) for k in METRIC_KEYS}
 
