@@ -62,7 +62,7 @@ def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | N
 def plot_kl_bracket(rows: list[dict[str, Any]], path: Path) -> Path | None:
     """Per sampler against steps: the plug-in transition KL (dotted), the floor-corrected KL
     ``kl_excess`` (solid) and the per-token sequence-KL bracket [``seq_kl_lower``, ``seq_kl_upper``]
-    (band, upper end dashed).  Symlog y axis (the floor-corrected values can be negative).  None
+    (band from max(0, lower), upper end dashed).  Symlog y axis (the floor-corrected values can be negative).  None
     when no row has the floor-corrected columns.  Atomic write."""
     series: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -78,7 +78,7 @@ def plot_kl_bracket(rows: list[dict[str, Any]], path: Path) -> Path | None:
         color = line.get_color()
         ax.plot(xs, [r["kl"] for r in rs], ls=":", color=color, lw=1, label=f"{name}: plug-in KL")
         if all(r.get("seq_kl_upper") is not None for r in rs):
-            lo, hi = [r["seq_kl_lower"] for r in rs], [r["seq_kl_upper"] for r in rs]
+            lo, hi = [max(0.0, r["seq_kl_lower"]) for r in rs], [r["seq_kl_upper"] for r in rs]  # the KL is >= 0
             ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
             ax.plot(xs, hi, ls="--", color=color, lw=1, label=f"{name}: sequence KL/token bracket")
         else:
