@@ -135,7 +135,7 @@ def test_interval_policies_validate_and_compute_endpoints() -> None:
         IntervalPolicy(None)
     with pytest.raises(ValueError, match="method must be one of"):
         IntervalPolicy("bca")
-    with pytest.raises(ValueError, match="basic intervals only"):
+    with pytest.raises(ValueError, match="basic and centred intervals only"):
         IntervalPolicy("percentile", lower_bound=0.0)
     with pytest.raises(ValueError, match="percentile intervals only"):
         IntervalPolicy("basic", transform=math.exp)

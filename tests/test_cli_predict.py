@@ -15,7 +15,12 @@ from dllm_lit.metrics import TransitionMetrics
 from dllm_lit.results import ResultsWriter
 from dllm_lit.samplers import MDLM
 
-METRICS = {"nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac", "div2", "div3", "dup_rate"}
+METRICS = {"nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac", "div2", "div3", "dup_rate",
+           "kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper"}
+#: columns without an interval (intervals.json says why)
+NO_INTERVAL = {"dup_rate", "support_frac"}
+#: floor-corrected differences: may be negative (e.g. 0 - noise), intervals contain the estimate
+SIGNED = {"kl_excess", "kl_mm", "seq_kl_lower", "seq_kl_upper"}
 KEYS = {"sampler", "steps", "seed"} | METRICS | {f"{k}_ci" for k in METRICS}
 
 
@@ -30,10 +35,12 @@ def test_cli_predict_writes_metrics(tmp_path) -> None:
     for r in rows:
         assert set(r) == KEYS and r["seed"] == 7
         assert all(isinstance(r[k], float) and r[k] == r[k] for k in METRICS)
-        for k in METRICS - {"dup_rate"}:
+        for k in METRICS - NO_INTERVAL:
             lo, hi = r[f"{k}_ci"]
-            assert 0 <= lo <= hi
-        assert r["dup_rate_ci"] is None
+            assert lo <= r[k] <= hi and (k in SIGNED or 0 <= lo)
+        assert r["dup_rate_ci"] is None and r["support_frac_ci"] is None
+    assert rows[0]["kl_excess"] == 0.0 and rows[0]["seq_kl_upper"] == 0.0  # the reference row against itself
+    assert rows[1]["seq_kl_upper"] > rows[2]["seq_kl_upper"] > 0
     assert rows[1]["kl"] > rows[2]["kl"]  # fewer steps, larger sampler error
     with open(tmp_path / "metrics.csv") as f:
         csv_rows = list(csv.DictReader(f))
@@ -42,7 +49,8 @@ def test_cli_predict_writes_metrics(tmp_path) -> None:
     assert saved["format"] == "dllm_lit.samples" and [r["steps"] for r in saved["rows"]] == [None, 4, 16]
     assert saved["rows"][1]["samples"].shape == (24, 40) and saved["rows"][1]["samples"].dtype == torch.uint8
     assert "=== mdlm steps=4 ===" in (tmp_path / "samples.txt").read_text()
-    for key in ("kl", "nll", "entropy", "div3"):
+    assert json.loads((tmp_path / "intervals.json").read_text())["columns"]["kl"]["method"] == "centred"
+    for key in ("kl", "nll", "entropy", "div3", "kl_bracket"):
         assert (tmp_path / "figures" / f"{key}_vs_steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from dllm_lit.markov import synthetic_chain
+from dllm_lit.metrics.bootstrap import IntervalPolicy, metric_interval
 from dllm_lit.metrics.functional.transition import METRIC_KEYS
 from dllm_lit.metrics.genppl import GenerativePerplexity
 from dllm_lit.metrics.ngram_diversity import NgramDiversity
@@ -85,6 +86,10 @@ GOLDEN = {
 }
 
 
+#: the transition metrics' interval before the per-key policies
+LEGACY_TRANSITION_INTERVAL = IntervalPolicy("basic", lower_bound=0.0)
+
+
 def _samples(vocab: int, top_k: int, n: int, t: int, seed: int):
     chain = synthetic_chain(vocab, top_k, eps=0.05, seed=seed % 7)
     x = chain.sample(n, t, seed=seed)
@@ -115,7 +120,9 @@ def test_transition_intervals_unchanged(case) -> None:
     metric.update(x[: n // 2 + 1])
     if n > 1:
         metric.update(x[n // 2 + 1 :])
-    got = metric.bootstrap_ci(num_resamples=resamples, confidence=confidence, seed=seed)
+    # the transition metrics now use one policy per key (centred / percentile / none); the engine must still
+    # reproduce the former basic interval (clipped at 0) bit for bit under that policy
+    got = metric_interval(metric, resamples, confidence, seed, policy=LEGACY_TRANSITION_INTERVAL)
     assert set(got) == set(METRIC_KEYS)
     for key in METRIC_KEYS:
         assert _hex(got[key]) == GOLDEN[case][key], key

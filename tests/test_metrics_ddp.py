@@ -129,6 +129,26 @@ def _indexed_token_batches(ctx: dict[str, Any]) -> list[Batch]:
     return [(b[0], {"index": idx}) for b, idx in zip(batches, perm.split(sizes))]
 
 
+def _sequence_kl(ctx: dict[str, Any]) -> Metric:
+    """SequenceKL paired with itself (kl_excess = 0, the rest nontrivial), with its per-key intervals."""
+    from dllm_lit.markov import MarkovChain
+    from dllm_lit.metrics.sequence_kl import SequenceKL
+
+    P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]], dtype=torch.float64)
+    metric = SequenceKL(MarkovChain.from_kernel(P))
+    metric.pair_with(metric)
+    return SequenceBootstrapper(metric, num_resamples=40, seed=2)
+
+
+def _stats_batches(ctx: dict[str, Any]) -> list[Batch]:
+    """Indexed token batches with a per-sequence log q (as a sampler reports it)."""
+    out = []
+    for x, kw in _indexed_token_batches(ctx):
+        log_q = -(kw["index"].double() + 1.0) / 3.0
+        out.append((x, {"index": kw["index"], "log_q": log_q}, kw))
+    return out
+
+
 def _bootstrapped_ngram2(ctx: dict[str, Any]) -> Metric:
     return SequenceBootstrapper(NgramDiversity(n=2, per_sequence=True), num_resamples=50, seed=3)
 
@@ -156,6 +176,8 @@ CASES: list[MetricCase] = [
                extra=_bootstrap, rtol=1e-12),
     MetricCase("bootstrapper_index_order", _bootstrapped_ngram2, _indexed_token_batches, rank0_batches=1,
                extra=_interval),
+    MetricCase("sequence_kl", _sequence_kl, _stats_batches, rank0_batches=1, extra=_interval),
+    MetricCase("sequence_kl_rank1_empty", _sequence_kl, _stats_batches, rank0_batches=3, extra=_interval),
     MetricCase("genppl", _genppl, _text_batches, rank0_batches=1, extra=_bootstrap, rtol=1e-6),
     MetricCase("mauve", _mauve, _text_batches, rank0_batches=2, atol=1e-5),
     MetricCase("mauve_rank1_empty", _mauve, _text_batches, rank0_batches=3, atol=1e-5),

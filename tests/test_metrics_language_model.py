@@ -266,3 +266,24 @@ def test_mauve_bad_input(tiny_gpt2: str) -> None:
     auto.update(make_texts(30, seed=11))
     assert 0.0 < auto.compute().item() <= 1.0
     assert auto.last_result.num_buckets == 3
+
+
+def test_mauve_over_seeds_repeats_the_quantisation(tiny_gpt2: str) -> None:
+    """MauveOverSeeds: ``mauve`` is MauveScore's value at seed 25; mean and std are over seeds 25, 26, 27,
+    each equal to a MauveScore with that seed (the features are computed once)."""
+    from dllm_lit.metrics.mauve_seeds import MauveOverSeeds
+
+    ref, gen = make_texts(30, seed=5), make_texts(30, seed=9)
+    multi = MauveOverSeeds(ref, featurizer=tiny_gpt2, max_text_length=64, num_buckets=4, num_seeds=3)
+    multi.update(gen)
+    got = multi.compute()
+    singles = []
+    for k in range(3):
+        m = MauveScore(ref, featurizer=tiny_gpt2, max_text_length=64, num_buckets=4, seed=25 + k)
+        m.update(gen)
+        singles.append(m.compute().item())
+    assert got["mauve"] == singles[0] and multi.seed_values == singles
+    assert got["mauve_seed_mean"] == pytest.approx(float(np.mean(singles)), abs=1e-15)
+    assert got["mauve_seed_std"] == pytest.approx(float(np.std(singles, ddof=1)), abs=1e-12)
+    with pytest.raises(ValueError, match="num_seeds"):
+        MauveOverSeeds(ref, featurizer=tiny_gpt2, num_seeds=0)

@@ -25,6 +25,13 @@ def test_ddp_matches_single_process(tmp_path) -> None:
     single = _run(tmp_path / "one", 1)
     ddp = _run(tmp_path / "two", 2)
     assert single == ddp  # every metric, interval and row identical
+    # the floor-corrected columns and the sequence-KL bracket (paired with the reference row) are among them
+    assert single[0]["kl_excess"] == 0.0 and single[0]["seq_kl_upper"] == 0.0
+    for row in single[1:]:
+        assert all(row[k] is not None and row[f"{k}_ci"] is not None
+                   for k in ("kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper"))
+    assert json.loads((tmp_path / "one" / "intervals.json").read_text()) == \
+        json.loads((tmp_path / "two" / "intervals.json").read_text())
     one = (tmp_path / "one" / "samples.txt").read_text()
     assert one == (tmp_path / "two" / "samples.txt").read_text()
 

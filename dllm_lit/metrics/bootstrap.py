@@ -36,10 +36,12 @@ from dllm_lit.metrics.functional.bootstrap import (
     PERCENTILE,
     Interval,
     IntervalPolicy,
+    Policies,
     RatioOfSums,
     Statistic,
     bootstrap_ci,
     bootstrap_interval,
+    policy_enabled,
     ratio_ci,
     resample_weights,
 )
@@ -48,12 +50,14 @@ __all__ = [
     "PERCENTILE",
     "Interval",
     "IntervalPolicy",
+    "Policies",
     "RatioOfSums",
     "SequenceBootstrapMixin",
     "SequenceBootstrapper",
     "bootstrap_ci",
     "bootstrap_interval",
     "metric_interval",
+    "policy_enabled",
     "ratio_ci",
     "resample_weights",
 ]
@@ -62,7 +66,7 @@ __all__ = [
 class SequenceBootstrapMixin:
     """The interval protocol of a metric (see the module docstring); gives it :meth:`bootstrap_ci`."""
 
-    interval_policy: ClassVar[IntervalPolicy]
+    interval_policy: ClassVar[Policies]
 
     def sequence_statistics(self) -> dict[str, Tensor]:
         """Per-sequence sufficient statistics over all processes (collective); dim 0 = sequences."""
@@ -82,8 +86,8 @@ class SequenceBootstrapMixin:
 
 def metric_interval(
     metric: Any, num_resamples: int, confidence: float, seed: int, order: Tensor | None = None,
-    policy: IntervalPolicy | None = None,
-) -> Interval | dict[str, Interval] | None:
+    policy: Policies | None = None,
+) -> Interval | dict[str, Interval | None] | None:
     """Interval of ``metric`` (a :class:`SequenceBootstrapMixin`) under its ``interval_policy``.
 
     Args:
@@ -95,7 +99,7 @@ def metric_interval(
         policy has no interval.
     """
     policy = policy if policy is not None else _declared_policy(metric)
-    if not policy.enabled:
+    if not policy_enabled(policy):
         return None
     statistics = metric.sequence_statistics()
     sizes = {v.shape[0] for v in statistics.values()}
@@ -112,11 +116,13 @@ def metric_interval(
     return bootstrap_interval(statistic, num_items, policy, num_resamples, confidence, seed)
 
 
-def _declared_policy(metric: Any) -> IntervalPolicy:
+def _declared_policy(metric: Any) -> Policies:
     policy = getattr(metric, "interval_policy", None)
-    if not isinstance(policy, IntervalPolicy):
-        raise ValueError(f"{type(metric).__name__} must declare an `interval_policy` (an IntervalPolicy)")
-    return policy
+    ok = isinstance(policy, IntervalPolicy) or (
+        isinstance(policy, Mapping) and policy and all(isinstance(p, IntervalPolicy) for p in policy.values()))
+    if not ok:
+        raise ValueError(f"{type(metric).__name__} must declare an `interval_policy` (an IntervalPolicy, or one per key)")
+    return policy  # type: ignore[return-value]
 
 
 class SequenceBootstrapper(TypedCatStateMixin, WrapperMetric):
@@ -138,7 +144,7 @@ class SequenceBootstrapper(TypedCatStateMixin, WrapperMetric):
     _cat_state_specs = {"indices": (torch.int64, ())}
 
     def __init__(self, metric: Metric, num_resamples: int = 200, confidence: float = 0.95, seed: int = 0,
-                 policy: IntervalPolicy | None = None, **kwargs: Any) -> None:
+                 policy: Policies | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.policy = policy if policy is not None else _declared_policy(metric)
         self.metric = metric
@@ -150,7 +156,7 @@ class SequenceBootstrapper(TypedCatStateMixin, WrapperMetric):
         self.add_state("indices", default=[], dist_reduce_fx="cat")
 
     @property
-    def interval_policy(self) -> IntervalPolicy:
+    def interval_policy(self) -> Policies:
         return self.policy
 
     def update(self, *args: Any, index: Tensor, **kwargs: Any) -> None:
@@ -163,7 +169,7 @@ class SequenceBootstrapper(TypedCatStateMixin, WrapperMetric):
 
     def interval(self) -> Interval | dict[str, Interval] | None:
         """The metric's interval, resampling its sequences in global index order (None: no interval)."""
-        if not self.policy.enabled or self.num_resamples == 0:
+        if not policy_enabled(self.policy) or self.num_resamples == 0:
             return None
         with synced_cat_states(self, {"indices": torch.int64}) as states:
             order = torch.argsort(states["indices"].cpu(), stable=True)

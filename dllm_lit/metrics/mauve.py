@@ -194,15 +194,18 @@ class MauveScore(LanguageModelMixin, TypedCatStateMixin, Metric):
         self.gen_features.append(feats.reshape(-1).to(self.device))
         self.num_generated += feats.shape[0]
 
-    def compute(self) -> Tensor:
-        """Return MAUVE(reference, generated) as a float64 scalar in (0, 1]."""
+    def feature_arrays(self) -> tuple[Any, Any]:
+        """(reference features, generated features) as float32 numpy arrays (in ``compute``: gathered)."""
         count = int(self.num_generated)
         if count == 0:
             raise EmptyMetricError(f"{type(self).__name__}.compute(): no non-empty generated text was seen")
         flat = self.gen_features
         flat = flat if isinstance(flat, Tensor) else torch.cat(flat)
-        q = flat.float().cpu().reshape(count, -1).numpy()
-        p = self.reference_features().numpy()
+        return self.reference_features().numpy(), flat.float().cpu().reshape(count, -1).numpy()
+
+    def compute(self) -> Tensor:
+        """Return MAUVE(reference, generated) as a float64 scalar in (0, 1]."""
+        p, q = self.feature_arrays()
         out = mauve_from_features(p, q, self.num_buckets, self.seed, **self.mauve_kwargs)
         self.last_result = out
         return torch.tensor(float(out.mauve), dtype=torch.float64, device=self.device)

@@ -18,7 +18,7 @@ from dllm_lit.metrics.bootstrap import SequenceBootstrapMixin
 from dllm_lit.metrics.distributed import TypedCatStateMixin, cat_state, synced_cat_states
 from dllm_lit.metrics.functional.transition import (
     METRIC_KEYS,
-    TRANSITION_INTERVAL,
+    TRANSITION_INTERVALS,
     ResampledTransitionMetrics,
     transition_codes,
     transition_counts,
@@ -39,15 +39,16 @@ class TransitionMetrics(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
     ``per_sequence`` the codes are kept in either case (all sequences then need one length T), and
     :meth:`bootstrap_ci` resamples sequences.
 
-    Interval: basic bootstrap clipped at 0 (:data:`~dllm_lit.metrics.functional.transition.TRANSITION_INTERVAL`
-    says why).
+    Intervals: one policy per key (:data:`~dllm_lit.metrics.functional.transition.TRANSITION_INTERVALS`
+    says which and why): centred for the plug-in functionals, percentile for the linear ones, none
+    for support_frac.
     """
 
     full_state_update = False
     higher_is_better = False
     is_differentiable = False
     _cat_state_specs = {"codes": (torch.int64, ())}
-    interval_policy = TRANSITION_INTERVAL
+    interval_policy = TRANSITION_INTERVALS
 
     def __init__(self, chain: MarkovChain, dense_max_vocab: int = 1024, per_sequence: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)

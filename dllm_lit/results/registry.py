@@ -3,7 +3,9 @@
 The results writer and the figures iterate over this list; neither names a metric.  A row of
 ``metrics.json`` holds ``sampler, steps, seed``, then the values of every enabled spec's keys (in
 this order), then -- when intervals are on -- ``<key>_ci`` for every key: ``[low, high]`` under
-the spec's interval policy, or ``null`` when the policy has none.
+the spec's interval policy, or ``null`` when the policy has none.  A value that a row cannot have
+(e.g. ``seq_kl_upper`` for a sampler whose order depends on its tokens) is ``null``.  The interval
+method of every key is written to ``intervals.json`` (:func:`interval_methods`).
 
 Adding a metric takes one metric module and one line here:
 
@@ -25,15 +27,17 @@ from torchmetrics import Metric
 
 from dllm_lit import checks
 from dllm_lit.markov.chain import MarkovChain
-from dllm_lit.metrics.bootstrap import IntervalPolicy
+from dllm_lit.metrics.bootstrap import IntervalPolicy, Policies
 from dllm_lit.metrics.duplication_rate import DuplicationRate
 from dllm_lit.metrics.functional.transition import METRIC_KEYS
 from dllm_lit.metrics.genppl import GenerativePerplexity
-from dllm_lit.metrics.mauve import MauveScore
+from dllm_lit.metrics.mauve_seeds import MauveOverSeeds
 from dllm_lit.metrics.ngram_diversity import NgramDiversity
+from dllm_lit.metrics.sequence_kl import SEQUENCE_KL_KEYS, SequenceKL
 from dllm_lit.metrics.transition import TransitionMetrics
 
-__all__ = ["METRICS", "MetricContext", "MetricSpec", "enabled_specs", "figure_keys", "labels", "register"]
+__all__ = ["METRICS", "MetricContext", "MetricSpec", "enabled_specs", "figure_keys", "interval_methods", "labels",
+           "register"]
 
 
 @dataclass
@@ -84,29 +88,35 @@ class MetricSpec:
         keys: its result keys, in row order; a metric whose ``compute()`` returns a dict gives these
             keys, any other gives the one value of ``keys[0]``.
         build: ``MetricContext -> Metric``, called once per row.
-        reads: ``"ids"`` (the samples, ``LongTensor[n, T]``) or ``"texts"`` (them decoded).
-        interval: its interval policy; None = the metric's own ``interval_policy``.
+        reads: ``"ids"`` (the samples, ``LongTensor[n, T]``), ``"texts"`` (them decoded) or ``"stats"``
+            (``update(samples, stats)`` with the sampler's per-sequence statistics ``{"index", "nfe",
+            "log_q", ...}``, each a tensor over the n sequences; see ``Sampler.generate_with_stats``).
+        interval: its interval policy (or one per key); None = the metric's own ``interval_policy``.
         labels: axis label of each key in figures (default: the key).
         figures: keys drawn as ``figures/<key>_vs_steps.png``.
         enabled: predicate on the writer's options (e.g. a language model was named).
         reference: whether ``build`` reads ``context.reference_texts``.
+        pairs_with_reference: whether each row's metric is compared with the same metric on the run's
+            reference row (exact chain samples, same sequence indices): the writer calls
+            ``metric.pair_with(reference_row_metric)`` (``None`` when the run has no reference row).
     """
 
     keys: tuple[str, ...]
     build: Callable[[MetricContext], Metric]
     reads: str = "ids"
-    interval: IntervalPolicy | None = None
+    interval: Policies | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     figures: tuple[str, ...] = ()
     enabled: Callable[[Any], bool] = _always
     reference: bool = False
+    pairs_with_reference: bool = False
 
     def __post_init__(self) -> None:
         keys = tuple(self.keys)
         if not keys or len(set(keys)) != len(keys) or not all(isinstance(k, str) and k for k in keys):
             raise ValueError(f"keys must be distinct non-empty strings, got {self.keys!r}")
         object.__setattr__(self, "keys", keys)
-        checks.choice("reads", self.reads, ("ids", "texts"))
+        checks.choice("reads", self.reads, ("ids", "texts", "stats"))
         unknown = (set(self.labels) | set(self.figures)) - set(keys)
         if unknown:
             raise ValueError(f"labels and figures must name keys of the spec {keys}, got {sorted(unknown)}")
@@ -115,8 +125,8 @@ class MetricSpec:
     def name(self) -> str:
         return self.keys[0] if len(self.keys) == 1 else "+".join(self.keys)
 
-    def values(self, computed: Any) -> dict[str, float]:
-        """``{key: float}`` from the metric's ``compute()``."""
+    def values(self, computed: Any) -> dict[str, float | None]:
+        """``{key: float or None}`` from the metric's ``compute()`` (None: the row cannot have that value)."""
         if isinstance(computed, Mapping):
             return {k: _float(computed[k]) for k in self.keys}
         if len(self.keys) != 1:
@@ -128,11 +138,13 @@ class MetricSpec:
         if interval is None:
             return {f"{k}_ci": None for k in self.keys}
         if isinstance(interval, Mapping):
-            return {f"{k}_ci": list(interval[k]) for k in self.keys}
+            return {f"{k}_ci": (None if interval.get(k) is None else list(interval[k])) for k in self.keys}
         return {f"{self.keys[0]}_ci": list(interval)}
 
 
-def _float(x: Any) -> float:
+def _float(x: Any) -> float | None:
+    if x is None:
+        return None
     return float(x.item()) if hasattr(x, "item") else float(x)
 
 
@@ -150,10 +162,19 @@ METRICS: list[MetricSpec] = [
     MetricSpec(("genppl",), lambda c: GenerativePerplexity(
         c.options.genppl_model, batch_size=c.options.genppl_batch_size, max_length=c.options.max_text_length,
         device=c.device), reads="texts", labels={"genppl": "GenPPL"}, enabled=lambda o: bool(o.genppl_model)),
-    MetricSpec(("mauve",), lambda c: MauveScore(
+    MetricSpec(("mauve", "mauve_seed_mean", "mauve_seed_std"), lambda c: MauveOverSeeds(
         c.reference_texts, featurizer=c.options.mauve_featurizer, max_text_length=c.options.max_text_length,
-        num_buckets=c.options.mauve_num_buckets, device=c.device, cache_dir=c.cache_dir("mauve")),
-        reads="texts", reference=True, labels={"mauve": "MAUVE"}, enabled=lambda o: bool(o.mauve_featurizer)),
+        num_buckets=c.options.mauve_num_buckets, device=c.device, cache_dir=c.cache_dir("mauve"),
+        num_seeds=getattr(c.options, "mauve_num_seeds", 3)),
+        reads="texts", reference=True, labels={"mauve": "MAUVE", "mauve_seed_mean": "MAUVE (mean over k-means seeds)",
+                                                "mauve_seed_std": "MAUVE (std over k-means seeds)"},
+        enabled=lambda o: bool(o.mauve_featurizer)),
+    MetricSpec(SEQUENCE_KL_KEYS, lambda c: SequenceKL(c.chain), reads="stats", pairs_with_reference=True,
+               labels={"kl_excess": "transition KL minus exact-sample KL (nats)",
+                       "entropy_mm": "transition entropy, Miller-Madow (nats)",
+                       "kl_mm": "transition KL, Miller-Madow (nats)",
+                       "seq_kl_lower": "sequence KL per token, lower end (nats)",
+                       "seq_kl_upper": "sequence KL per token, upper end (nats)"}),
 ]
 
 
@@ -169,6 +190,17 @@ def register(spec: MetricSpec) -> MetricSpec:
 def enabled_specs(options: Any) -> list[MetricSpec]:
     """The specs whose ``enabled(options)`` holds, in table order."""
     return [s for s in METRICS if s.enabled(options)]
+
+
+def interval_methods(specs: list[MetricSpec], policies: list[Policies]) -> dict[str, dict[str, Any]]:
+    """``{key: {"method": ..., ...}}``: the interval method of every key of ``specs`` (their effective
+    policies, one per spec, as the writer used them), for ``intervals.json``."""
+    out: dict[str, dict[str, Any]] = {}
+    for spec, policy in zip(specs, policies):
+        for k in spec.keys:
+            p = policy.get(k) if isinstance(policy, Mapping) else policy
+            out[k] = p.describe() if p is not None else {"method": None, "reason": "no policy for this key"}
+    return out
 
 
 def labels() -> dict[str, str]:

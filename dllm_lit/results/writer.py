@@ -13,6 +13,8 @@ file atomically:
   one; no ``_ci`` entries when intervals are off); by default nll, kl, tv, entropy, unigram_l1,
   other_mass, support_frac, div2, div3, dup_rate[, genppl][, mauve] (see ``docs/metrics.md``);
 - ``metrics.csv`` - the same rows, intervals as ``<key>_ci_low`` / ``<key>_ci_high`` columns;
+- ``intervals.json`` - when intervals are on: the level, the resamples and every key's interval
+  method (``{"columns": {key: {"method": "centred" | "percentile" | "basic" | null, ...}}}``);
 - ``samples.pt`` - {"format": "dllm_lit.samples", "version": 1, "rows": [{sampler, steps, seed,
   samples: uint8/int16 [N, T]}]};
 - ``samples.txt`` - a few decoded samples per row;
@@ -57,6 +59,8 @@ class ResultsWriter(Callback):
         mauve_featurizer: model whose features MAUVE compares (paper: ``gpt2-large``); None disables.
         mauve_num_reference: reference texts (exact chain samples, decoded); default N.
         mauve_num_buckets: k-means buckets (paper: 25) or "auto".
+        mauve_num_seeds: k-means seeds MAUVE is repeated over (``mauve`` is the first, seed 25; plus
+            ``mauve_seed_mean`` and ``mauve_seed_std``).
         max_text_length: token cap for GenPPL and MAUVE (paper: 1024).
         lm_device: device for the language models (default: the sampler's device).
         cache_dir: MAUVE reference-feature cache (default: ``<the data module's cache_dir>/mauve``).
@@ -77,6 +81,7 @@ class ResultsWriter(Callback):
         mauve_featurizer: str | None = None,
         mauve_num_reference: int | None = None,
         mauve_num_buckets: int | str = 25,
+        mauve_num_seeds: int = 3,
         max_text_length: int = 1024,
         lm_device: str | None = None,
         cache_dir: str | None = None,
@@ -85,6 +90,7 @@ class ResultsWriter(Callback):
             raise ValueError(f"bootstrap_resamples must be 0 (off) or >= 2, got {bootstrap_resamples}")
         checks.real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
         checks.integer("num_text_examples", num_text_examples, minimum=0)
+        checks.integer("mauve_num_seeds", mauve_num_seeds)
         self.output_dir = output_dir
         self.bootstrap_resamples = bootstrap_resamples
         self.confidence = confidence
@@ -96,6 +102,7 @@ class ResultsWriter(Callback):
         self.mauve_featurizer = mauve_featurizer
         self.mauve_num_reference = mauve_num_reference
         self.mauve_num_buckets = mauve_num_buckets
+        self.mauve_num_seeds = mauve_num_seeds
         self.max_text_length = max_text_length
         self.lm_device = lm_device
         self.cache_dir = cache_dir
@@ -130,6 +137,11 @@ class ResultsWriter(Callback):
         self.metrics = [[SequenceBootstrapper(spec.build(context), self.bootstrap_resamples, self.confidence,
                                               int(self.plan.seed), policy=spec.interval) for spec in self._specs]
                         for _ in self.plan.rows]
+        ref = next((i for i, r in enumerate(self.plan.rows) if r.reference), None)
+        for s, spec in enumerate(self._specs):  # metrics compared with the reference row's
+            if spec.pairs_with_reference:
+                for row in self.metrics:
+                    row[s].metric.pair_with(None if ref is None else self.metrics[ref][s].metric)
         self._chunks: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in self.plan.rows]
 
     def on_predict_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -145,8 +157,12 @@ class ResultsWriter(Callback):
             return
         x, index = outputs["samples"], outputs["index"]
         texts = self._decoder.decode_batch(x.long()) if self._reads_texts else None
+        stats = {**outputs.get("stats", {}), "index": index}
         for spec, metric in zip(self._specs, self.metrics[row]):
-            metric.update(x if spec.reads == "ids" else texts, index=index)
+            if spec.reads == "stats":
+                metric.update(x, stats, index=index)
+            else:
+                metric.update(x if spec.reads == "ids" else texts, index=index)
         self._chunks[row].append((index, x))
 
     # ------------------------------------------------------------------ end of predict
@@ -175,6 +191,8 @@ class ResultsWriter(Callback):
         if trainer.is_global_zero:
             out = Path(self.output_dir or trainer.default_root_dir)
             self.write(rows, out)
+            if self.bootstrap_resamples:
+                self._write_interval_methods(out)
             self._write_samples(rows, all_samples, out)
             if self.figures:
                 from dllm_lit.results.figures import write_figures
@@ -205,6 +223,13 @@ class ResultsWriter(Callback):
         w.writeheader()
         w.writerows(flat_rows)
         atomic_write_text(out / "metrics.csv", buf.getvalue())
+
+    def _write_interval_methods(self, out: Path) -> None:
+        """intervals.json: the level, the resamples and the interval method of every column."""
+        policies = [m.policy for m in self.metrics[0]] if self.metrics else []
+        payload = {"confidence": self.confidence, "resamples": self.bootstrap_resamples, "unit": "sequence",
+                   "columns": registry.interval_methods(self._specs, policies)}
+        atomic_write_text(out / "intervals.json", json.dumps(payload, indent=2) + "\n")
 
     def _write_samples(self, rows: list[dict[str, Any]], samples: list[torch.Tensor], out: Path) -> None:
         if self.save_samples:

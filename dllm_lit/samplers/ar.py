@@ -73,6 +73,30 @@ class AR(Sampler):
         """None: exact chain sampling evaluates no denoiser."""
         return None
 
+    def log_q_reason(self, steps: int | None) -> str | None:
+        """None: the sampler's own law is known exactly (log q = log p_beta(x))."""
+        return None
+
+    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
+        """Exact log p_beta(x) of sequences x [N, T] under this sampler (the chain's ``log_prob`` at beta = 1):
+        log pi(x_0) + sum_t log((1 - eps) P_topK,beta(x_t | x_{t-1}) + eps nu(x_t)).  Float64 [N]."""
+        chain = self.chain
+        if self.beta == 1:
+            return chain.log_prob(x)
+        x = x.cpu().long()
+        prev, nxt = x[:, :-1], x[:, 1:]
+        rows = sharpened_rows(chain, self.beta)
+        top = (rows[prev] * (chain.nbr_idx[prev] == nxt[..., None])).sum(-1)  # P_topK,beta(nxt | prev)
+        step = ((1.0 - chain.eps) * top + chain.eps * chain.nu[nxt]).log().sum(1)
+        return chain.stationary.log()[x[:, 0]] + step
+
+    def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int):
+        """Samples with log q = log p_beta(x): AR's path is its sample, so the sequence KL estimate
+        mean(log q - log p) is unbiased for the exact KL(p_beta || p) (0 at beta = 1)."""
+        x = self.generate(indices, seq_len, steps, seed)
+        log_q = self.log_prob(x).to(torch.float64)
+        return x, {"nfe": torch.full((indices.numel(),), float("nan"), dtype=torch.float64), "log_q": log_q.cpu()}
+
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int) -> torch.Tensor:
         """x_0 ~ pi, x_t ~ P_beta(. | x_{t-1}): ``MarkovChain.sample`` with the sharpened top-K rows."""
         if self.chain is None:

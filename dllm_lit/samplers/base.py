@@ -25,7 +25,12 @@ from dllm_lit.markov.chain import MarkovChain
 if TYPE_CHECKING:
     from dllm_lit.engine.plan import Row, RunPlan
 
-__all__ = ["Sampler", "compact_dtype"]
+__all__ = ["Sampler", "compact_dtype", "SEQUENCE_STATS"]
+
+#: per-sequence statistics every sampler reports with its samples (float64 [B] each, NaN = not available):
+#: ``nfe`` - denoiser evaluations; ``log_q`` - log p_s(x | unmasking order), the log-probability of the
+#: sample under the laws the sampler drew its tokens from (samplers whose order does not depend on the tokens)
+SEQUENCE_STATS = ("nfe", "log_q")
 
 
 def compact_dtype(vocab_size: int) -> torch.dtype:
@@ -149,6 +154,36 @@ class Sampler(L.LightningModule, ABC):
         n = self.nfe(seq_len, steps)
         return x, torch.full((indices.numel(),), float("nan") if n is None else n, dtype=torch.float64)
 
+    #: why :meth:`generate_with_stats` reports no ``log_q`` (a sampler that records it overrides :meth:`log_q_reason`)
+    no_log_q_reason: str = "this sampler does not record its path probability"
+
+    def log_q_reason(self, steps: int | None) -> str | None:
+        """None when rows with ``steps`` report ``log_q``; otherwise why not (for docs and messages)."""
+        return self.no_log_q_reason
+
+    def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`generate` plus per-sequence statistics ``{name: float64[B]}`` over :data:`SEQUENCE_STATS`.
+
+        ``log_q`` is log p_s(x | order) = sum over committed positions of log q(x_i), q the law the token
+        was drawn from (after temperature, nucleus, ...; 1 for an argmax), for samplers whose unmasking
+        order does not depend on the drawn tokens; NaN otherwise.  The default reports NaN; samplers that
+        record it override this method.  The samples are those of :meth:`generate`, draw for draw.
+        """
+        x, nfe = self.generate_with_nfe(indices, seq_len, steps, seed)
+        return x, {"nfe": nfe, "log_q": torch.full_like(nfe, float("nan"))}
+
+    @staticmethod
+    def _log_q_buffer(indices: torch.Tensor, seq_len: int) -> torch.Tensor:
+        """Per-position log q, float64 [B, T] zeros (positions never drawn - a fixed prompt - keep 0)."""
+        return torch.zeros((indices.numel(), seq_len), dtype=torch.float64, device=indices.device)
+
+    @staticmethod
+    def _stats(nfe: torch.Tensor | float | None, log_q: torch.Tensor, batch: int) -> dict[str, torch.Tensor]:
+        """``{"nfe", "log_q"}`` from an NFE (per sequence, a constant, or None) and a [B, T] log q buffer."""
+        if not isinstance(nfe, torch.Tensor):
+            nfe = torch.full((batch,), float("nan") if nfe is None else float(nfe), dtype=torch.float64)
+        return {"nfe": nfe.to(torch.float64).cpu(), "log_q": log_q.sum(1).cpu()}
+
     @torch.no_grad()
     def sample(
         self,
@@ -179,7 +214,8 @@ class Sampler(L.LightningModule, ABC):
 
     @torch.no_grad()
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
-        """One work item {"row", "index", "seq_len", "seed"} of the plan -> its samples (compact dtype) and NFE."""
+        """One work item {"row", "index", "seq_len", "seed"} of the plan -> its samples (compact dtype), NFE and
+        per-sequence statistics ``"stats": {name: float64[B]}`` (:data:`SEQUENCE_STATS`)."""
         if self.plan is None:
             raise ValueError("the sampler has no run plan: wire the run with dllm_lit.engine.connect(...)")
         if int(batch["row"]) < 0:  # an idle process's placeholder item: nothing to sample
@@ -187,9 +223,10 @@ class Sampler(L.LightningModule, ABC):
             return {"row": -1, "index": batch["index"], "samples": empty, "nfe": torch.zeros(0, dtype=torch.float64)}
         row = self.plan.rows[int(batch["row"])]
         idx = batch["index"].to(self.device)
-        x, nfe = row.sampler.generate_with_nfe(idx, int(batch["seq_len"]), row.steps, int(batch["seed"]))
+        x, stats = row.sampler.generate_with_stats(idx, int(batch["seq_len"]), row.steps, int(batch["seed"]))
+        stats = {k: v.cpu() for k, v in stats.items()}
         return {"row": int(batch["row"]), "index": idx.cpu(), "samples": x.to(compact_dtype(self.vocab_size)).cpu(),
-                "nfe": nfe.cpu()}
+                "nfe": stats["nfe"], "stats": stats}
 
     def configure_optimizers(self) -> None:  # sampling only: nothing to train
         return None

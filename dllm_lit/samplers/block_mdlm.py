@@ -43,7 +43,7 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.nucleus import check_top_p, top_p_filter
 from dllm_lit.samplers.ordered_decoding import decode_in_order
 from dllm_lit.samplers.schedules import time_grid
@@ -158,32 +158,46 @@ class BlockMDLM(Sampler):
         block = torch.arange(T, device=dev) // bs
         return block[None, :] * self._slots(S) + local
 
-    def _token_draw(self, uni: StepUniforms, fill_slot: int | None, slots: int, step_of=None):
+    def _token_draw(self, uni: StepUniforms, fill_slot: int | None, slots: int, step_of=None, with_log_prob: bool = False):
         """Token rule at global step j: argmax at the fill slot, else a (nucleus-filtered) draw keyed by j.
 
         ``step_of(b, p)``, if given, returns each position's global step (the ordered path calls the
-        draw with per-sequence dense step ranks, see :meth:`generate_with_nfe`).
+        draw with per-sequence dense step ranks, see :meth:`generate_with_nfe`).  With ``with_log_prob``
+        the draw also returns each token's log-probability under the law it was drawn from (0 at the fill).
         """
         p_nuc = self.nucleus_p
 
-        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
             g = j if step_of is None else step_of(b, p)
-            if p_nuc < 1.0:  # upstream skips the filter at p = 1
-                tok = categorical(top_p_filter(probs, p_nuc), uni.at(g, b, p, slot=1))
-            else:
-                tok = categorical(probs, uni.at(g, b, p, slot=1))
-            if fill_slot is None:
-                return tok
-            return torch.where(torch.as_tensor(g % slots == fill_slot, device=tok.device), probs.argmax(-1), tok)
+            law = top_p_filter(probs, p_nuc) if p_nuc < 1.0 else probs  # upstream skips the filter at p = 1
+            tok = categorical(law, uni.at(g, b, p, slot=1))
+            lq = drawn_log_prob(law, tok) if with_log_prob else None
+            if fill_slot is not None:
+                fill = torch.as_tensor(g % slots == fill_slot, device=tok.device)
+                tok = torch.where(fill, probs.argmax(-1), tok)
+                if lq is not None:
+                    lq = torch.where(fill, torch.zeros_like(lq), lq)
+            return tok if lq is None else (tok, lq)
 
         return draw
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
 
-    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_q_reason(self, steps: int | None) -> str | None:
+        """None: decode steps (or the first-hitting order) do not depend on the tokens (log q is recorded)."""
+        return None
+
+    def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+        log_q = self._log_q_buffer(indices, seq_len)
+        x, nfe = self.generate_with_nfe(indices, seq_len, steps, seed, log_q=log_q)
+        return x, self._stats(nfe, log_q, indices.numel())
+
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
+                          log_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples and NFE per sequence; with ``log_q`` ([B, T] float64) the log-probability of every drawn token."""
         if self.decoding == "stepwise":
-            return self._generate_stepwise(indices, seq_len, steps, seed)
+            return self._generate_stepwise(indices, seq_len, steps, seed, log_q=log_q)
         B, T = indices.numel(), seq_len
         S = self.steps_per_block(T, steps)
         slots = self._slots(S)
@@ -196,12 +210,13 @@ class BlockMDLM(Sampler):
         dense = torch.empty_like(new).scatter_(1, order, new)
         nfe = new[:, -1] + 1
         draw = self._token_draw(StepUniforms(seed, indices, steps), S if slots > S else None, slots,
-                                step_of=lambda b, p: decode[b, p])
+                                step_of=lambda b, p: decode[b, p], with_log_prob=log_q is not None)
         z = torch.full((B, T), self.mask_id, dtype=torch.long, device=indices.device)
-        x = decode_in_order(self.denoiser, z, dense, int(nfe.max()) - 1, draw)
+        x = decode_in_order(self.denoiser, z, dense, int(nfe.max()) - 1, draw, log_q=log_q)
         return x, nfe.to(torch.float64).cpu()
 
-    def _generate_stepwise(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _generate_stepwise(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
+                           log_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Upstream's loop: per block, per step, a fresh coin (or a uniform choice) per masked position."""
         den, M = self.denoiser, self.mask_id
         B, T, bs = indices.numel(), seq_len, self.block_size
@@ -212,7 +227,7 @@ class BlockMDLM(Sampler):
         fill = fill and not self.first_hitting
         uni = StepUniforms(seed, indices, steps)
         pick = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
-        draw = self._token_draw(uni, None, slots)  # the fill below is separate
+        draw = self._token_draw(uni, None, slots, with_log_prob=log_q is not None)  # the fill below is separate
         rows = torch.arange(B, device=dev)
         z = torch.full((B, T), M, dtype=torch.long, device=dev)
         nfe = torch.zeros(B, dtype=torch.float64, device=dev)
@@ -234,12 +249,15 @@ class BlockMDLM(Sampler):
                 if b.numel() == 0:
                     continue
                 p = p + lo
-                z[b, p] = draw(g, b, p, den.probs_at(z, b, p))
+                out = draw(g, b, p, den.probs_at(z, b, p))
+                if log_q is not None:
+                    out, log_q[b, p] = out
+                z[b, p] = out
                 nfe += torch.bincount(b, minlength=B).clamp(max=1).to(torch.float64)
             if fill:
                 b, p = (z[:, lo:hi] == M).nonzero(as_tuple=True)
                 if b.numel():
                     p = p + lo
-                    z[b, p] = den.probs_at(z, b, p).argmax(-1)
+                    z[b, p] = den.probs_at(z, b, p).argmax(-1)  # log q = 0
                     nfe += torch.bincount(b, minlength=B).clamp(max=1).to(torch.float64)
         return z, nfe.cpu()

@@ -14,7 +14,8 @@ import torch
 from dllm_lit import rng
 
 __all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "sharpen", "tempered_draw",
-           "argmax_fill", "StepUniforms", "row_chunks", "ROW_CHUNK_ELEMENTS"]
+           "tempered_law", "drawn_log_prob", "argmax_fill", "StepUniforms", "row_chunks",
+           "ROW_CHUNK_ELEMENTS"]
 
 #: rows x V elements per chunk of posterior rows processed at once (4 MB of float64): temporaries
 #: stay in cache and below the allocator's mmap threshold, so they are reused instead of page-faulted
@@ -78,17 +79,39 @@ def sharpen(p: torch.Tensor, power: float) -> torch.Tensor:
     return (p / p.amax(-1, keepdim=True)) ** power
 
 
-def tempered_draw(probs: torch.Tensor, u: torch.Tensor, temperature: float) -> torch.Tensor:
+def drawn_log_prob(law: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log q(token) for each row: the log-probability of ``tokens`` [n] under the (possibly unnormalised)
+    law rows [n, V] they were drawn from, float64 [n].  A deterministic choice (argmax) has log q = 0.
+
+    The per-position factor of a sampler's path probability (see ``docs/metrics.md``, sequence KL).
+    """
+    law = law.to(torch.float64)
+    return law.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1).log() - law.sum(-1).log()
+
+
+def tempered_law(probs: torch.Tensor, temperature: float) -> torch.Tensor | None:
+    """The (unnormalised) law :func:`tempered_draw` samples at ``temperature`` > 0: p^(1/temperature);
+    None at temperature 0 (argmax, a deterministic choice)."""
+    if temperature == 0:
+        return None
+    return probs if temperature == 1 else sharpen(probs, 1.0 / temperature)
+
+
+def tempered_draw(probs: torch.Tensor, u: torch.Tensor, temperature: float, *,
+                  with_log_prob: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """One token per row of ``probs`` [n, V]: argmax (first maximum) at temperature 0, else the
     inverse-CDF draw from p^(1/temperature) renormalised, with uniforms ``u`` [n].
 
     At temperature tau > 0 this is the law of the Gumbel race ``argmax(log p / tau + G)``.
+    With ``with_log_prob`` also returns each token's :func:`drawn_log_prob` under that law (0 for argmax).
     """
-    if temperature == 0:
-        return probs.argmax(-1)
-    if temperature == 1:
-        return categorical(probs, u)
-    return categorical(sharpen(probs, 1.0 / temperature), u)
+    law = tempered_law(probs, temperature)
+    tok = probs.argmax(-1) if law is None else categorical(law, u)
+    if not with_log_prob:
+        return tok
+    if law is None:
+        return tok, torch.zeros(tok.shape, dtype=torch.float64, device=tok.device)
+    return tok, drawn_log_prob(law, tok)
 
 
 def argmax_fill(denoiser, z: torch.Tensor) -> torch.Tensor:

@@ -68,6 +68,7 @@ class KLASS(Sampler):
     """
 
     sampler_name = "klass"
+    no_log_q_reason = "positions are committed by the confidence and step-to-step KL of the drawn proposals, so the order depends on the tokens"
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, conf_threshold: float = 0.9,
                  kl_threshold: float = 0.01, history: int = 2, block_length: int | None = None,

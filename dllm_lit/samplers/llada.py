@@ -57,7 +57,7 @@ from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence, decode_blocks,
                                                    proposal_features, proposal_widths, propose_tokens, with_tie_rule)
-from dllm_lit.samplers.draws import StepUniforms, categorical, tempered_draw
+from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, tempered_draw
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
@@ -185,8 +185,24 @@ class LLaDA(Sampler):
         return float(sum(1 for k in transfer_schedule(bl, steps // nb) if k > 0) * nb)
 
     # ------------------------------------------------------------------ sampling
-    def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int) -> torch.Tensor:
-        """All-MASK [B, T] with the prompt (fixed or drawn per sequence) written in."""
+    def log_q_reason(self, steps: int | None) -> str | None:
+        """None with random remasking (the order is drawn up front); low-confidence remasking ranks
+        positions by the confidence of the drawn proposals, so its order depends on the tokens."""
+        if self.remasking == "random":
+            return None
+        return "low_confidence remasking chooses positions by the confidence of the drawn proposals"
+
+    def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+        if self.remasking != "random":
+            return super().generate_with_stats(indices, seq_len, steps, seed)
+        log_q = self._log_q_buffer(indices, seq_len)
+        x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
+        return x, self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
+
+    def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int,
+                      log_q: torch.Tensor | None = None) -> torch.Tensor:
+        """All-MASK [B, T] with the prompt (fixed or drawn per sequence) written in; a drawn prompt
+        token's log-probability goes to ``log_q[:, 0]`` (a fixed prompt is deterministic: log q = 0)."""
         B, dev = indices.numel(), indices.device
         x = torch.full((B, seq_len), self.mask_id, dtype=torch.long, device=dev)
         if self.prompt:
@@ -195,17 +211,23 @@ class LLaDA(Sampler):
             law = prompt_law(self.chain.stationary, self.prompt_mode).to(dev)
             u = rng.uniform(rng.sequence_keys(seed, indices, rng.Stream.PROMPT), 0, 0)
             x[:, 0] = categorical(law.expand(B, -1), u)
+            if log_q is not None:
+                log_q[:, 0] = drawn_log_prob(law.expand(B, -1), x[:, 0])
         return x
 
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        x = self.initial_state(indices, seq_len, seed)
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
+                 log_q: torch.Tensor | None = None) -> torch.Tensor:
+        """Samples; with ``log_q`` ([B, T] float64; random remasking only) the log-probability of every drawn token."""
+        if log_q is not None and self.remasking != "random":
+            raise ValueError(f"LLaDA records log q only with remasking='random': {self.log_q_reason(steps)}")
+        x = self.initial_state(indices, seq_len, seed, log_q=log_q)
         P, bl, nb = self._blocks(seq_len)
         if nb == 0:
             return x
         S = steps // nb
         tok_u = StepUniforms(seed, indices, steps)
         if self.remasking == "random":
-            return self._generate_random(x, P, bl, nb, S, steps, seed, indices, tok_u)
+            return self._generate_random(x, P, bl, nb, S, steps, seed, indices, tok_u, log_q=log_q)
         tau = self.temperature
         decode_blocks(
             self.denoiser, x, block_bounds(seq_len, P, self.block_length),
@@ -216,13 +238,13 @@ class LLaDA(Sampler):
         return x
 
     def _generate_random(self, x: torch.Tensor, P: int, bl: int, nb: int, S: int, steps: int, seed: int,
-                         indices: torch.Tensor, tok_u: StepUniforms) -> torch.Tensor:
+                         indices: torch.Tensor, tok_u: StepUniforms, log_q: torch.Tensor | None = None) -> torch.Tensor:
         """Random remasking: each block's positions get a uniformly random order (i.i.d. Stream.ORDER
         keys, stable sort), cut into the scheduled counts; the decode step of every position is thus
         known up front and :func:`decode_in_order` queries the denoiser only where tokens commit."""
         decode = random_order_steps(seed, indices, steps, x.shape[1], P, bl, nb)
 
-        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-            return tempered_draw(probs, tok_u.at(j, b, p), self.temperature)
+        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
+            return tempered_draw(probs, tok_u.at(j, b, p), self.temperature, with_log_prob=log_q is not None)
 
-        return decode_in_order(self.denoiser, x, decode, steps - 1, draw)
+        return decode_in_order(self.denoiser, x, decode, steps - 1, draw, log_q=log_q)

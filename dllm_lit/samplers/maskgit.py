@@ -77,6 +77,7 @@ class MaskGIT(Sampler):
     """
 
     sampler_name = "maskgit"
+    no_log_q_reason = "positions are committed by the confidence of the drawn proposals, so the order depends on the tokens"
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128,
                  choice_temperature: float = 4.5, schedule: str = "cosine", temperature: float = 1.0) -> None:

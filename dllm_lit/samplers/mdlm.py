@@ -22,7 +22,7 @@ import torch
 from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical
+from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical, drawn_log_prob
 from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
 from dllm_lit.samplers.schedules import time_grid
 
@@ -55,7 +55,18 @@ class MDLM(Sampler):
             return self._generate_ordered(indices, seq_len, steps, seed)
         return self._generate_stepwise(indices, seq_len, steps, seed)
 
-    def _generate_ordered(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_q_reason(self, steps: int | None) -> str | None:
+        """None: the unmasking steps do not depend on the tokens (log q is recorded; the argmax fill adds 0)."""
+        return None
+
+    def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+        log_q = self._log_q_buffer(indices, seq_len)
+        run = self._generate_ordered if self.decoding == "ordered" else self._generate_stepwise
+        x, nfe = run(indices, seq_len, steps, seed, log_q=log_q)
+        return x, self._stats(nfe, log_q, indices.numel())
+
+    def _generate_ordered(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
+                          log_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         den = self.denoiser
         B, T, M = indices.numel(), seq_len, self.mask_id
         uni = StepUniforms(seed, indices, steps)
@@ -63,15 +74,20 @@ class MDLM(Sampler):
         # P(decode step <= j) = 1 - t_{j+1}; beyond: the final fill (prob t_min)
         decode_step = coin_decode_steps(uni.grid(0, T, slot=2), ts)
 
-        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-            return probs.argmax(-1) if j == steps else categorical(probs, uni.at(j, b, p, slot=1))
+        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
+            if j == steps:  # the argmax fill: a deterministic choice, log q = 0
+                tok = probs.argmax(-1)
+                return tok if log_q is None else (tok, torch.zeros(tok.shape, dtype=torch.float64, device=tok.device))
+            tok = categorical(probs, uni.at(j, b, p, slot=1))
+            return tok if log_q is None else (tok, drawn_log_prob(probs, tok))
 
         z = torch.full((B, T), M, dtype=torch.long, device=indices.device)
-        x = decode_in_order(den, z, decode_step, steps, draw)
+        x = decode_in_order(den, z, decode_step, steps, draw, log_q=log_q)
         used = torch.zeros((B, steps + 1), dtype=torch.bool, device=z.device).scatter_(1, decode_step, True)
         return x, used.sum(1).to(torch.float64)
 
-    def _generate_stepwise(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _generate_stepwise(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
+                           log_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         den = self.denoiser
         B, T, M = indices.numel(), seq_len, self.mask_id
         z = torch.full((B, T), M, dtype=torch.long, device=indices.device)
@@ -88,5 +104,7 @@ class MDLM(Sampler):
             nfe += move.any(1)
             probs = den.probs_at(z, b, p)
             z[b, p] = categorical(probs, uni.at(j, b, p, slot=1))
-        nfe += (z == M).any(1)
+            if log_q is not None:
+                log_q[b, p] = drawn_log_prob(probs, z[b, p])
+        nfe += (z == M).any(1)  # the argmax fill below adds log q = 0
         return argmax_fill(den, z), nfe

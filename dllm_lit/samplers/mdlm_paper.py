@@ -23,7 +23,7 @@ import torch
 
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 
 __all__ = ["MDLMPaper"]
@@ -46,12 +46,24 @@ class MDLMPaper(Sampler):
         """Steps that commit at least one token: min(steps, T) (docs/nfe.md)."""
         return float(min(steps, seq_len))
 
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+    def log_q_reason(self, steps: int | None) -> str | None:
+        """None: the random order does not depend on the tokens (log q is recorded)."""
+        return None
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
+                 log_q: torch.Tensor | None = None) -> torch.Tensor:
+        """Samples; with ``log_q`` ([B, T] float64) also the log-probability of every drawn token."""
         z = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
         decode = random_order_steps(seed, indices, steps, seq_len, 0, seq_len, 1)
         uni = StepUniforms(seed, indices, steps)
 
-        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-            return categorical(probs, uni.at(j, b, p))
+        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
+            tok = categorical(probs, uni.at(j, b, p))
+            return tok if log_q is None else (tok, drawn_log_prob(probs, tok))
 
-        return decode_in_order(self.denoiser, z, decode, steps - 1, draw)
+        return decode_in_order(self.denoiser, z, decode, steps - 1, draw, log_q=log_q)
+
+    def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+        log_q = self._log_q_buffer(indices, seq_len)
+        x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
+        return x, self._stats(self.nfe(seq_len, steps), log_q, indices.numel())

@@ -63,10 +63,12 @@ def next_smaller(s: torch.Tensor) -> torch.Tensor:
     return (T - 1 - previous_smaller(s.flip(1))).flip(1)
 
 
-TokenDraw = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+#: ``draw(j, b, p, probs)`` -> tokens, or (tokens, log q of each token under the law it was drawn from)
+TokenDraw = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"]
 
 
-def decode_in_order(denoiser, z: torch.Tensor, decode_step: torch.Tensor, num_steps: int, draw: TokenDraw) -> torch.Tensor:
+def decode_in_order(denoiser, z: torch.Tensor, decode_step: torch.Tensor, num_steps: int, draw: TokenDraw,
+                    log_q: torch.Tensor | None = None) -> torch.Tensor:
     """Decode every masked position of ``z`` at its step ``decode_step[b, i]`` in [0, num_steps].
 
     ``decode_step`` must be negative at positions already revealed in ``z`` (e.g. a prompt).
@@ -74,6 +76,12 @@ def decode_in_order(denoiser, z: torch.Tensor, decode_step: torch.Tensor, num_st
     given the positions with decode_step < j; ``draw(j, b, p, probs) -> tokens`` (row-wise: it may
     be called on chunks of a step's positions) turns the
     posterior rows into tokens (sampling, argmax, ...).  Returns the decoded LongTensor[B, T].
+
+    ``log_q`` (float64 [B, T], optional) records the path probability: ``draw`` then returns
+    ``(tokens, log_probs)`` and ``log_q[b, p]`` is set to the log-probability of the token drawn at
+    (b, p) under the law it was drawn from (``draws.drawn_log_prob``; 0 for a deterministic choice).
+    Because the decode steps do not depend on the tokens, sum_p log_q[b, p] = log p_s(x_b | order)
+    (see ``docs/metrics.md``, sequence-level KL).
     """
     B, T = z.shape
     M, V = denoiser.mask_id, denoiser.vocab_size
@@ -98,12 +106,22 @@ def decode_in_order(denoiser, z: torch.Tensor, decode_step: torch.Tensor, num_st
             tok = torch.empty_like(b)
             for sl in row_chunks(k, V):
                 probs = denoiser.probs_from_neighbours(z, b[sl], p[sl], a[sl], c[sl])
-                tok[sl] = draw(j, b[sl], p[sl], probs)
+                tok[sl] = _tokens(draw(j, b[sl], p[sl], probs), b[sl], p[sl], log_q)
             z[b, p] = tok
         else:
-            probs = denoiser.probs_at(z, b, p)
-            z[b, p] = draw(j, b, p, probs)
+            z[b, p] = _tokens(draw(j, b, p, denoiser.probs_at(z, b, p)), b, p, log_q)
     return z
+
+
+def _tokens(out, b: torch.Tensor, p: torch.Tensor, log_q: torch.Tensor | None) -> torch.Tensor:
+    """The tokens of a draw's output; ``(tokens, log_probs)`` also records log q at (b, p) when asked."""
+    if isinstance(out, tuple):
+        out, lq = out
+        if log_q is not None:
+            log_q[b, p] = lq.to(log_q.dtype)
+    elif log_q is not None:
+        raise ValueError("recording log q needs a draw that returns (tokens, log_probs)")
+    return out
 
 
 def coin_decode_steps(u: torch.Tensor, ts: torch.Tensor) -> torch.Tensor:

@@ -92,6 +92,8 @@ class ReMDM(Sampler):
         t_min: end of the time grid (upstream 1e-5).
     """
 
+    no_log_q_reason = "committed tokens are remasked and redrawn, so a sample is not one draw per position"
+
     def __init__(
         self,
         denoiser: Denoiser | None = None,

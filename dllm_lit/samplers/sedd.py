@@ -150,7 +150,23 @@ class SEDD(Sampler):
         """steps + 1: upstream evaluates the score at every predictor step and at the final denoise step."""
         return float(steps + 1)
 
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+    def log_q_reason(self, steps: int | None) -> str | None:
+        """None at beta = 1 (unmask steps drawn up front); otherwise the unmask probability
+        c sum_v p_v^beta depends on the tokens revealed so far."""
+        if self.beta == 1:
+            return None
+        return "with beta != 1 the unmasking probability depends on the posterior, i.e. on the tokens already drawn"
+
+    def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+        if self.beta != 1:
+            return super().generate_with_stats(indices, seq_len, steps, seed)
+        log_q = self._log_q_buffer(indices, seq_len)
+        x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
+        return x, self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
+                 log_q: torch.Tensor | None = None) -> torch.Tensor:
+        """Samples; with ``log_q`` ([B, T] float64; beta = 1 only) also the log-probability of every drawn token."""
         den, M, T = self.denoiser, self.mask_id, seq_len
         B, dev = indices.numel(), indices.device
         z = torch.full((B, T), M, dtype=torch.long, device=dev)
@@ -166,10 +182,13 @@ class SEDD(Sampler):
             u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER).grid(0, T)
             when = torch.searchsorted(first, u.reshape(-1), right=True)  # first j with u < first[j]; steps = never
 
-            def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-                return tempered_draw(probs, uni.at(j, b, p, slot=1), tau)  # final step j = steps: same law at beta = 1
+            def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
+                # final step j = steps: same law at beta = 1
+                return tempered_draw(probs, uni.at(j, b, p, slot=1), tau, with_log_prob=log_q is not None)
 
-            return decode_in_order(den, z, when.view(B, T), steps, draw)
+            return decode_in_order(den, z, when.view(B, T), steps, draw, log_q=log_q)
+        if log_q is not None:
+            raise ValueError(f"SEDD records log q only at beta = 1: {self.log_q_reason(steps)}")
         # beta != 1: the unmask probability depends on sum_v p_v^beta at every masked position
         V = self.vocab_size
         if PosteriorCache.fits(B, V + 2, length=T):

@@ -22,7 +22,20 @@ From the ``B`` resampled values an :class:`IntervalPolicy` makes the interval at
   :math:`[2\hat\theta - Q_{1-\alpha/2},\; 2\hat\theta - Q_{\alpha/2}]`, optionally clipped at the
   statistic's lower bound.  It cancels, to first order, a bias that resampling repeats (plug-in
   functionals of an empirical kernel, whose bias grows when a resample duplicates sequences).
+* ``"centred"`` (percentile interval re-centred at the estimate):
+  :math:`[\hat\theta + Q_{\alpha/2} - Q_{1/2},\; \hat\theta + Q_{1-\alpha/2} - Q_{1/2}]`, optionally
+  clipped at the statistic's lower bound.  It keeps the spread of the bootstrap distribution and
+  drops its shift: for a plug-in functional whose bias a resample *repeats* (duplicated sequences
+  look like fewer distinct transitions), the percentile interval is shifted away from the estimate
+  and the basic interval shifted to the other side (it can exclude the estimate when the bias
+  dominates, e.g. the KL of exact samples).  The centred interval always contains the estimate and
+  describes the estimator's sampling spread around its own expectation at this ``N`` and ``T`` -
+  what a comparison of two rows at equal ``N`` and ``T`` needs; the bias itself is reported by the
+  floor-corrected columns (``docs/metrics.md``).
 * ``None``: no interval, with the reason stated by the policy.
+
+A metric with several values may give one policy per value (a mapping ``{key: IntervalPolicy}``);
+the resamples are drawn once and shared by every value.
 
 Resamples are vectorised: the statistic receives a ``[B_chunk, N]`` float64 matrix of counts, with
 ``B_chunk * N`` bounded by ``max_chunk_elements`` (chunking over resamples otherwise).  Results are
@@ -46,6 +59,8 @@ __all__ = [
     "PERCENTILE",
     "Interval",
     "IntervalPolicy",
+    "Policies",
+    "policy_enabled",
     "bootstrap_ci",
     "bootstrap_distribution",
     "bootstrap_interval",
@@ -60,7 +75,7 @@ Interval = tuple[float, float]
 #: a statistic maps resample counts ``[B, N]`` to one value per resample, ``[B]``, or to several named ones
 Statistic = Callable[[Tensor], Union[Tensor, Mapping[str, Tensor]]]
 
-_METHODS = ("percentile", "basic")
+_METHODS = ("percentile", "basic", "centred")
 
 
 @dataclass(frozen=True)
@@ -70,7 +85,7 @@ class IntervalPolicy:
     Attributes:
         method: ``"percentile"``, ``"basic"`` or ``None`` (the metric has no interval).
         reason: why there is no interval (required when ``method`` is None).
-        lower_bound: ``"basic"`` only: endpoints are clipped at this lower bound of the statistic.
+        lower_bound: ``"basic"`` / ``"centred"`` only: endpoints are clipped at this lower bound of the statistic.
         transform: ``"percentile"`` only: a monotone increasing map applied to both endpoints.
     """
 
@@ -85,8 +100,8 @@ class IntervalPolicy:
                 raise ValueError("an IntervalPolicy without a method must state the reason")
             return
         checks.choice("method", self.method, _METHODS)
-        if self.lower_bound is not None and self.method != "basic":
-            raise ValueError("lower_bound applies to basic intervals only")
+        if self.lower_bound is not None and self.method not in ("basic", "centred"):
+            raise ValueError("lower_bound applies to basic and centred intervals only")
         if self.transform is not None and self.method != "percentile":
             raise ValueError("transform applies to percentile intervals only (they are transformation equivariant)")
 
@@ -94,6 +109,22 @@ class IntervalPolicy:
     def enabled(self) -> bool:
         """Whether the metric has an interval at all."""
         return self.method is not None
+
+    @property
+    def needs_point(self) -> bool:
+        """Whether the endpoints need the point estimate (basic, centred)."""
+        return self.method in ("basic", "centred")
+
+    def describe(self) -> dict[str, object]:
+        """``{"method": ..., "lower_bound": ...}`` or ``{"method": None, "reason": ...}`` (for run outputs)."""
+        if self.method is None:
+            return {"method": None, "reason": self.reason}
+        out: dict[str, object] = {"method": self.method}
+        if self.lower_bound is not None:
+            out["lower_bound"] = self.lower_bound
+        if self.transform is not None:
+            out["transform"] = getattr(self.transform, "__name__", repr(self.transform))
+        return out
 
     def endpoints(self, boot: Tensor, point: float | None, confidence: float) -> Interval:
         """The interval from ``B`` resampled values (float64 ``[B]``) and the point estimate."""
@@ -107,10 +138,15 @@ class IntervalPolicy:
                 if not (math.isfinite(lower) and math.isfinite(upper)) or lower > upper:
                     raise ValueError("`transform` must be a finite, monotone increasing function")
             return lower, upper
-        if self.method == "basic":
+        if self.method in ("basic", "centred"):
             if point is None:
-                raise ValueError("a basic interval needs the point estimate")
-            lower, upper = 2 * point - q_hi, 2 * point - q_lo
+                raise ValueError(f"a {self.method} interval needs the point estimate")
+            if self.method == "basic":
+                lower, upper = 2 * point - q_hi, 2 * point - q_lo
+            else:
+                median = float(torch.quantile(boot, 0.5))
+                lower, upper = point + (q_lo - median), point + (q_hi - median)
+                lower, upper = min(lower, point), max(upper, point)  # exact containment despite rounding
             if self.lower_bound is not None:
                 lower, upper = max(self.lower_bound, lower), max(self.lower_bound, upper)
             return lower, upper
@@ -119,6 +155,16 @@ class IntervalPolicy:
 
 #: percentile intervals of a statistic without a transform
 PERCENTILE = IntervalPolicy("percentile")
+
+#: one policy for every value of a metric, or one per named value
+Policies = Union[IntervalPolicy, Mapping[str, IntervalPolicy]]
+
+
+def policy_enabled(policy: Policies) -> bool:
+    """Whether any value under ``policy`` has an interval."""
+    if isinstance(policy, Mapping):
+        return any(p.enabled for p in policy.values())
+    return policy.enabled
 
 
 def _check_common(num_items: int, num_resamples: int, confidence: float, seed: int) -> None:
@@ -201,7 +247,7 @@ def bootstrap_distribution(
 def bootstrap_interval(
     statistic: Statistic,
     num_items: int,
-    policy: IntervalPolicy,
+    policy: Policies,
     num_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
@@ -215,7 +261,8 @@ def bootstrap_interval(
         statistic: maps resample counts to the statistic (see :func:`bootstrap_distribution`); for
             the point estimate (basic intervals) it is called with ``torch.ones(1, num_items)``.
         num_items: number of resampled units (sequences, texts), ``>= 1``.
-        policy: how the distribution becomes an interval (``method=None``: returns None).
+        policy: how the distribution becomes an interval (``method=None``: returns None), or one
+            policy per named value (a value whose policy has no method gets None).
         num_resamples: ``B``, the number of bootstrap resamples (``>= 2``).
         confidence: coverage level :math:`1-\alpha`, in ``(0, 1)``.
         seed: seed of the private generator (results are deterministic given it).
@@ -225,16 +272,24 @@ def bootstrap_interval(
         ``(lower, upper)`` for a statistic returning one tensor, ``{name: (lower, upper)}`` for a
         statistic returning named tensors, None when the policy has no method.
     """
-    if not policy.enabled:
+    if not policy_enabled(policy):
         return None
     _check_common(num_items, num_resamples, confidence, seed)
     boot = bootstrap_distribution(statistic, num_items, num_resamples, seed, vectorized=vectorized,
                                   max_chunk_elements=max_chunk_elements)
+    if isinstance(policy, Mapping):
+        missing = set(boot) - set(policy)
+        if missing:
+            raise ValueError(f"no interval policy for value(s) {sorted(missing, key=str)}")
+        policies = {k: policy[k] for k in boot}  # type: ignore[index]
+    else:
+        policies = dict.fromkeys(boot, policy)
     points: dict[str | None, float | None] = dict.fromkeys(boot)
-    if policy.method == "basic":  # the plug-in estimate: every sequence once
+    if any(p.needs_point for p in policies.values()):  # the plug-in estimate: every sequence once
         ones = torch.ones(1, num_items, dtype=torch.float64)
         points = {k: float(v[0]) for k, v in _evaluate(statistic, ones, vectorized).items()}
-    intervals = {k: policy.endpoints(v, points[k], confidence) for k, v in boot.items()}
+    intervals = {k: (policies[k].endpoints(v, points[k], confidence) if policies[k].enabled else None)
+                 for k, v in boot.items()}
     return intervals[None] if None in intervals else intervals  # type: ignore[return-value]
 
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 import torch
 
 from dllm_lit.markov.chain import MarkovChain
-from dllm_lit.metrics.functional.bootstrap import IntervalPolicy
+from dllm_lit.metrics.functional.bootstrap import PERCENTILE, IntervalPolicy
 
 __all__ = [
     "METRIC_KEYS",
-    "TRANSITION_INTERVAL",
+    "PairCounts",
+    "TRANSITION_INTERVALS",
     "ResampledTransitionMetrics",
     "transition_codes",
     "transition_counts",
@@ -33,12 +34,26 @@ __all__ = [
 
 METRIC_KEYS = ("nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac")
 
-#: Basic bootstrap, clipped at 0 (the lower bound of every transition metric).  The metrics are
-#: plug-in functionals of the empirical kernel with a bias of order #observed pairs / M (e.g. KL and
-#: support_frac are biased upward, entropy downward), and a resample with replacement repeats
-#: sequences, which adds the same bias again: the percentile interval is shifted and can miss the
-#: point estimate.  The basic interval cancels that shift to first order.
-TRANSITION_INTERVAL = IntervalPolicy("basic", lower_bound=0.0)
+#: Plug-in functionals of the empirical kernel (kl, tv, entropy, unigram_l1) have a bias of order
+#: #observed pairs / M, and a resample with replacement repeats sequences, which adds to that bias:
+#: the percentile interval is shifted away from the estimate, the basic interval (reverse percentile)
+#: to the other side, so either can exclude the estimate (the basic one did for the AR row's kl and
+#: tv).  They get the "centred" interval (the bootstrap spread around the estimate), clipped at 0;
+#: the bias itself is what the floor-corrected columns report.  nll and other_mass are linear in the
+#: counts (ratios of sums, unbiased under resampling): percentile.  support_frac counts *distinct*
+#: pairs, and a resample's duplicated sequences remove distinct pairs by construction (as for
+#: dup_rate): no interval.
+_CENTRED0 = IntervalPolicy("centred", lower_bound=0.0)
+TRANSITION_INTERVALS: dict[str, IntervalPolicy] = {
+    "nll": PERCENTILE,
+    "kl": _CENTRED0,
+    "tv": _CENTRED0,
+    "entropy": _CENTRED0,
+    "unigram_l1": _CENTRED0,
+    "other_mass": PERCENTILE,
+    "support_frac": IntervalPolicy(None, reason="a resample repeats sequences, which removes distinct transition "
+                                                "pairs by construction (as for dup_rate)"),
+}
 
 
 def transition_codes(samples: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -98,6 +113,24 @@ def transition_metrics_from_counts(counts: torch.Tensor, chain: MarkovChain) -> 
     return transition_metrics_from_pairs(codes, flat[codes], chain)
 
 
+class PairCounts:
+    """Per-sequence transition-pair counts as a sparse [U, N] matrix over the U distinct observed pairs
+    (``pairs``, ascending codes), from codes int64 [N, T - 1]; :meth:`counts` applies resample weights."""
+
+    def __init__(self, codes: torch.Tensor) -> None:
+        N, L = codes.shape
+        self.pairs, inv = torch.unique(codes.reshape(-1), return_inverse=True)
+        seq_of = torch.arange(N).repeat_interleave(L)
+        self.matrix = torch.sparse_coo_tensor(
+            torch.stack([inv, seq_of]), torch.ones(inv.numel(), dtype=torch.float64), (self.pairs.numel(), N),
+            check_invariants=False,
+        ).coalesce()
+
+    def counts(self, weights: torch.Tensor) -> torch.Tensor:
+        """Weighted pair counts [B, U] for resample weights [B, N] (exact integer sums)."""
+        return torch.sparse.mm(self.matrix, weights.T).T
+
+
 class ResampledTransitionMetrics:
     """Bootstrap statistic of the transition metrics: resample weights ``[B, N]`` -> ``{key: Tensor[B]}``.
 
@@ -115,18 +148,13 @@ class ResampledTransitionMetrics:
     def __init__(self, codes: torch.Tensor, chain: MarkovChain) -> None:
         if codes.ndim != 2 or codes.shape[0] == 0 or codes.shape[1] == 0:
             raise ValueError(f"codes must have shape [N, T - 1] with N, T - 1 >= 1, got {tuple(codes.shape)}")
-        N, L = codes.shape
         self.chain = chain
-        self.num_items = N
-        self.pairs, inv = torch.unique(codes.reshape(-1), return_inverse=True)
-        seq_of = torch.arange(N).repeat_interleave(L)
-        self.per_sequence = torch.sparse_coo_tensor(
-            torch.stack([inv, seq_of]), torch.ones(inv.numel(), dtype=torch.float64), (self.pairs.numel(), N),
-            check_invariants=False,
-        ).coalesce()
+        self.num_items = codes.shape[0]
+        self.per_sequence = PairCounts(codes)
+        self.pairs = self.per_sequence.pairs
 
     def __call__(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
-        counts = torch.sparse.mm(self.per_sequence, weights.T).T  # [B, U], exact integer sums
+        counts = self.per_sequence.counts(weights)  # [B, U], exact integer sums
         values = [transition_metrics_from_pairs(self.pairs, counts[r], self.chain) for r in range(counts.shape[0])]
         return {k: torch.tensor([v[k] for v in values], dtype=torch.float64) for k in METRIC_KEYS}
 

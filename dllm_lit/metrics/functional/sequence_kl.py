@@ -1,0 +1,137 @@
+r"""Floor-corrected and bias-corrected transition KL, and a bracket on the sequence-level KL.
+
+Notation as in :mod:`dllm_lit.metrics.functional.transition`: transition counts c(i, j) over
+M = N (T - 1) transitions, n_i = sum_j c(i, j), m_i = #{j : c(i, j) > 0}, q = P'.
+
+* **Floor correction.**  ``kl_excess = kl(row) - kl(reference row)``: the plug-in KL of the row
+  minus the plug-in KL of exact chain samples at the same N and T (the run's reference row).  The
+  plug-in bias, to first order sum_i (k_i - 1) / (2M), is nearly the same for both, so the
+  difference estimates the population transition KL of the sampler.
+* **Miller-Madow.**  The entropy rate of the transition metrics is
+  H = sum_i (n_i / M) H(p_hat(. | i)).  Each conditional entropy is corrected by (m_i - 1) / (2 n_i)
+  (Miller 1955), and with the same empirical weights n_i / M:
+
+      entropy_mm = entropy + sum_{i : n_i > 0} (m_i - 1) / (2M) = entropy + (U - R) / (2M),
+
+  with U the number of distinct observed pairs and R the number of distinct observed source
+  states.  The cross-entropy term nll = -sum c_ij log q(j | i) / M is linear in the counts (q is
+  known), so it needs no correction: ``kl_mm = nll - entropy_mm = kl - (U - R) / (2M)``.
+* **Sequence-level KL, lower end.**  For any sampler law p_s over length-T sequences and the
+  chain law p, the chain rule and joint convexity of KL give
+
+      KL(p_s || p) >= (T - 1) KL_trans(p_s),
+
+  KL_trans the *population* transition KL (the plug-in with expected counts).  Per token:
+  ``seq_kl_lower = (T - 1) / T * kl_excess``, the bound evaluated at the floor-corrected estimate.
+* **Sequence-level KL, upper end.**  For a sampler whose unmasking order o does not depend on the
+  tokens drawn, the law of a sample given its order is p_s(x | o) = prod_i q_i(x_i), q_i the law
+  the token at i was drawn from (an argmax choice: 1), so with log q = sum_i log q_i(x_i) (reported
+  by the sampler) u = log q - log p(x) has E[u | o] = KL(p_s(. | o) || p), and by convexity
+
+      E[u] / T = E_o KL(p_s(. | o) || p) / T >= KL(p_s || p) / T =: seq_kl_upper's target bound.
+
+  ``seq_kl_upper = mean(u) / T`` is an unbiased estimate of that upper bound.
+
+log p(x) floors every probability at 1e-30 (as ``nll`` and ``kl`` do), so an impossible sequence
+counts about 69 nats per impossible transition instead of an infinite value.
+"""
+from __future__ import annotations
+
+import torch
+
+from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.metrics.functional.transition import PairCounts, transition_metrics_from_pairs
+
+__all__ = [
+    "LOG_FLOOR",
+    "SEQUENCE_KL_KEYS",
+    "ResampledSequenceKL",
+    "miller_madow_bias",
+    "sequence_kl_values",
+    "sequence_log_prob",
+]
+
+SEQUENCE_KL_KEYS = ("kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper")
+
+#: probability floor in log p(x) (the transition metrics' clamp)
+LOG_FLOOR = 1e-30
+
+
+def sequence_log_prob(chain: MarkovChain, x: torch.Tensor) -> torch.Tensor:
+    """log p(x) of sequences x [N, T] under the chain, probabilities floored at 1e-30: float64 [N]."""
+    x = x.cpu().long()
+    lp = chain.stationary.clamp_min(LOG_FLOOR).log()[x[:, 0]]
+    if x.shape[1] > 1:
+        lp = lp + chain.kernel[x[:, :-1], x[:, 1:]].clamp_min(LOG_FLOOR).log().sum(1)
+    return lp
+
+
+def miller_madow_bias(pairs: torch.Tensor, counts: torch.Tensor, vocab_size: int) -> float:
+    """(U - R) / (2M): the Miller-Madow correction of the transition entropy rate, from observed pair
+    codes i * V + j and their (possibly fractional) counts; pairs with zero count are ignored."""
+    c = counts.to(torch.float64)
+    keep = c > 0
+    observed = pairs[keep].long()
+    M = float(c[keep].sum())
+    rows = torch.unique(observed // vocab_size).numel()
+    return (observed.numel() - rows) / (2.0 * M)
+
+
+def _corrected(pairs: torch.Tensor, counts: torch.Tensor, chain: MarkovChain) -> tuple[float, float, float]:
+    """(kl, entropy_mm, kl_mm) of one set of weighted pair counts."""
+    m = transition_metrics_from_pairs(pairs, counts, chain)
+    bias = miller_madow_bias(pairs, counts, chain.vocab_size)
+    return m["kl"], m["entropy"] + bias, m["kl"] - bias
+
+
+def sequence_kl_values(codes: torch.Tensor, u: torch.Tensor | None, chain: MarkovChain,
+                       reference_codes: torch.Tensor | None) -> dict[str, float | None]:
+    """The five values from per-sequence transition codes [N, T - 1], per-sequence u = log q - log p [N]
+    (None or containing NaN: the sampler reports no log q) and the reference row's codes (None: no
+    reference row).  Unavailable values are None."""
+    pairs, counts = torch.unique(codes.reshape(-1), return_counts=True)
+    kl, entropy_mm, kl_mm = _corrected(pairs, counts, chain)
+    T = codes.shape[1] + 1
+    out: dict[str, float | None] = {"kl_excess": None, "entropy_mm": entropy_mm, "kl_mm": kl_mm,
+                                    "seq_kl_lower": None, "seq_kl_upper": None}
+    if reference_codes is not None:
+        rp, rc = torch.unique(reference_codes.reshape(-1), return_counts=True)
+        excess = kl - transition_metrics_from_pairs(rp, rc, chain)["kl"]
+        out["kl_excess"] = excess
+        out["seq_kl_lower"] = (T - 1) / T * excess
+    if u is not None and u.numel() and bool(torch.isfinite(u).all()):
+        out["seq_kl_upper"] = float(u.to(torch.float64).sum() / u.numel()) / T
+    return out
+
+
+class ResampledSequenceKL:
+    """Bootstrap statistic of the five values: resample weights ``[B, N]`` -> ``{key: Tensor[B]}``.
+
+    The sampler row and the reference row are resampled with the *same* weights (paired by sequence
+    index: both rows hold sequences 0 .. N-1 of the same seed), so the interval of ``kl_excess`` is
+    that of the difference.  Keys that are unavailable (no reference row, no log q) are left out.
+    """
+
+    def __init__(self, codes: torch.Tensor, u: torch.Tensor | None, chain: MarkovChain,
+                 reference_codes: torch.Tensor | None) -> None:
+        self.chain = chain
+        self.T = codes.shape[1] + 1
+        self.own = PairCounts(codes)
+        self.ref = PairCounts(reference_codes) if reference_codes is not None else None
+        ok = u is not None and u.numel() and bool(torch.isfinite(u).all())
+        self.u = u.to(torch.float64).cpu() if ok else None
+
+    def __call__(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        own = self.own.counts(weights)
+        vals = [_corrected(self.own.pairs, own[r], self.chain) for r in range(weights.shape[0])]
+        out = {"entropy_mm": torch.tensor([v[1] for v in vals], dtype=torch.float64),
+               "kl_mm": torch.tensor([v[2] for v in vals], dtype=torch.float64)}
+        if self.ref is not None:
+            ref = self.ref.counts(weights)
+            kl_ref = [transition_metrics_from_pairs(self.ref.pairs, ref[r], self.chain)["kl"] for r in range(weights.shape[0])]
+            excess = torch.tensor([v[0] - k for v, k in zip(vals, kl_ref)], dtype=torch.float64)
+            out["kl_excess"] = excess
+            out["seq_kl_lower"] = (self.T - 1) / self.T * excess
+        if self.u is not None:
+            out["seq_kl_upper"] = (weights * self.u).sum(-1) / weights.sum(-1) / self.T
+        return out

@@ -1,0 +1,139 @@
+"""Floor-corrected KL, Miller-Madow-corrected entropy and KL, and the sequence-level KL bracket
+(definitions in :mod:`dllm_lit.metrics.functional.sequence_kl` and ``docs/metrics.md``).
+
+:class:`SequenceKL` reads each row's samples with the sampler's per-sequence statistics (its
+``log_q``) and, through :meth:`SequenceKL.pair_with`, the same metric of the run's reference row
+(exact chain samples, same sequence indices).  States are per-sequence (transition codes, u =
+log q - log p, global index) gathered over processes; every value is computed from the states
+ordered by sequence index, so DDP gives exactly the single-process values.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.metrics.bootstrap import PERCENTILE, IntervalPolicy, SequenceBootstrapMixin
+from dllm_lit.metrics.distributed import EmptyMetricError, TypedCatStateMixin, synced_cat_states
+from dllm_lit.metrics.functional.sequence_kl import (
+    SEQUENCE_KL_KEYS,
+    ResampledSequenceKL,
+    sequence_kl_values,
+    sequence_log_prob,
+)
+from dllm_lit.metrics.functional.transition import transition_codes
+
+__all__ = ["SEQUENCE_KL_INTERVALS", "SEQUENCE_KL_KEYS", "SequenceKL"]
+
+_CENTRED = IntervalPolicy("centred")
+#: kl_excess, kl_mm and seq_kl_lower are differences of plug-in functionals (they may be negative):
+#: centred intervals (the bootstrap spread around the estimate); entropy_mm is a plug-in entropy plus
+#: its first-order bias (centred, >= 0); seq_kl_upper is a mean over sequences: percentile.
+SEQUENCE_KL_INTERVALS: dict[str, IntervalPolicy] = {
+    "kl_excess": _CENTRED,
+    "entropy_mm": IntervalPolicy("centred", lower_bound=0.0),
+    "kl_mm": _CENTRED,
+    "seq_kl_lower": _CENTRED,
+    "seq_kl_upper": PERCENTILE,
+}
+
+_STATES = {"codes": torch.int64, "u": torch.float64, "index": torch.int64}
+
+
+class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
+    """``update(samples[n, T], stats)`` with ``stats = {"index": int64[n], "log_q": float64[n], ...}``;
+    ``compute()`` returns ``{key: float | None}`` over :data:`SEQUENCE_KL_KEYS`.
+
+    ``kl_excess`` and ``seq_kl_lower`` need the reference row's metric (:meth:`pair_with`; None
+    without one); ``seq_kl_upper`` needs ``log_q`` for every sequence (None when the sampler reports
+    NaN).  Memory: 8 (T - 1) + 16 bytes per sequence.
+    """
+
+    full_state_update = False
+    higher_is_better = False
+    is_differentiable = False
+    _cat_state_specs = {"codes": (torch.int64, ()), "u": (torch.float64, ()), "index": (torch.int64, ())}
+    interval_policy = SEQUENCE_KL_INTERVALS
+
+    def __init__(self, chain: MarkovChain, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.chain = chain
+        self.reference: SequenceKL | None = None
+        self.add_state("codes", default=[], dist_reduce_fx="cat")
+        self.add_state("u", default=[], dist_reduce_fx="cat")
+        self.add_state("index", default=[], dist_reduce_fx="cat")
+        self.add_state("length", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx="max")
+
+    def pair_with(self, reference: "SequenceKL | None") -> None:
+        """The same metric on the run's reference row (exact chain samples with the same indices); may be self."""
+        if reference is not None and not isinstance(reference, SequenceKL):
+            raise ValueError(f"the reference must be a SequenceKL, got {type(reference).__name__}")
+        self.reference = reference
+
+    def update(self, samples: Tensor, stats: Mapping[str, Tensor]) -> None:
+        if samples.dim() != 2 or samples.shape[1] < 2:
+            raise ValueError(f"samples must have shape [N, T] with T >= 2, got {tuple(samples.shape)}")
+        if "index" not in stats:
+            raise ValueError("SequenceKL needs the global sequence index in stats['index']")
+        x = samples.long().cpu()
+        n, T = x.shape
+        seen = int(self.length)
+        if seen and seen != T:
+            raise ValueError(f"SequenceKL needs one sequence length, got {seen} and {T}")
+        self.length.fill_(T)
+        log_q = stats.get("log_q")
+        log_q = torch.full((n,), float("nan"), dtype=torch.float64) if log_q is None else log_q.to(torch.float64).cpu()
+        self.codes.append(transition_codes(x, self.chain.vocab_size).reshape(-1).to(self.device))
+        self.u.append((log_q - sequence_log_prob(self.chain, x)).to(self.device))
+        self.index.append(torch.as_tensor(stats["index"]).reshape(-1).to(device=self.device, dtype=torch.int64))
+
+    # ------------------------------------------------------------------ gathered, index-ordered states
+    def _ordered(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(codes [N, T - 1], u [N], index [N]) over all processes, ordered by sequence index (collective)."""
+        with synced_cat_states(self, _STATES) as s:
+            codes, u, index, T = s["codes"].cpu(), s["u"].cpu(), s["index"].cpu(), int(self.length)
+        if index.numel() == 0:
+            raise EmptyMetricError("SequenceKL: no sequence was seen")
+        order = torch.argsort(index, stable=True)
+        return codes.reshape(-1, T - 1)[order], u[order], index[order]
+
+    def _all(self) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(codes, u, reference codes or None), index-ordered (collective, also on the reference)."""
+        codes, u, index = self._ordered()
+        if self.reference is None:
+            return codes, u, None
+        if self.reference is self:
+            return codes, u, codes
+        ref_codes, _, ref_index = self.reference._ordered()
+        if not torch.equal(ref_index, index):
+            raise ValueError("the reference row must hold the same sequence indices as the row it is paired with")
+        return codes, u, ref_codes
+
+    def compute(self) -> dict[str, float | None]:
+        codes, u, ref = self._all()
+        return sequence_kl_values(codes, u, self.chain, ref)
+
+    # ------------------------------------------------------------------ interval protocol
+    def sequence_statistics(self) -> dict[str, Tensor]:
+        """Per-sequence states in gathered order (the bootstrapper orders them by index), with the
+        reference row's codes aligned to the same sequences (``ref_codes``, when paired)."""
+        with synced_cat_states(self, _STATES) as s:
+            codes, u, index, T = s["codes"].cpu(), s["u"].cpu(), s["index"].cpu(), int(self.length)
+        codes = codes.reshape(-1, max(T - 1, 1))
+        out = {"codes": codes, "u": u}
+        if self.reference is self:
+            out["ref_codes"] = codes
+        elif self.reference is not None:
+            ref_codes, _, ref_index = self.reference._ordered()
+            pos = torch.searchsorted(ref_index, index).clamp(max=max(ref_index.numel() - 1, 0))
+            if ref_index.numel() != index.numel() or not torch.equal(ref_index[pos], index):
+                raise ValueError("the reference row must hold the same sequence indices as the row it is paired with")
+            out["ref_codes"] = ref_codes[pos]
+        return out
+
+    def resampling_statistic(self, statistics: Mapping[str, Tensor]) -> ResampledSequenceKL:
+        return ResampledSequenceKL(statistics["codes"], statistics["u"], self.chain, statistics.get("ref_codes"))
