@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 import sys
 
+import torch
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from dllm_lit import console
 from dllm_lit.cli_messages import condense_parser_error
 
 from dllm_lit.data.datamodule import MarkovDataModule
+from dllm_lit.engine.threads import sampling_threads
 from dllm_lit.engine.wiring import connect
 from dllm_lit.results.writer import ResultsWriter
 from dllm_lit.samplers.base import Sampler
@@ -87,6 +89,7 @@ class DllmCLI(LightningCLI):
 
     def after_predict(self) -> None:
         """One table of the run's rows and where its files are."""
+        torch.set_num_threads(getattr(self, "_threads", torch.get_num_threads()))
         writer = next((cb for cb in self.trainer.callbacks if isinstance(cb, ResultsWriter)), None)
         if writer is None or not self.trainer.is_global_zero or not getattr(writer, "rows", None):
             return
@@ -98,12 +101,13 @@ class DllmCLI(LightningCLI):
         writer = next((cb for cb in self.trainer.callbacks if isinstance(cb, ResultsWriter)), None)
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         connect(self.model, self.datamodule, writer, reference=bool(cfg["plan"]["reference"]))
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(sampling_threads())  # the step loops: see dllm_lit.engine.threads
 
 
 def check_environment(cfg) -> None:
     """Settings the machine cannot honour, as one ValueError naming the field (before anything runs)."""
-    import torch
-
+    sampling_threads()  # DLLM_LIT_THREADS, if set, must be valid
     if cfg is None:
         return
     seed = cfg.get("seed_everything")

@@ -82,3 +82,23 @@ def test_quiet_console_and_summary(tmp_path) -> None:
         assert noise not in text
     assert "[dllm_lit] results:" in text and f"written to {tmp_path}" in text
     assert "mdlm" in text and (tmp_path / "metrics.json").exists()
+
+
+def test_thread_setting_is_checked_and_does_not_change_results(tmp_path, capsys, monkeypatch) -> None:
+    import json
+
+    import torch
+
+    monkeypatch.setenv("DLLM_LIT_THREADS", "zero")
+    with pytest.raises(SystemExit):
+        main(["predict", "--config", "configs/mdlm.yaml", *SMALL, "--trainer.default_root_dir", str(tmp_path / "x")])
+    assert "DLLM_LIT_THREADS must be an integer >= 1, got 'zero'" in capsys.readouterr().err
+    before = torch.get_num_threads()
+    rows = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("DLLM_LIT_THREADS", threads)
+        out = tmp_path / f"t{threads}"
+        main(["predict", "--config", "configs/mdlm.yaml", *SMALL, "--model.steps", "[3]", "--trainer.default_root_dir",
+              str(out), "--trainer.enable_progress_bar", "false", "--results.figures", "false"])
+        rows.append(json.loads((out / "metrics.json").read_text()))
+    assert rows[0] == rows[1] and torch.get_num_threads() == before  # restored after the run

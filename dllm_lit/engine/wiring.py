@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dllm_lit.engine.plan import RunPlan
+from dllm_lit.engine.threads import sampling_thread_count
 
 if TYPE_CHECKING:
     import lightning as L
@@ -53,5 +54,6 @@ def predict(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "Results
                                     "enable_progress_bar": False, "devices": 1, "accelerator": "auto"}
         defaults.update(trainer_kwargs)
         trainer = L.Trainer(callbacks=[writer] if writer is not None else [], **defaults)
-    trainer.predict(sampler, datamodule=datamodule, return_predictions=False)
+    with sampling_thread_count():
+        trainer.predict(sampler, datamodule=datamodule, return_predictions=False)
     return plan
