@@ -113,10 +113,34 @@ def load_causal_lm(
             "config.json, the weights and the tokenizer files (as written by `save_pretrained`)."
             + ("" if offline else " (HF_HUB_OFFLINE is not set, so a hub download was attempted.)")
         ) from err
+    check_tokenizer(name, tokenizer)
     model.eval().requires_grad_(False)
     model.to(dev)
     _MODEL_CACHE[key] = (model, tokenizer)
     return model, tokenizer
+
+
+#: files one of which a local model directory needs for its tokenizer (as ``save_pretrained`` writes them)
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "spiece.model",
+                    "tokenizer.model", "sentencepiece.bpe.model")
+
+
+def check_tokenizer(name: str, tokenizer: Any) -> None:
+    """Refuse a tokenizer that cannot split text (a model folder saved without its tokenizer files).
+
+    Without them ``AutoTokenizer`` can fall back to an empty vocabulary that maps every text to the
+    unknown token, and every GenPPL / MAUVE value would be silently meaningless.
+    """
+    if os.path.isdir(name) and not any(os.path.exists(os.path.join(name, f)) for f in _TOKENIZER_FILES):
+        raise ModelNotAvailableError(
+            f"the model folder {name!r} has no tokenizer files ({', '.join(_TOKENIZER_FILES[:3])}, ...); "
+            "save the tokenizer beside the model (tokenizer.save_pretrained(folder))")
+    ids = tokenizer("the quick brown fox jumps over the lazy dog", add_special_tokens=False)["input_ids"]
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if len(set(ids)) < 2 or (unk is not None and all(i == unk for i in ids)):
+        raise ModelNotAvailableError(
+            f"the tokenizer of {name!r} maps ordinary English text to {len(set(ids))} distinct token(s); "
+            "it is not a usable tokenizer for this model (is the folder missing its tokenizer files?)")
 
 
 def clear_model_cache() -> None:
