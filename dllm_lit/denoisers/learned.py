@@ -160,6 +160,10 @@ class LearnedDenoiser(Denoiser):
     def _evaluate(self, z: torch.Tensor) -> torch.Tensor:
         """log p(x0 | z) [B, T, V] (SUBS), ``batch_size`` rows per model call."""
         V = self.vocab_size
+        limit = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        if isinstance(limit, int) and z.shape[1] > limit:
+            raise ValueError(f"the denoiser {self.source} reads at most {limit} positions, got sequences of "
+                             f"{z.shape[1]}; use seq_len <= {limit} (or train the denoiser at this length)")
         masked = z == self.mask_id
         ids = torch.where(masked, torch.full_like(z, self.model_mask_id), z)
         outs = []
