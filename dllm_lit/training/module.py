@@ -1,9 +1,14 @@
 """The LightningModule that trains a learned denoiser with MDLM's objective on exact chain samples.
 
-The model is a ``transformers`` masked LM (a small bidirectional ``BertForMaskedLM`` by default)
-with V + 1 input ids (MASK = V) built when the run is wired (:meth:`DenoiserTraining.connect`,
+The model is a ``transformers`` masked LM (a small bidirectional ``RoFormerForMaskedLM`` by default:
+BERT with rotary position embeddings) with V + 1 input ids (MASK = V) built when the run is wired (:meth:`DenoiserTraining.connect`,
 called by ``python cli.py fit``), so the result is also an ordinary HF checkpoint.  Loss: the
 continuous-time NELBO of :mod:`dllm_lit.training.objective` (linear schedule, 1/t weight, SUBS).
+
+Why rotary positions: the exact posterior at a masked position depends on its nearest revealed
+neighbours and their *offsets*, which rotary attention expresses directly.  With BERT's absolute
+position embeddings the same 2-layer, 64-wide model stayed at the unigram baseline (validation KL
+0.412 vs 0.410) after 1900 steps of 16 x 128 tokens; RoFormer reached 0.064 after 1100 steps.
 
 Validation (on fixed held-out chain samples, noised with counter-based masks) logs
 
@@ -38,17 +43,17 @@ class DenoiserTraining(L.LightningModule):
     """Train a bidirectional masked LM as the chain's denoiser (see module docstring).
 
     Args:
-        hidden_size, num_layers, num_heads, intermediate_size: the ``BertConfig`` of the model.
-        model_config: extra ``BertConfig`` settings (or a whole config with ``model_type`` for another
-            ``transformers`` masked-LM class); vocabulary, positions and dropout are set here.
+        hidden_size, num_layers, num_heads, intermediate_size: the size of the model.
+        model_config: extra ``transformers`` config settings; ``model_type`` picks another masked-LM class
+            (e.g. ``bert``); vocabulary size, positions and padding are always set here.
         lr, weight_decay, warmup_steps: AdamW with linear warm-up, then cosine decay to 10% at max_steps.
         t_min: smallest masking time (MDLM's ``sampling_eps``).
         export_dir: where the final ``save_pretrained`` export goes (default ``<default_root_dir>/hf_denoiser``).
     """
 
-    def __init__(self, hidden_size: int = 128, num_layers: int = 4, num_heads: int = 4, intermediate_size: int = 512,
-                 model_config: dict[str, Any] | None = None, lr: float = 2e-3, weight_decay: float = 0.01,
-                 warmup_steps: int = 100, t_min: float = 1e-3, export_dir: str | None = None) -> None:
+    def __init__(self, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, intermediate_size: int = 256,
+                 model_config: dict[str, Any] | None = None, lr: float = 3e-3, weight_decay: float = 0.01,
+                 warmup_steps: int = 50, t_min: float = 1e-3, export_dir: str | None = None) -> None:
         super().__init__()
         checks.integer("hidden_size", hidden_size)
         checks.integer("num_layers", num_layers)
@@ -74,7 +79,7 @@ class DenoiserTraining(L.LightningModule):
     def model_config(self, vocab_size: int, seq_len: int) -> dict[str, Any]:
         """The ``transformers`` config (as a dict with ``model_type``) for V real tokens and length T."""
         h = self.hparams
-        cfg: dict[str, Any] = {"model_type": "bert", "hidden_size": h.hidden_size, "num_hidden_layers": h.num_layers,
+        cfg: dict[str, Any] = {"model_type": "roformer", "hidden_size": h.hidden_size, "num_hidden_layers": h.num_layers,
                                "num_attention_heads": h.num_heads, "intermediate_size": h.intermediate_size,
                                "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
         cfg.update(h.model_config or {})
