@@ -131,8 +131,14 @@ def main(args=None) -> DllmCLI:
     """
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*predict_dataloader.*num_workers.*")
+    warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # the frozen oracle used in validation
+    return exit_on_user_error(DllmCLI, args=args)
+
+
+def exit_on_user_error(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``; an input error ends with ``error: <message>`` and exit status 2 (see :func:`main`)."""
     try:
-        return DllmCLI(args=args)
+        return fn(*args, **kwargs)
     except USER_ERRORS as exc:
         cause = _user_error(exc)
         if cause is None or os.environ.get("DLLM_LIT_TRACEBACK"):

@@ -22,7 +22,6 @@ import copy
 import csv
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +204,7 @@ def main(args: list[str] | None = None) -> dict[str, Any]:
     """``python -m dllm_lit.engine.decompose --config configs/decompose.yaml [--data.seq_len 64] ...``."""
     from jsonargparse import ArgumentParser
 
-    from dllm_lit.cli import DEFAULT_SEED, USER_ERRORS, _user_error
+    from dllm_lit.cli import DEFAULT_SEED, exit_on_user_error
 
     parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", action="config")
@@ -216,21 +215,18 @@ def main(args: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--bootstrap_resamples", type=int, default=200)
     parser.add_argument("--device", type=str, default="auto")
     parser.add_argument("--seed_everything", type=int, default=DEFAULT_SEED)
-    try:
+
+    def run() -> dict[str, Any]:
         cfg = parser.parse_args(args)
         if cfg.data.seed is None:
             cfg.data.seed = cfg.seed_everything
         init = parser.instantiate_classes(cfg)
         table = decompose(init.sampler, init.data, init.output_dir, init.denoiser_sequences, init.bootstrap_resamples,
                           init.device)
-    except USER_ERRORS as exc:
-        cause = _user_error(exc)
-        if cause is None or os.environ.get("DLLM_LIT_TRACEBACK"):
-            raise
-        print(f"error: {cause}", file=sys.stderr)
-        raise SystemExit(2) from None
-    print(Path(init.output_dir, "decomposition.md").read_text())
-    return table
+        print(Path(init.output_dir, "decomposition.md").read_text())
+        return table
+
+    return exit_on_user_error(run)
 
 
 if __name__ == "__main__":
