@@ -42,8 +42,7 @@ def trained(tmp_path_factory) -> Path:
           "--trainer.val_check_interval", "2", "--trainer.max_time", "null", "--data.seq_len", "16",
           "--data.batch_size", "4", "--data.val_sequences", "8", "--model.hidden_size", "16",
           "--model.num_layers", "1", "--model.intermediate_size", "32", "--trainer.enable_progress_bar", "false",
-          "--trainer.enable_model_summary", "false", "--trainer.default_root_dir", str(out),
-          "--trainer.callbacks.init_args.dirpath", str(out / "checkpoints")])
+          "--trainer.enable_model_summary", "false", "--trainer.default_root_dir", str(out)])
     return out
 
 
@@ -81,6 +80,14 @@ def test_samplers_do_at_most_one_forward_per_step(checkpoint: str) -> None:
         x = sampler.sample(4, 8, seed=1)
         assert x.shape == (4, 8) and x.max() < 27
         assert sampler.denoiser.forward_calls <= 16 + 1  # one per step plus the final fill
+
+
+def test_learned_denoiser_moves_with_the_sampler(checkpoint: str) -> None:
+    sampler = MDLM(HFDenoiser(checkpoint))
+    names = {n for n, _ in sampler.named_parameters()}
+    assert names and all(n.startswith("denoiser.model.") for n in names)  # a submodule: .to(device) moves it
+    sampler.to(torch.float64)
+    assert next(sampler.denoiser.model.parameters()).dtype == torch.float64
 
 
 def test_sampler_runs_with_learned_denoiser_and_differs_from_oracle(checkpoint: str) -> None:
