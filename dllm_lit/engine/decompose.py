@@ -160,7 +160,7 @@ def write(table: dict[str, Any], out: Path) -> None:
         w.writerow(["reference", "ar", table["reference_kl"], *table["reference_kl_ci"], ""])
     lines = [f"# Error decomposition: {table['sampler']} with {table['denoiser'].get('denoiser')}",
              "", f"N = {table['num_sequences']}, T = {table['seq_len']}, seed = {table['seed']}; 95% bootstrap "
-             f"intervals over sequences ({table["bootstrap_resamples"]} resamples; basic intervals for transition KL).", "",
+             f"intervals over sequences ({table['bootstrap_resamples']} resamples; basic intervals for transition KL).", "",
              "## (a) denoiser error E KL(oracle posterior || p_theta), masked positions", "",
              "| masked fraction | positions | KL(gamma, p_theta) | KL(gamma, pi) (unigram) |", "| --- | --- | --- | --- |"]
     for r in [a["overall"]] + a["bins"]:
