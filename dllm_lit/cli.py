@@ -1,7 +1,12 @@
-"""Command-line entry point: a LightningCLI over samplers and the Markov data module.
+"""Command-line entry point: a LightningCLI over samplers, denoiser training and the Markov data module.
 
     python cli.py predict --config configs/mdlm.yaml [--model.steps 64] [--data.num_sequences 128]
                           [--data.seq_len 256] [--seed_everything 7] [--plan.reference false]
+    python cli.py fit --config configs/train_denoiser.yaml      # train a learned denoiser
+
+Two subcommands: ``predict`` runs a sampler (``model`` is a :class:`~dllm_lit.samplers.base.Sampler`),
+``fit`` trains a denoiser (``model`` is a :class:`~dllm_lit.training.DenoiserTraining`); before each,
+the run is wired by :mod:`dllm_lit.engine`.
 
 The sampler class is chosen by ``model.class_path`` in the YAML; the chain by ``data.source``
 (default: the bundled English character chain, N = 512, T = 1024, seed 123).  Before predict,
@@ -13,16 +18,17 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
+import lightning as L
 import torch
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from dllm_lit import console
 from dllm_lit.cli_messages import condense_parser_error
-
 from dllm_lit.data.datamodule import MarkovDataModule
 from dllm_lit.engine.threads import sampling_threads
-from dllm_lit.engine.wiring import connect
+from dllm_lit.engine.wiring import connect, connect_training
 from dllm_lit.results.writer import ResultsWriter
 from dllm_lit.samplers.base import Sampler
 
@@ -43,7 +49,15 @@ class DllmParser(LightningArgumentParser):
 
 
 class DllmCLI(LightningCLI):
-    """LightningCLI with dllm_lit's defaults: ``results`` (ResultsWriter) and ``plan`` groups, no checkpoints, no logger."""
+    """LightningCLI with dllm_lit's defaults: ``results`` (ResultsWriter) and ``plan`` groups, no checkpoints, no logger.
+
+    Only ``fit`` and ``predict`` are offered (``validate`` / ``test`` have nothing to run).
+    """
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        base = LightningCLI.subcommands()
+        return {name: base[name] for name in ("fit", "predict")}
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ResultsWriter, "results")
@@ -53,7 +67,7 @@ class DllmCLI(LightningCLI):
 
     def __init__(self, args=None, run: bool = True) -> None:
         super().__init__(
-            model_class=Sampler,
+            model_class=L.LightningModule,
             datamodule_class=MarkovDataModule,
             subclass_mode_model=True,
             subclass_mode_data=True,
@@ -98,11 +112,23 @@ class DllmCLI(LightningCLI):
 
     def before_predict(self) -> None:
         """The one wiring step: chain -> sampler, plan -> data module / sampler / results writer."""
+        if not isinstance(self.model, Sampler):
+            raise ValueError(f"predict runs a sampler: model.class_path must name a dllm_lit.samplers class, "
+                             f"got {type(self.model).__name__} (train denoisers with fit)")
         writer = next((cb for cb in self.trainer.callbacks if isinstance(cb, ResultsWriter)), None)
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         connect(self.model, self.datamodule, writer, reference=bool(cfg["plan"]["reference"]))
         self._threads = torch.get_num_threads()
         torch.set_num_threads(sampling_threads())  # the step loops: see dllm_lit.engine.threads
+
+    def before_fit(self) -> None:
+        """Wire a training run: the chain's vocabulary and length build the model; data serves the chain."""
+        from dllm_lit.training.module import DenoiserTraining
+
+        if not isinstance(self.model, DenoiserTraining):
+            raise ValueError(f"fit trains a denoiser: model.class_path must be dllm_lit.training.DenoiserTraining, "
+                             f"got {type(self.model).__name__} (run samplers with predict)")
+        connect_training(self.model, self.datamodule)
 
 
 def check_environment(cfg) -> None:
@@ -155,8 +181,14 @@ def main(args=None) -> DllmCLI:
     Set ``DLLM_LIT_TRACEBACK=1`` to see the full traceback instead.
     """
     console.configure()
+    warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # the frozen oracle used in validation
+    return exit_on_user_error(DllmCLI, args=args)
+
+
+def exit_on_user_error(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``; an input error ends with ``error: <message>`` and exit status 2 (see :func:`main`)."""
     try:
-        return DllmCLI(args=args)
+        return fn(*args, **kwargs)
     except USER_ERRORS as exc:
         cause = _user_error(exc)
         if cause is None or os.environ.get("DLLM_LIT_TRACEBACK"):

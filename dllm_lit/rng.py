@@ -41,6 +41,7 @@ class Stream:
     REMASK = 4  # ReMDM remasking decisions
     PROMPT = 5  # prompt tokens of conditional samplers
     BOOTSTRAP = 6
+    NOISE = 7  # forward-process masks of denoiser training / evaluation (dllm_lit.training)
 
 
 def _srl(x: torch.Tensor, k: int) -> torch.Tensor:

@@ -9,7 +9,6 @@ import torch
 from dllm_lit.engine import RunPlan
 
 from conftest import chi_square_pvalue, sequence_counts
-from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers.ar import AR, sharpened_rows
 from exact_laws import chain_law

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 
 import pytest
 import torch

@@ -76,6 +76,8 @@ class MarkovDataModule(L.LightningDataModule):
         chunk_size: sequences per predict item (memory knob only; results do not depend on it).
         seed: base seed; None takes Lightning's ``seed_everything`` value (PL_GLOBAL_SEED), else 0.
         cache_dir: where built chains and tokenizers are cached (default ~/.cache/dllm_lit).
+        batch_size: sequences per training / validation batch (``fit`` only).
+        val_sequences: held-out validation sequences (``fit`` only; see :mod:`dllm_lit.training.data`).
     """
 
     def __init__(
@@ -86,6 +88,8 @@ class MarkovDataModule(L.LightningDataModule):
         chunk_size: int = 128,
         seed: int | None = None,
         cache_dir: str | None = None,
+        batch_size: int = 64,
+        val_sequences: int = 512,
     ) -> None:
         super().__init__()
         self.source = source if source is not None else EnglishChars()
@@ -94,6 +98,8 @@ class MarkovDataModule(L.LightningDataModule):
         self.chunk_size = checks.integer("chunk_size", chunk_size)
         self._seed = checks.optional_integer("seed", seed, minimum=0)
         self.cache_dir = Path(cache_dir) if cache_dir else Path(os.environ.get("DLLM_LIT_CACHE", Path.home() / ".cache" / "dllm_lit"))
+        self.batch_size = checks.integer("batch_size", batch_size)
+        self.val_sequences = checks.integer("val_sequences", val_sequences)
         self.chain: MarkovChain | None = None
         self.plan: RunPlan | None = None
 
@@ -145,3 +151,19 @@ class MarkovDataModule(L.LightningDataModule):
         world = self.trainer.world_size if self.trainer is not None else 1
         sampler = WorkShards(work, world, self.trainer.global_rank) if world > 1 else None
         return DataLoader(work, batch_size=None, shuffle=False, sampler=sampler, num_workers=0)
+
+    def train_dataloader(self) -> DataLoader:
+        """Fresh exact chain samples, one batch per step, never repeated (rank-aware; resumes at the trainer's step)."""
+        from dllm_lit.training.data import TrainStream
+
+        trainer = getattr(self, "trainer", None)
+        done = int(trainer.global_step * trainer.accumulate_grad_batches) if trainer is not None else 0
+        stream = TrainStream(self.build_chain(), self.seq_len, self.batch_size, self.seed, first_batch=done)
+        return DataLoader(stream, batch_size=None, num_workers=0)
+
+    def val_dataloader(self) -> DataLoader:
+        """The held-out validation sequences (fixed; disjoint from the training stream and predict runs)."""
+        from dllm_lit.training.data import ValidationChunks
+
+        chunks = ValidationChunks(self.build_chain(), self.seq_len, self.val_sequences, self.batch_size, self.seed)
+        return DataLoader(chunks, batch_size=None, shuffle=False, num_workers=0)

@@ -1,8 +1,11 @@
 """Denoisers: the exact oracle and the shared interface a learned model implements."""
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.forward_backward import forward_backward_posterior
-from dllm_lit.denoisers.learned import HFDenoiser
+from dllm_lit.denoisers.checkpoint import CheckpointDenoiser
+from dllm_lit.denoisers.learned import (DenoiserLoadError, DenoiserMismatchError, HFDenoiser, LearnedDenoiser,
+                                        chain_fingerprint)
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed
 from dllm_lit.denoisers.oracle import OracleDenoiser
 
-__all__ = ["Denoiser", "HFDenoiser", "LocalDenoiser", "OracleDenoiser", "forward_backward_posterior", "nearest_revealed"]
+__all__ = ["CheckpointDenoiser", "Denoiser", "DenoiserLoadError", "DenoiserMismatchError", "HFDenoiser",
+           "LearnedDenoiser", "chain_fingerprint", "LocalDenoiser", "OracleDenoiser", "forward_backward_posterior", "nearest_revealed"]

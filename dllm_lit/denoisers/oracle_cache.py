@@ -33,7 +33,7 @@ from typing import IO
 import torch
 
 from dllm_lit.atomic import atomic_write, atomic_write_text
-from dllm_lit.hashing import canonical_json, sha256_tensors, sha256_text
+from dllm_lit.hashing import canonical_json, sha256_text
 from dllm_lit.markov.chain import MarkovChain
 
 __all__ = ["PowerTable", "build_power_table", "load_or_build", "chain_fingerprint", "table_key",
@@ -45,12 +45,8 @@ FORMAT_VERSION = 1
 
 
 def chain_fingerprint(chain: MarkovChain) -> str:
-    """SHA-256 of what defines the kernel and its stationary law (nbr_idx, nbr_prob, nu, eps, stationary_tol).
-
-    Stands in for ``MarkovChain.fingerprint`` until the chain has one.
-    """
-    return sha256_tensors([("nbr_idx", chain.nbr_idx), ("nbr_prob", chain.nbr_prob), ("nu", chain.nu)],
-                          extra={"eps": chain.eps, "stationary_tol": chain.stationary_tol})
+    """The chain's fingerprint plus the tolerance its stationary law was solved to (both shape the table)."""
+    return f"{chain.fingerprint}:{float(chain.stationary_tol)!r}"
 
 
 @dataclass

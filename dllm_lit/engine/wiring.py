@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from dllm_lit.results.writer import ResultsWriter
     from dllm_lit.samplers.base import Sampler
 
-__all__ = ["connect", "predict"]
+__all__ = ["connect", "connect_training", "predict"]
 
 
 def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "ResultsWriter | None" = None,
@@ -41,6 +41,12 @@ def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "Results
         writer.connect(plan, chain, decoder=datamodule.decoder(), reference_samples=datamodule.reference_samples,
                        run_info={"source": datamodule.source.describe(), "cache_dir": str(datamodule.cache_dir)})
     return plan
+
+
+def connect_training(module, datamodule: "MarkovDataModule"):
+    """Wire a denoiser training run: the data module's chain, length and seed build the module's model."""
+    chain = datamodule.build_chain()
+    return module.connect(chain, datamodule.seq_len, datamodule.seed)
 
 
 def predict(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "ResultsWriter | None" = None,

@@ -27,7 +27,7 @@ from torchmetrics import Metric
 
 from dllm_lit import checks
 from dllm_lit.markov.chain import MarkovChain
-from dllm_lit.metrics.bootstrap import IntervalPolicy, Policies
+from dllm_lit.metrics.bootstrap import Policies
 from dllm_lit.metrics.duplication_rate import DuplicationRate
 from dllm_lit.metrics.functional.transition import METRIC_KEYS
 from dllm_lit.metrics.genppl import GenerativePerplexity

@@ -37,7 +37,6 @@ from typing import Any
 
 import torch
 
-from dllm_lit import checks
 from dllm_lit.atomic import atomic_torch_save
 from dllm_lit.corpus.documents import PACKAGED_BUILDERS
 from dllm_lit.hashing import sha256_file
