@@ -273,3 +273,14 @@ def test_concurrent_builders_agree_on_one_complete_entry(tmp_path):
     assert (entry / "more.txt").read_text() == "x" * 10_000
     assert leftovers(cache, "race") == []
     assert sorted(p.name for p in (cache.root / "race").iterdir()) == [entry.name]
+
+
+def test_unwritable_cache_root_is_named(tmp_path: Path) -> None:
+    """A cache root that cannot be created reports the directory and the OS reason, not a missing temp file."""
+    from dllm_lit.corpus.cache import CacheUnwritableError, SettingsCache
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    cache = SettingsCache(blocker / "cache")
+    with pytest.raises(CacheUnwritableError, match=r"cannot write the cache directory .*a-file/cache .*data.cache_dir"):
+        cache.get_or_build("kind", {"x": 1}, lambda tmp: (tmp / "f").write_text("x"))

@@ -35,7 +35,7 @@ from typing import Any
 
 from dllm_lit.hashing import canonical_json, sha256_file, sha256_text
 
-__all__ = ["CACHE_FORMAT_VERSION", "MANIFEST_NAME", "CacheEntryError", "SettingsCache"]
+__all__ = ["CACHE_FORMAT_VERSION", "MANIFEST_NAME", "CacheEntryError", "CacheUnwritableError", "SettingsCache"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,10 @@ MANIFEST_NAME = "manifest.json"
 _KIND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"
+
+
+class CacheUnwritableError(PermissionError):
+    """The cache root cannot be created or written (the message names the directory and the OS reason)."""
 
 
 class CacheEntryError(Exception):
@@ -209,8 +213,13 @@ class SettingsCache:
                     logger.warning("cache entry %s is invalid (%s); rebuilding it", entry, exc)
                     self._discard(entry)
 
-            parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{key[:16]}-", dir=parent))
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+                tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{key[:16]}-", dir=parent))
+            except OSError as exc:
+                raise CacheUnwritableError(
+                    f"cannot write the cache directory {self.root} ({exc.strerror or exc}): set data.cache_dir "
+                    "(or DLLM_LIT_CACHE) to a writable directory") from exc
             try:
                 build(tmp)
                 self._write_manifest(tmp, kind, key, settings)
