@@ -87,7 +87,7 @@ class DllmCLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the settings that would otherwise fail deep inside Lightning or torch."""
-        super().parse_arguments(parser, args)
+        super().parse_arguments(parser, reset_switched_classes(sys.argv[1:] if args is None else args))
         cfg = self.config.get(self.config.get("subcommand")) if self.config.get("subcommand") else self.config
         check_environment(cfg)
 
@@ -129,6 +129,34 @@ class DllmCLI(LightningCLI):
             raise ValueError(f"fit trains a denoiser: model.class_path must be dllm_lit.training.DenoiserTraining, "
                              f"got {type(self.model).__name__} (run samplers with predict)")
         connect_training(self.model, self.datamodule)
+
+
+#: options whose class a command line may switch; the new class starts from its own defaults
+SWITCHABLE = ("--data.source", "--model.denoiser")
+
+
+def reset_switched_classes(args):
+    """``--data.source NewClass`` becomes ``--data.source null --data.source NewClass``.
+
+    jsonargparse keeps the previous class's values of same-named options when a later argument
+    switches the class (e.g. an English source's ``eps: 0.0`` would silently replace the OWT-BPE
+    default 1e-4); resetting the option first gives the new class its own defaults.
+    """
+    if not isinstance(args, (list, tuple)):
+        return args
+    out: list = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        key, eq, value = str(arg).partition("=")
+        if key in SWITCHABLE:
+            if not eq and i + 1 < len(args):
+                value = str(args[i + 1])
+            if value and value != "null" and not value.lstrip().startswith("{"):
+                out += [key, "null"]
+        out.append(arg)
+        i += 1
+    return out
 
 
 def check_environment(cfg) -> None:

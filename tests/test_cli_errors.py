@@ -102,3 +102,23 @@ def test_thread_setting_is_checked_and_does_not_change_results(tmp_path, capsys,
               str(out), "--trainer.enable_progress_bar", "false", "--results.figures", "false"])
         rows.append(json.loads((out / "metrics.json").read_text()))
     assert rows[0] == rows[1] and torch.get_num_threads() == before  # restored after the run
+
+
+def test_switching_the_source_on_the_command_line_starts_from_its_defaults(capsys) -> None:
+    """An earlier source's same-named options (English eps 0.0) must not leak into the new source (OWT-BPE 1e-4)."""
+    import yaml
+
+    for extra, expect in ((["--data.source", "dllm_lit.sources.OpenWebTextBPE"], {"eps": 1e-4, "target_mass": 0.99}),
+                          (["--data.source=dllm_lit.sources.Synthetic"], {"eps": 1e-4, "top_k": 206})):
+        with pytest.raises(SystemExit):
+            main(["predict", "--config", "configs/mdlm.yaml", "--config", "configs/data/english.yaml", *extra,
+                  "--print_config"])
+        cfg = yaml.safe_load(capsys.readouterr().out)
+        init = cfg["data"]["init_args"]["source"]["init_args"]
+        got = init.get("sparsity", init)
+        assert {k: got[k] for k in expect} == expect
+    # a value set after the switch still applies
+    with pytest.raises(SystemExit):
+        main(["predict", "--config", "configs/mdlm.yaml", "--config", "configs/data/english.yaml", "--data.source",
+              "dllm_lit.sources.OpenWebTextBPE", "--data.source.init_args.sparsity.eps", "0.001", "--print_config"])
+    assert yaml.safe_load(capsys.readouterr().out)["data"]["init_args"]["source"]["init_args"]["sparsity"]["eps"] == 0.001
