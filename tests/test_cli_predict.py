@@ -16,7 +16,7 @@ from dllm_lit.results import ResultsWriter
 from dllm_lit.samplers import MDLM
 
 METRICS = {"nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac", "div2", "div3", "dup_rate"}
-KEYS = {"sampler", "steps", "seed"} | METRICS | {f"{k}_ci" for k in METRICS}
+KEYS = {"sampler", "label", "steps", "seed", "nfe", "nfe_std", "settings"} | METRICS | {f"{k}_ci" for k in METRICS}
 
 
 def test_cli_predict_writes_metrics(tmp_path) -> None:
@@ -25,7 +25,7 @@ def test_cli_predict_writes_metrics(tmp_path) -> None:
         "--data.seq_len", "40", "--data.chunk_size", "10", "--seed_everything", "7",
         "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false",
     ])
-    rows = json.loads((tmp_path / "metrics.json").read_text())
+    rows = json.loads((tmp_path / "metrics.json").read_text())["rows"]
     assert [(r["sampler"], r["steps"]) for r in rows] == [("ar", None), ("mdlm", 4), ("mdlm", 16)]
     for r in rows:
         assert set(r) == KEYS and r["seed"] == 7

@@ -29,9 +29,9 @@ def test_sweep_point_offline(tmp_path: Path) -> None:
            "--num_sequences=8", "--seq_len=16", f"--output_root={tmp_path}"]
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     run_dir = tmp_path / "mdlm-steps4-seed123"
-    rows = json.loads((run_dir / "metrics.json").read_text())
+    rows = json.loads((run_dir / "metrics.json").read_text())["rows"]
     assert [(r["sampler"], r["steps"]) for r in rows] == [("mdlm", 4)]
     tables = list(run_dir.glob("wandb/offline-run-*/files/media/table/results_*.table.json"))
     assert len(tables) == 1
     table = json.loads(tables[0].read_text())
-    assert table["columns"][:3] == ["sampler", "steps", "seed"] and table["data"][0][0] == "mdlm"
+    assert table["columns"][:3] == ["sampler", "label", "steps"] and table["data"][0][0] == "mdlm"
