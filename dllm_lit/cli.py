@@ -2,6 +2,8 @@
 
     python cli.py predict --config configs/mdlm.yaml [--model.steps 64] [--data.num_sequences 128]
                           [--data.seq_len 256] [--seed_everything 7] [--plan.reference false]
+    python cli.py sweep sweeps/paper_grid.yaml [--set num_sequences=64]   # a sweep's grid, locally
+    python cli.py report outputs/sweeps/paper_grid --out reports/paper_grid  # tables and figures
 
 The sampler class is chosen by ``model.class_path`` in the YAML; the chain by ``data.source``
 (default: the bundled English character chain, N = 512, T = 1024, seed 123).  Before predict,
@@ -21,7 +23,8 @@ from dllm_lit.cli_messages import condense_parser_error
 
 from dllm_lit.data.datamodule import MarkovDataModule
 from dllm_lit.engine.wiring import connect
-from dllm_lit.results.writer import ResultsWriter
+from dllm_lit.experiments import COMMANDS
+from dllm_lit.results.writer import ResultsWriter, RunInterrupted
 from dllm_lit.samplers.base import Sampler
 
 __all__ = ["DllmCLI", "main", "DEFAULT_SEED"]
@@ -116,10 +119,16 @@ def main(args=None) -> DllmCLI:
 
     Set ``DLLM_LIT_TRACEBACK=1`` to see the full traceback instead.
     """
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv and argv[0] in COMMANDS:  # sweep / report: dllm_lit.experiments
+        raise SystemExit(COMMANDS[argv[0]](argv[1:]))
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*predict_dataloader.*num_workers.*")
     try:
         return DllmCLI(args=args)
+    except RunInterrupted as exc:  # SIGINT / SIGTERM: finished rows are on disk
+        print(f"stopped: {exc}", file=sys.stderr)
+        raise SystemExit(128 + exc.signum) from None
     except USER_ERRORS as exc:
         cause = _user_error(exc)
         if cause is None or os.environ.get("DLLM_LIT_TRACEBACK"):
