@@ -258,6 +258,11 @@ class ResultsWriter(Callback):
         if not self.resume:
             self._clear_previous("resume is off")
         plan.done = set(self._kept)
+        if self._kept:
+            from lightning.pytorch.utilities import rank_zero_info
+
+            rank_zero_info(f"{self.out}: {len(self._kept)} of {len(plan.rows)} rows are already complete for these "
+                           "settings; sampling the others")
         self._check_limits(trainer)
         self.meta = self.build_meta(complete=False)
         for logger in trainer.loggers:
