@@ -118,9 +118,9 @@ def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | N
         for i, name in enumerate(names):
             r = next(r for r in flat if label_of(r) == name)
             ci = r.get(f"{key}_ci")
-            err = None if ci is None else [[r[key] - ci[0]], [ci[1] - r[key]]]
-            ax.errorbar([i], [r[key]], yerr=err, fmt="o", color="black" if name == REFERENCE_LABEL else None,
-                        capsize=3, label=name)
+            (pt,) = ax.plot([i], [r[key]], "o", color="black" if name == REFERENCE_LABEL else None, label=name)
+            if ci is not None:  # the interval need not contain the plug-in value: drawn as a bar of its own
+                ax.vlines(i, ci[0], ci[1], color=pt.get_color(), lw=2, alpha=0.4)
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, fontsize=7, rotation=20)
         ax.set_xlim(-0.6, len(names) - 0.4)

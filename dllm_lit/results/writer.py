@@ -276,13 +276,16 @@ class ResultsWriter(Callback):
 
     @staticmethod
     def _check_writable(out: Path) -> None:
+        problem = None
         try:
             out.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".write-check.", dir=out)
             os.close(fd)
             os.unlink(tmp)
         except OSError as exc:
-            raise ValueError(f"results.output_dir {str(out)!r} is not writable ({exc.strerror or exc})") from None
+            problem = exc.strerror or str(exc)
+        if problem is not None:  # raised outside the handler: the message is the one line the CLI shows
+            raise ValueError(f"results.output_dir {str(out)!r} is not writable ({problem})")
 
     def _check_mauve(self) -> None:
         if not self.mauve_featurizer or self.mauve_num_buckets == "auto":
