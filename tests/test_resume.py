@@ -40,11 +40,26 @@ def _run(out: Path, sampler, n: int = 12, t: int = 16, resamples: int = 10, **wr
 
 
 def test_labels_name_the_options_that_differ() -> None:
-    labels = [s.name if False else RunPlan.build(s, 4, 8, 0, reference=False).rows[0].label for s in (
+    labels = [RunPlan.build(s, 4, 8, 0, reference=False).rows[0].label for s in (
         MDLM(), ReMDM(variant="conf", top_p=1.0), ReMDM(variant="conf", top_p=0.9), SEDD(beta=10.0),
         LLaDA(prompt_mode="pi_head"), AR(beta=2.0))]
     assert labels == ["mdlm", "remdm_conf[top_p=1]", "remdm_conf", "sedd[beta=10]", "llada[prompt_mode=pi_head]",
                       "ar_beta2"]
+
+
+def test_a_learned_denoiser_row_is_not_called_like_the_oracle_row() -> None:
+    from dllm_lit.denoisers.base import Denoiser
+
+    class Checkpoint(Denoiser):
+        def forward(self, z):  # pragma: no cover - never called
+            raise NotImplementedError
+
+        def describe(self) -> dict:
+            return {"denoiser": "hf", "model_name_or_path": "/ckpts/mdlm-owt/"}
+
+    learned = RunPlan.build(MDLM(denoiser=Checkpoint()), 4, 8, 0, reference=False).rows[0]
+    assert learned.label == "mdlm[denoiser=mdlm-owt]"
+    assert learned.settings()["denoiser"]["model_name_or_path"] == "/ckpts/mdlm-owt/"
 
 
 def test_rerun_keeps_complete_rows_and_recomputes_changed_ones(tmp_path: Path) -> None:

@@ -306,7 +306,8 @@ def write_report(runs: list[dict[str, Any]], out: Path, formats: tuple[str, ...]
                      f"{(m.get('package') or {}).get('commit', '–')} |")
     lines += ["", "## Table", "", "Values with their bootstrap interval "
               + ("(over several seeds: the mean, and the range of the seeds' values)" if len(seeds) > 1 else "")
-              + "; NFE = denoiser evaluations per sequence (mean ± sd).", "", markdown_table(table),
+              + "; the transition metrics' *basic* intervals correct the plug-in bias and can sit below the value "
+              "(docs/metrics.md); NFE = denoiser evaluations per sequence (mean ± sd).", "", markdown_table(table),
               "LaTeX: `tables/results.tex`.", "", "## Figures", ""]
     for f in figures:
         if f.suffix == ".png" or f.suffix == f".{formats[0]}":

@@ -233,11 +233,24 @@ class ResultsWriter(Callback):
         return {"format": METRICS_FORMAT, "version": METRICS_VERSION, "complete": complete,
                 "num_sequences": key["num_sequences"], "seq_len": key["seq_len"], "seed": key["seed"],
                 "chain": chain, "metric_options": key["metric_options"],
-                "intervals": ({"method": "percentile bootstrap over sequences (resample weights from the run's seed)",
-                               "resamples": self.bootstrap_resamples, "confidence": self.confidence}
+                "intervals": ({"method": "bootstrap over sequences (resample weights drawn from the run's seed)",
+                               "resamples": self.bootstrap_resamples, "confidence": self.confidence,
+                               "per_key": self._interval_methods()}
                               if self.bootstrap_resamples else None),
                 "rows": [{"label": lab, "steps": r.steps, "reference": r.reference} for lab, r in zip(self._labels, self.plan.rows)],
                 "package": self._package}
+
+    def _interval_methods(self) -> dict[str, Any]:
+        """Each key's interval method ("basic", "percentile" or null with the reason), once the metrics exist."""
+        built = next((row for row in getattr(self, "metrics", None) or [] if row is not None), None)
+        if built is None:
+            return dict(self._previous_methods)
+        out: dict[str, Any] = {}
+        for spec, metric in zip(self._specs, built):
+            policy = metric.interval_policy
+            for k in spec.keys:
+                out[k] = policy.method if policy.method is not None else {"method": None, "reason": policy.reason}
+        return out
 
     # ------------------------------------------------------------------ set-up checks and resume
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -253,6 +266,8 @@ class ResultsWriter(Callback):
         self._distributed = trainer.world_size > 1
         plan = self.plan
         self._labels = [r.label for r in plan.rows]
+        self._previous_methods: dict[str, Any] = {}
+        self.metrics = []
         self._settings = [r.settings() for r in plan.rows]
         self._kept: dict[int, tuple[dict[str, Any], torch.Tensor | None]] = self._load_previous() if self.resume else {}
         if not self.resume:
@@ -330,6 +345,7 @@ class ResultsWriter(Callback):
             "num_sequences": meta.get("num_sequences"), "seq_len": meta.get("seq_len"), "seed": meta.get("seed"),
             "chain": (meta.get("chain") or {}).get("fingerprint"), "metric_options": meta.get("metric_options")
         } == jsonable(self.run_key())
+        self._previous_methods = (meta.get("intervals") or {}).get("per_key") or {} if same_run else {}
         if not same_run:
             self._clear_previous("it holds another run's results (different N, T, seed, chain or metric options)")
             return {}
