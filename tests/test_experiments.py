@@ -117,3 +117,22 @@ def test_sweep_runner_skips_finished_points_and_reports(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr[-2000:]
     md = (tmp_path / "rep" / "tables" / "results.md").read_text()
     assert md.count("| `ar` |") == 1 and "| `mdlm` | 2 |" in md and "| `mdlm` | 4 |" in md
+
+
+def test_progress_bar_names_the_row(tmp_path: Path) -> None:
+    from lightning.pytorch.callbacks import TQDMProgressBar
+
+    captured = []
+    dm = MarkovDataModule(num_sequences=4, seq_len=8, chunk_size=2, seed=1)
+    writer = ResultsWriter(output_dir=str(tmp_path), figures=False)
+    bar = TQDMProgressBar()
+    trainer = L.Trainer(accelerator="cpu", callbacks=[writer, bar], logger=False, enable_model_summary=False)
+    orig = writer.on_predict_batch_start
+
+    def spy(trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        orig(trainer, pl_module, batch, batch_idx, dataloader_idx)
+        captured.append(bar.predict_progress_bar.desc)
+
+    writer.on_predict_batch_start = spy
+    predict(SEDD(steps=[2], beta=3.0), dm, writer, trainer=trainer)
+    assert captured[0].startswith("row 1/2 ar AR") and captured[-1].startswith("row 2/2 sedd[beta=3] steps=2")

@@ -460,13 +460,20 @@ class ResultsWriter(Callback):
         self.rows = []
 
     def on_predict_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        """Name the row being sampled in the progress bar, e.g. ``row 2/9 mdlm steps=64``."""
-        bar = getattr(trainer.progress_bar_callback, "predict_progress_bar", None)
-        if bar is not None and isinstance(batch, dict) and self.plan is not None:
-            i = int(batch["row"])
-            row = self.plan.rows[i]
-            bar.set_description(f"row {i + 1}/{len(self.plan.rows)} {self._labels[i]} "
-                                + ("AR" if row.steps is None else f"steps={row.steps}"))
+        """Name the row being sampled in the progress bar (TQDM or Rich), e.g. ``row 2/9 mdlm steps=64``."""
+        if not isinstance(batch, dict) or self.plan is None:
+            return
+        i = int(batch["row"])
+        row = self.plan.rows[i]
+        text = f"row {i + 1}/{len(self.plan.rows)} {self._labels[i]} " + ("AR" if row.steps is None else f"steps={row.steps}")
+        callback = trainer.progress_bar_callback
+        bar = getattr(callback, "predict_progress_bar", None)
+        if hasattr(bar, "set_description"):  # TQDMProgressBar
+            bar.set_description(text)
+        task = getattr(callback, "predict_progress_bar_id", None)
+        progress = getattr(callback, "progress", None)
+        if task is not None and progress is not None:  # RichProgressBar
+            progress.update(task, description=text)
 
     def on_predict_batch_end(self, trainer, pl_module, outputs: dict[str, Any], batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         row = int(outputs["row"])
