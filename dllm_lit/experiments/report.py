@@ -235,7 +235,7 @@ def plot_option_sweep(rows: list[dict[str, Any]], cls: str, option: str, key: st
     import matplotlib.pyplot as plt
 
     from dllm_lit.results import registry
-    from dllm_lit.results.figures import save_figure
+    from dllm_lit.results.figures import finish_figure
 
     rs = [r for r in rows if (r.get("settings") or {}).get("class") == cls and _is_number(r.get(key))]
     values = list(dict.fromkeys(json.dumps(r["settings"].get(option), sort_keys=True) for r in rs))
@@ -262,12 +262,7 @@ def plot_option_sweep(rows: list[dict[str, Any]], cls: str, option: str, key: st
         ax.set_xticklabels([str(decoded[i]) for i in order], fontsize=7)
     ax.set_xlabel(f"{cls} {option}")
     ax.set_ylabel(registry.labels().get(key, key))
-    if caption:
-        fig.text(0.99, 0.005, caption, fontsize=6, ha="right", va="bottom", color="0.35")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout(rect=(0, 0.03 if caption else 0, 1, 1))
-    return save_figure(fig, path, formats)
+    return finish_figure(fig, ax, path, formats, caption)
 
 
 def write_report(runs: list[dict[str, Any]], out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:

@@ -11,6 +11,7 @@ and/or SVG.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 from dllm_lit.atomic import atomic_write  # noqa: E402
 from dllm_lit.results import registry  # noqa: E402
 
-__all__ = ["plot_metric", "plot_nfe_front", "write_figures", "run_caption", "save_figure", "label_of"]
+__all__ = ["plot_metric", "plot_nfe_front", "write_figures", "run_caption", "save_figure", "finish_figure", "label_of"]
 
 REFERENCE_LABEL = "ar"
 
@@ -62,6 +63,16 @@ def save_figure(fig, path: Path, formats: Iterable[str] = ("png",)) -> list[Path
     finally:
         plt.close(fig)
     return out
+
+
+def finish_figure(fig, ax, path: Path, formats: Iterable[str], caption: str = "") -> list[Path]:
+    """Grid, legend and the run caption (bottom right), then :func:`save_figure`."""
+    if caption:
+        fig.text(0.99, 0.005, caption, fontsize=6, ha="right", va="bottom", color="0.35")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout(rect=(0, 0.03 if caption else 0, 1, 1))
+    return save_figure(fig, path, formats)
 
 
 def _steps_axis(ax, values: Sequence[float]) -> None:
@@ -127,12 +138,7 @@ def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | N
     ax.set_ylabel(label)
     if title:
         ax.set_title(title, fontsize=9)
-    if caption:
-        fig.text(0.99, 0.005, caption, fontsize=6, ha="right", va="bottom", color="0.35")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout(rect=(0, 0.03 if caption else 0, 1, 1))
-    return save_figure(fig, path, formats)
+    return finish_figure(fig, ax, path, formats, caption)
 
 
 def plot_nfe_front(rows: list[dict[str, Any]], key: str, path: Path, formats: Iterable[str] = ("png",),
@@ -156,20 +162,11 @@ def plot_nfe_front(rows: list[dict[str, Any]], key: str, path: Path, formats: It
     ref = next((r for r in rows if label_of(r) == REFERENCE_LABEL and r.get(key) is not None), None)
     if ref is not None:
         ax.axhline(ref[key], color="black", ls="--", lw=1, label="AR (exact chain samples)")
-    if xs_all and min(xs_all) > 0:
-        ax.set_xscale("log", base=2)
-        ticks = sorted({2 ** round(__import__("math").log2(x)) for x in xs_all})
-        ax.xaxis.set_major_locator(FixedLocator(ticks))
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xticklabels([f"{t:g}" for t in ticks], fontsize=7)
+    if xs_all and min(xs_all) > 0:  # ticks at the powers of two nearest the NFE values
+        _steps_axis(ax, [2 ** round(math.log2(x)) for x in xs_all])
     ax.set_xlabel("denoiser evaluations per sequence (NFE)")
     ax.set_ylabel(label)
-    if caption:
-        fig.text(0.99, 0.005, caption, fontsize=6, ha="right", va="bottom", color="0.35")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout(rect=(0, 0.03 if caption else 0, 1, 1))
-    return save_figure(fig, path, formats)
+    return finish_figure(fig, ax, path, formats, caption)
 
 
 def write_figures(rows: list[dict[str, Any]], out_dir: Path, keys: tuple[str, ...] | None = None,
