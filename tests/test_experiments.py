@@ -136,3 +136,24 @@ def test_progress_bar_names_the_row(tmp_path: Path) -> None:
     writer.on_predict_batch_start = spy
     predict(SEDD(steps=[2], beta=3.0), dm, writer, trainer=trainer)
     assert captured[0].startswith("row 1/2 ar AR") and captured[-1].startswith("row 2/2 sedd[beta=3] steps=2")
+
+
+def test_genppl_gaming_check_with_a_tiny_local_gpt2(tmp_path: Path) -> None:
+    """The AR beta sweep with GenPPL (ar_beta_genppl.yaml's points, in process): the report draws GenPPL against beta."""
+    from tiny_models import build_tiny_gpt2
+
+    model = str(build_tiny_gpt2(tmp_path / "gpt2"))
+    for beta in (1.0, 3.0):
+        torch.set_num_threads(1)
+        dm = MarkovDataModule(num_sequences=8, seq_len=24, chunk_size=4, seed=2, cache_dir=str(tmp_path / "cache"))
+        writer = ResultsWriter(output_dir=str(tmp_path / "runs" / f"ar-beta{beta:g}"), bootstrap_resamples=10,
+                               figures=False, genppl_model=model, max_text_length=100)
+        trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False,
+                            enable_model_summary=False)
+        predict(AR(beta=beta), dm, writer, trainer=trainer)
+    assert report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "rep")]) == 0
+    rows = json.loads((tmp_path / "rep" / "rows.json").read_text())
+    assert [(r["label"], r["settings"]["beta"]) for r in rows] == [("ar", 1.0), ("ar_beta3", 3.0)]
+    assert all(r["genppl"] > 1 and r["nfe"] is None for r in rows)
+    assert (tmp_path / "rep" / "figures" / "ar_beta_genppl.png").exists()
+    assert "GenPPL" in (tmp_path / "rep" / "tables" / "results.md").read_text()
