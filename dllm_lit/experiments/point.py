@@ -138,9 +138,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run(ns: argparse.Namespace) -> None:
     """Run the point; on success write ``point.json`` beside its results."""
+    import sys
+
     from dllm_lit.cli import main as cli_main
 
-    cli_main(build_args(ns))
+    argv, sys.argv = sys.argv, sys.argv[:1]  # the CLI gets its arguments from build_args only
+    try:
+        cli_main(build_args(ns))
+    finally:
+        sys.argv = argv
     out_dir = Path(ns.output_root) / point_name(ns)
     atomic_write_text(out_dir / "point.json", json.dumps(point_params(ns), indent=2, sort_keys=True) + "\n")
 
