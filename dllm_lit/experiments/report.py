@@ -219,14 +219,22 @@ def varying_options(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[Any]
     out: dict[str, dict[str, list[Any]]] = {}
     for cls, settings in by_class.items():
         keys = [k for k in settings[0] if k not in ("class", "denoiser", "chain")]
-        varying = {}
+        varying: dict[str, list[Any]] = {}
         for k in keys:
             values = list(dict.fromkeys(json.dumps(s.get(k), sort_keys=True) for s in settings))
-            if len(values) > 1:
-                varying[k] = [json.loads(v) for v in values]
+            if len(values) < 2:
+                continue
+            # an option that only follows an earlier one (ReMDM's eta with its variant) gets no figure of its own
+            if any(len(_pairs(settings, j, k)) == len(values) == len(varying[j]) for j in varying):
+                continue
+            varying[k] = [json.loads(v) for v in values]
         if varying:
             out[cls] = varying
     return out
+
+
+def _pairs(settings: list[dict[str, Any]], a: str, b: str) -> set[tuple[str, str]]:
+    return {(json.dumps(s.get(a), sort_keys=True), json.dumps(s.get(b), sort_keys=True)) for s in settings}
 
 
 def plot_option_sweep(rows: list[dict[str, Any]], cls: str, option: str, key: str, path: Path,
