@@ -2,6 +2,8 @@
 
 Every file dllm_lit writes (chain artifacts, caches, tokenizers, results, figures) goes through
 :func:`atomic_write`, so a crash or a concurrent writer leaves either the old file or the new one.
+The file gets the permissions of an ordinary ``open(path, "w")``: ``0o666`` less the process umask
+(``tempfile.mkstemp`` alone would leave it ``0o600``).
 """
 from __future__ import annotations
 
@@ -14,7 +16,14 @@ from typing import IO, Any
 
 import torch
 
-__all__ = ["atomic_write", "atomic_write_text", "atomic_write_bytes", "atomic_torch_save"]
+__all__ = ["atomic_write", "atomic_write_text", "atomic_write_bytes", "atomic_torch_save", "file_mode"]
+
+
+def file_mode() -> int:
+    """Permissions of a newly created ordinary file: ``0o666`` less the current umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
@@ -23,6 +32,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()

@@ -7,6 +7,8 @@
 Two subcommands: ``predict`` runs a sampler (``model`` is a :class:`~dllm_lit.samplers.base.Sampler`),
 ``fit`` trains a denoiser (``model`` is a :class:`~dllm_lit.training.DenoiserTraining`); before each,
 the run is wired by :mod:`dllm_lit.engine`.
+    python cli.py sweep sweeps/paper_grid.yaml [--set num_sequences=64]   # a sweep's grid, locally
+    python cli.py report outputs/sweeps/paper_grid --out reports/paper_grid  # tables and figures
 
 The sampler class is chosen by ``model.class_path`` in the YAML; the chain by ``data.source``
 (default: the bundled English character chain, N = 512, T = 1024, seed 123).  Before predict,
@@ -29,7 +31,8 @@ from dllm_lit.cli_messages import condense_parser_error
 from dllm_lit.data.datamodule import MarkovDataModule
 from dllm_lit.engine.threads import sampling_threads
 from dllm_lit.engine.wiring import connect, connect_training
-from dllm_lit.results.writer import ResultsWriter
+from dllm_lit.experiments import COMMANDS
+from dllm_lit.results.writer import ResultsWriter, RunInterrupted
 from dllm_lit.samplers.base import Sampler
 
 __all__ = ["DllmCLI", "main", "DEFAULT_SEED"]
@@ -208,9 +211,16 @@ def main(args=None) -> DllmCLI:
 
     Set ``DLLM_LIT_TRACEBACK=1`` to see the full traceback instead.
     """
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv and argv[0] in COMMANDS:  # sweep / report: dllm_lit.experiments
+        raise SystemExit(COMMANDS[argv[0]](argv[1:]))
     console.configure()
     warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # the frozen oracle used in validation
-    return exit_on_user_error(DllmCLI, args=args)
+    try:
+        return exit_on_user_error(DllmCLI, args=args)
+    except RunInterrupted as exc:  # SIGINT / SIGTERM: finished rows are on disk
+        print(f"stopped: {exc}", file=sys.stderr)
+        raise SystemExit(128 + exc.signum) from None
 
 
 def exit_on_user_error(fn, *args, **kwargs):

@@ -17,11 +17,11 @@ from dllm_lit.samplers import MDLM
 
 METRICS = {"nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac", "div2", "div3", "dup_rate",
            "kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper"}
-#: columns without an interval (intervals.json says why)
+#: columns without an interval (metrics.json meta.intervals.per_key says why)
 NO_INTERVAL = {"dup_rate", "support_frac"}
 #: floor-corrected differences: may be negative (e.g. 0 - noise), intervals contain the estimate
 SIGNED = {"kl_excess", "kl_mm", "seq_kl_lower", "seq_kl_upper"}
-KEYS = {"sampler", "steps", "seed"} | METRICS | {f"{k}_ci" for k in METRICS}
+KEYS = {"sampler", "label", "steps", "seed", "nfe", "nfe_std", "settings"} | METRICS | {f"{k}_ci" for k in METRICS}
 
 
 def test_cli_predict_writes_metrics(tmp_path) -> None:
@@ -30,7 +30,7 @@ def test_cli_predict_writes_metrics(tmp_path) -> None:
         "--data.seq_len", "40", "--data.chunk_size", "10", "--seed_everything", "7",
         "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false",
     ])
-    rows = json.loads((tmp_path / "metrics.json").read_text())
+    rows = json.loads((tmp_path / "metrics.json").read_text())["rows"]
     assert [(r["sampler"], r["steps"]) for r in rows] == [("ar", None), ("mdlm", 4), ("mdlm", 16)]
     for r in rows:
         assert set(r) == KEYS and r["seed"] == 7
@@ -49,7 +49,7 @@ def test_cli_predict_writes_metrics(tmp_path) -> None:
     assert saved["format"] == "dllm_lit.samples" and [r["steps"] for r in saved["rows"]] == [None, 4, 16]
     assert saved["rows"][1]["samples"].shape == (24, 40) and saved["rows"][1]["samples"].dtype == torch.uint8
     assert "=== mdlm steps=4 ===" in (tmp_path / "samples.txt").read_text()
-    assert json.loads((tmp_path / "intervals.json").read_text())["columns"]["kl"]["method"] == "centred"
+    assert json.loads((tmp_path / "metrics.json").read_text())["meta"]["intervals"]["per_key"]["kl"]["method"] == "centred"
     for key in ("kl", "nll", "entropy", "div3", "kl_bracket"):
         assert (tmp_path / "figures" / f"{key}_vs_steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

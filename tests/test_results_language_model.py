@@ -21,7 +21,7 @@ def test_predict_with_genppl_and_mauve(tmp_path) -> None:
                            genppl_model=model_dir, mauve_featurizer=model_dir, mauve_num_buckets=4, max_text_length=100)
     trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False, enable_model_summary=False)
     predict(MDLM(steps=[2]), dm, writer, trainer=trainer)
-    rows = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    rows = json.loads((tmp_path / "out" / "metrics.json").read_text())["rows"]
     for r in rows:
         assert r["genppl"] > 1.0 and r["genppl_ci"][0] <= r["genppl"] <= r["genppl_ci"][1]
         assert 0.0 < r["mauve"] <= 1.0 and r["mauve_ci"] is None

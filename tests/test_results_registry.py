@@ -71,7 +71,7 @@ def test_one_class_and_one_registry_line_add_a_metric(tmp_path, restore_registry
     registry.register(MetricSpec(("mean_token",), lambda c: MeanTokenId(), labels={"mean_token": "mean token id"},
                                  figures=("mean_token",)))
     _run(tmp_path, resamples=20)
-    rows = json.loads((tmp_path / "metrics.json").read_text())
+    rows = json.loads((tmp_path / "metrics.json").read_text())["rows"]
     samples = {(r["sampler"], r["steps"]): r["samples"] for r in torch.load(tmp_path / "samples.pt")["rows"]}
     assert [(r["sampler"], r["steps"]) for r in rows] == [("ar", None), ("mdlm", 2), ("mdlm", 4)]
     for r in rows:
@@ -93,7 +93,7 @@ def test_one_class_and_one_registry_line_add_a_metric(tmp_path, restore_registry
 
 def test_intervals_off_keep_no_per_sequence_states(tmp_path) -> None:
     writer = _run(tmp_path, resamples=0)
-    rows = json.loads((tmp_path / "metrics.json").read_text())
+    rows = json.loads((tmp_path / "metrics.json").read_text())["rows"]
     assert not any(k.endswith("_ci") for r in rows for k in r)
     transition = writer.metrics[0][0].metric
     assert not transition.per_sequence and not hasattr(transition, "codes")

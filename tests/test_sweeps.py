@@ -1,4 +1,5 @@
-"""A W&B sweep point runs for real in W&B's offline mode and logs the results table."""
+"""Sweep files and points: every sweep file expands to valid points, and a point runs for real in W&B's
+offline mode (no account), logging its config, every row, the table, the figures and the result files."""
 from __future__ import annotations
 
 import json
@@ -9,29 +10,76 @@ from pathlib import Path
 
 import pytest
 
+from dllm_lit.experiments.point import build_args, parse, point_name
+from dllm_lit.experiments.sweep import grid_points, load_sweep, point_argv
+from dllm_lit.results import registry
+
 ROOT = Path(__file__).resolve().parents[1]
+SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
 
 
 def test_build_args_order() -> None:
-    sys.path.insert(0, str(ROOT / "sweeps"))
-    from run_point import build_args, parse
-
-    args = build_args(parse(["--config=configs/mdlm.yaml", "--data_config=configs/data/english.yaml", "--steps=64", "--seed=5", "--no_wandb"]))
+    args = build_args(parse(["--config=configs/mdlm.yaml", "--data_config=configs/data/english.yaml", "--steps=64",
+                             "--seed=5", "--no_wandb"]))
     assert args[:5] == ["predict", "--config", "configs/mdlm.yaml", "--config", "configs/data/english.yaml"]
     assert args[args.index("--model.steps") + 1] == "[64]" and args[args.index("--seed_everything") + 1] == "5"
     with pytest.raises(SystemExit):
         parse(["--config=configs/mdlm.yaml", "--steps=0"])
+    with pytest.raises(SystemExit):
+        parse(["--config=configs/mdlm.yaml", "--bogus=1"])
+
+
+def test_point_names_carry_the_options() -> None:
+    a = parse(["--config=configs/remdm_conf.yaml", "--model.top_p=1.0", "--steps=64", "--no_wandb"])
+    b = parse(["--config=configs/remdm_conf.yaml", "--model.top_p=0.9", "--steps=64", "--no_wandb"])
+    assert point_name(a) == "remdm_conf-top_p1-steps64-seed123" and point_name(b) == "remdm_conf-top_p0.9-steps64-seed123"
+    args = build_args(a)
+    assert args[args.index("--model.top_p") + 1] == "1.0"
+    logger = json.loads(build_args(parse(["--config=configs/sedd.yaml", "--model.beta=10", "--steps=8"]))[-1])
+    assert logger["init_args"]["name"] == "sedd-beta10-steps8-seed123"
+    assert logger["init_args"]["config"]["point"]["model.beta"] == "10"  # hyperparameters reach the W&B run config
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_every_sweep_file_expands_to_valid_points(path: Path) -> None:
+    spec = load_sweep(path)
+    assert spec["program"] == "sweeps/run_point.py"
+    points = grid_points(spec)
+    names = set()
+    for p in points:
+        ns = parse(point_argv(p))
+        assert (ROOT / ns.config).exists() and (ns.data_config is None or (ROOT / ns.data_config).exists())
+        names.add(point_name(ns))
+    assert len(names) == len(points)  # every point has its own folder
+    metric = spec.get("metric", {}).get("name")
+    keys = {k for s in registry.METRICS for k in s.keys}
+    assert metric is None or metric in keys  # the sweep metric is an unprefixed key the writer logs
 
 
 def test_sweep_point_offline(tmp_path: Path) -> None:
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path)}
-    cmd = [sys.executable, str(ROOT / "sweeps" / "run_point.py"), "--config=configs/mdlm.yaml", "--steps=4",
-           "--num_sequences=8", "--seq_len=16", f"--output_root={tmp_path}"]
+    from wandb_records import summary
+
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path),
+           "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, str(ROOT / "sweeps" / "run_point.py"), "--config=configs/remdm_conf.yaml",
+           "--model.top_p=1.0", "--steps=4", "--num_sequences=8", "--seq_len=16", "--reference=true",
+           f"--output_root={tmp_path}", "--trainer.enable_progress_bar=false"]
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
-    run_dir = tmp_path / "mdlm-steps4-seed123"
-    rows = json.loads((run_dir / "metrics.json").read_text())
-    assert [(r["sampler"], r["steps"]) for r in rows] == [("mdlm", 4)]
+    run_dir = tmp_path / "remdm_conf-top_p1-steps4-seed123"
+    data = json.loads((run_dir / "metrics.json").read_text())
+    assert [(r["label"], r["steps"]) for r in data["rows"]] == [("ar", None), ("remdm_conf[top_p=1]", 4)]
+    assert json.loads((run_dir / "point.json").read_text())["model.top_p"] == "1.0"
     tables = list(run_dir.glob("wandb/offline-run-*/files/media/table/results_*.table.json"))
     assert len(tables) == 1
     table = json.loads(tables[0].read_text())
-    assert table["columns"][:3] == ["sampler", "steps", "seed"] and table["data"][0][0] == "mdlm"
+    assert table["columns"][:3] == ["sampler", "label", "steps"] and table["data"][1][1] == "remdm_conf[top_p=1]"
+    (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    run = summary(run_file)
+    assert run["name"] == "remdm_conf-top_p1-steps4-seed123"
+    assert run["config"]["point"]["model.top_p"] == "1.0" and run["config"]["run"]["num_sequences"] == 8
+    assert run["config"]["rows"]["remdm_conf[top_p=1]@4"]["top_p"] == 1.0
+    hist = run["history"]
+    assert hist["kl"] == data["rows"][1]["kl"]  # the sweep metric: the point's sampler row
+    assert hist["remdm_conf[top_p=1]/kl"] == data["rows"][1]["kl"] and hist["ar/kl"] == data["rows"][0]["kl"]
+    assert "figures/kl_vs_steps.filenames" in hist
+    assert {"metrics.json", "samples.pt", "samples.txt", "figures/kl_vs_steps.png"} <= set(run["files"])

@@ -147,7 +147,8 @@ class MarkovDataModule(L.LightningDataModule):
     def predict_dataloader(self) -> DataLoader:
         if self.plan is None:
             raise ValueError("the data module has no run plan: wire the run with dllm_lit.engine.connect(...)")
-        work = PredictWork(self.plan.work(), self.plan.seq_len, self.plan.seed)
+        # rows already complete on disk (resume: RunPlan.done, set by the results writer) are not served
+        work = PredictWork(self.plan.pending_work(), self.plan.seq_len, self.plan.seed)
         world = self.trainer.world_size if self.trainer is not None else 1
         sampler = WorkShards(work, world, self.trainer.global_rank) if world > 1 else None
         return DataLoader(work, batch_size=None, shuffle=False, sampler=sampler, num_workers=0)

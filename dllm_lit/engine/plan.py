@@ -9,9 +9,17 @@ writer (which accumulates and writes them).
 
 Work items cut each row into chunks of ``chunk_size`` consecutive sequence indices.  Every draw is
 keyed by (seed, sequence index), so results do not depend on the chunking or the process count.
+
+A row's *label* (:func:`row_label`) names it uniquely and informatively: the sampler's name plus
+the options that differ from the sampler class's defaults, e.g. ``remdm_conf[top_p=1]``,
+``sedd[beta=10]``, ``llada[prompt_mode=pi_head,temperature=0]`` or ``mdlm[denoiser=my-ckpt]``.
+Rows already on disk for the same settings are marked :attr:`RunPlan.done` by the results writer
+(resume); :meth:`RunPlan.pending_work` then serves only the rest.
 """
 from __future__ import annotations
 
+import inspect
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +28,76 @@ from dllm_lit import checks
 if TYPE_CHECKING:
     from dllm_lit.samplers.base import Sampler
 
-__all__ = ["Row", "RunPlan", "WorkItem", "REFERENCE_NAME"]
+__all__ = ["Row", "RunPlan", "WorkItem", "REFERENCE_NAME", "jsonable", "row_label", "sampler_settings"]
 
 #: row name of the exact chain samples (the AR baseline)
 REFERENCE_NAME = "ar"
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data: chains by their fingerprint, tensors as lists, NaN as None."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "fingerprint") and hasattr(value, "vocab_size"):  # a MarkovChain
+        return {"chain": value.fingerprint}
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return repr(value)
+
+
+def sampler_settings(sampler: "Sampler") -> dict[str, Any]:
+    """``sampler.settings()`` as JSON data, without the steps grid (a row has one steps value)."""
+    return {k: jsonable(v) for k, v in sampler.settings().items() if k != "steps"}
+
+
+def _default_settings(cls: type) -> dict[str, Any]:
+    """Settings of ``cls()`` (its constructor defaults, normalised as the class stores them)."""
+    try:
+        return {k: jsonable(v) for k, v in cls().settings().items()}
+    except Exception:  # a class with required options: fall back to the signature's defaults
+        params = inspect.signature(cls.__init__).parameters
+        return {k: jsonable(p.default) for k, p in params.items() if p.default is not inspect.Parameter.empty}
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "-".join(_short(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{_short(v)}" for k, v in value.items())
+    return str(value)
+
+
+def row_label(sampler: "Sampler") -> str:
+    """The sampler's name plus ``[option=value,...]`` for every option that differs from the class defaults.
+
+    Options already spelled in the name (``remdm_loop`` for variant loop, ``ar_beta2`` for beta 2)
+    are left out; a denoiser other than the exact oracle adds ``denoiser=<model or class>``.
+    """
+    name = sampler.name
+    tokens = set(name.split("_"))
+    settings = sampler_settings(sampler)
+    defaults = _default_settings(type(sampler))
+    parts = []
+    for key, value in settings.items():
+        if key in ("class", "steps", "denoiser", "chain") or key not in defaults or defaults[key] == value:
+            continue
+        text = _short(value)
+        if text in tokens or f"{key}{text}" in tokens:
+            continue
+        parts.append(f"{key}={text}")
+    den = settings.get("denoiser")
+    if isinstance(den, dict) and den.get("denoiser") not in (None, "oracle"):
+        ident = den.get("model_name_or_path") or den.get("denoiser")
+        parts.append(f"denoiser={str(ident).rstrip('/').rsplit('/', 1)[-1]}")
+    return f"{name}[{','.join(parts)}]" if parts else name
 
 
 @dataclass(frozen=True)
@@ -36,13 +110,18 @@ class Row:
     reference: bool = False
 
     @property
+    def label(self) -> str:
+        """The row's sampler name with its non-default options, e.g. ``remdm_conf[top_p=1]`` (:func:`row_label`)."""
+        return row_label(self.sampler)
+
+    @property
     def key(self) -> str:
-        """Unique label, e.g. ``mdlm@64`` or ``ar@ar``."""
-        return f"{self.name}@{'ar' if self.steps is None else self.steps}"
+        """Unique key, e.g. ``mdlm@64``, ``remdm_conf[top_p=1]@64`` or ``ar@ar``."""
+        return f"{self.label}@{'ar' if self.steps is None else self.steps}"
 
     def settings(self) -> dict[str, Any]:
-        """The sampler's options (for run metadata and resume checks)."""
-        return self.sampler.settings()
+        """The sampler's options as JSON data, without the steps grid (for run metadata and resume checks)."""
+        return sampler_settings(self.sampler)
 
 
 @dataclass(frozen=True)
@@ -63,6 +142,8 @@ class RunPlan:
     seq_len: int
     seed: int
     chunk_size: int = 128
+    #: indices of rows already complete on disk (resume): not served again
+    done: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         checks.integer("num_sequences", self.num_sequences)
@@ -92,7 +173,12 @@ class RunPlan:
         return [WorkItem(i, start, min(start + self.chunk_size, self.num_sequences))
                 for i in range(len(self.rows)) for start in range(0, self.num_sequences, self.chunk_size)]
 
+    def pending_work(self) -> list[WorkItem]:
+        """The work items of the rows not yet :attr:`done`, rows in plan order."""
+        return [it for it in self.work() if it.row not in self.done]
+
     def describe(self) -> dict[str, Any]:
-        """N, T, seed and the rows' names and steps, for run metadata."""
+        """N, T, seed and the rows' names, labels and steps, for run metadata."""
         return {"num_sequences": self.num_sequences, "seq_len": self.seq_len, "seed": self.seed,
-                "rows": [{"sampler": r.name, "steps": r.steps, "reference": r.reference} for r in self.rows]}
+                "rows": [{"sampler": r.name, "label": r.label, "steps": r.steps, "reference": r.reference}
+                         for r in self.rows]}

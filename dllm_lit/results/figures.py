@@ -1,13 +1,19 @@
-"""Paper-style figures: a metric against the number of sampling steps, one line per sampler.
+"""Paper-style figures: a metric against the number of sampling steps, one line per row label.
 
-Steps are on a log2 axis (8, 16, ..., 1024), the AR baseline (exact chain samples) is a dashed
-horizontal line, and bootstrap intervals (``<key>_ci``), when present, are drawn as bands - the
-layout of the paper's Fig. 2-4.  Which keys get a figure, and their axis labels, come from the
-results registry (:mod:`dllm_lit.results.registry`).
+Steps are on a log2 axis with plain tick labels (8, 16, ..., 1024), the reference row (exact chain
+samples, the AR baseline) is a dashed horizontal line, other rows without steps (e.g. a sharpened
+AR sampler) dotted ones, and bootstrap intervals (``<key>_ci``), when present, are drawn as bands -
+the layout of the paper's Fig. 2-4.  A run whose rows have no steps at all (``configs/ar.yaml``)
+gets one point per row with its interval instead of a meaningless steps axis.  The subtitle says
+what the run was (chain fingerprint, N, T).  Which keys get a figure, and their axis labels, come
+from the results registry (:mod:`dllm_lit.results.registry`).  Figures are written as PNG, PDF
+and/or SVG.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,65 +21,173 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 
 from dllm_lit.atomic import atomic_write  # noqa: E402
 from dllm_lit.results import registry  # noqa: E402
 
-__all__ = ["plot_kl_bracket", "plot_metric", "write_figures"]
+__all__ = ["plot_metric", "plot_nfe_front", "plot_kl_bracket", "write_figures", "run_caption", "save_figure",
+           "finish_figure", "label_of"]
+
+REFERENCE_LABEL = "ar"
 
 
-def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | None = None) -> Path:
-    """Plot ``key`` against steps for every sampler in ``rows``; AR rows (steps None) dashed. Atomic write."""
-    label = registry.labels().get(key, key)
-    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    ar = [r for r in rows if r.get("steps") is None and r.get(key) is not None]
-    for r in rows:
-        if r.get("steps") is not None and r.get(key) is not None:
-            series[r["sampler"]].append(r)
-    fig, ax = plt.subplots(figsize=(5.0, 3.6), dpi=120)
-    for name, rs in sorted(series.items()):
-        rs = sorted(rs, key=lambda r: r["steps"])
-        xs = [r["steps"] for r in rs]
-        ys = [r[key] for r in rs]
-        (line,) = ax.plot(xs, ys, marker="o", ms=3, label=name)
-        cis = [r.get(f"{key}_ci") for r in rs]
-        if all(ci is not None for ci in cis):
-            ax.fill_between(xs, [c[0] for c in cis], [c[1] for c in cis], color=line.get_color(), alpha=0.2, lw=0)
-    for r in ar[:1]:
-        ax.axhline(r[key], color="black", ls="--", lw=1, label="AR (exact)")
-        ci = r.get(f"{key}_ci")
-        if ci is not None:
-            ax.axhspan(ci[0], ci[1], color="black", alpha=0.08, lw=0)
-    if any(series.values()):
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel("sampling steps")
-    ax.set_ylabel(label)
-    ax.set_title(title or label)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+def label_of(row: dict[str, Any]) -> str:
+    """A row's label (version-1 rows have only ``sampler``)."""
+    return str(row.get("label") or row.get("sampler"))
+
+
+def run_caption(meta: dict[str, Any] | None) -> str:
+    """``chain 1a2b3c4d (V=27), N=512, T=1024, seed 123`` from a metrics.json ``meta`` block ('' if unknown)."""
+    if not meta:
+        return ""
+    chain = meta.get("chain") or {}
+    parts = []
+    if chain.get("fingerprint"):
+        parts.append(f"chain {str(chain['fingerprint'])[:8]}" + (f" (V={chain['vocab_size']})" if chain.get("vocab_size") else ""))
+    for key, name in (("num_sequences", "N"), ("seq_len", "T")):
+        if meta.get(key) is not None:
+            parts.append(f"{name}={meta[key]}")
+    if meta.get("seed") is not None:
+        parts.append(f"seed {meta['seed']}")
+    return ", ".join(parts)
+
+
+def save_figure(fig, path: Path, formats: Iterable[str] = ("png",)) -> list[Path]:
+    """Write ``fig`` as ``path`` with each suffix in ``formats`` (atomically); closes it."""
+    out = []
     try:
-        atomic_write(path, lambda fh: fig.savefig(fh, format="png"))
+        for fmt in formats:
+            target = Path(path).with_suffix(f".{fmt}")
+            atomic_write(target, lambda fh, fmt=fmt: fig.savefig(fh, format=fmt))
+            out.append(target)
     finally:
         plt.close(fig)
-    return path
+    return out
 
 
-def plot_kl_bracket(rows: list[dict[str, Any]], path: Path) -> Path | None:
-    """Per sampler against steps: the plug-in transition KL (dotted), the floor-corrected KL
+def finish_figure(fig, ax, path: Path, formats: Iterable[str], caption: str = "") -> list[Path]:
+    """Grid, legend and the run caption (bottom right), then :func:`save_figure`."""
+    if caption:
+        fig.text(0.99, 0.005, caption, fontsize=6, ha="right", va="bottom", color="0.35")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout(rect=(0, 0.03 if caption else 0, 1, 1))
+    return save_figure(fig, path, formats)
+
+
+def _steps_axis(ax, values: Sequence[float]) -> None:
+    """log2 axis with plain integer tick labels at the values drawn."""
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(values))
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{t:g}" for t in ticks], fontsize=7)
+
+
+def _band(ax, xs, cis, color) -> None:
+    if cis and all(ci is not None for ci in cis):
+        ax.fill_between(xs, [c[0] for c in cis], [c[1] for c in cis], color=color, alpha=0.2, lw=0)
+
+
+def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | None = None,
+                formats: Iterable[str] = ("png",), caption: str = "") -> list[Path]:
+    """Plot ``key`` against steps, one line per row label; rows without steps as horizontal lines.
+
+    Returns the files written (``path`` with each suffix of ``formats``).
+    """
+    label = registry.labels().get(key, key)
+    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    flat = [r for r in rows if r.get("steps") is None and r.get(key) is not None]
+    for r in rows:
+        if r.get("steps") is not None and r.get(key) is not None:
+            series[label_of(r)].append(r)
+    fig, ax = plt.subplots(figsize=(5.4, 3.8), dpi=120)
+    if series:
+        all_steps = []
+        for name, rs in sorted(series.items()):
+            rs = sorted(rs, key=lambda r: r["steps"])
+            xs = [r["steps"] for r in rs]
+            all_steps += xs
+            (line,) = ax.plot(xs, [r[key] for r in rs], marker="o", ms=3, label=name)
+            _band(ax, xs, [r.get(f"{key}_ci") for r in rs], line.get_color())
+        seen = set()
+        for r in flat:
+            name = label_of(r)
+            if name in seen:
+                continue
+            seen.add(name)
+            ref = name == REFERENCE_LABEL
+            ax.axhline(r[key], color="black" if ref else None, ls="--" if ref else ":", lw=1,
+                       label="AR (exact chain samples)" if ref else name)
+            ci = r.get(f"{key}_ci")
+            if ci is not None and ref:
+                ax.axhspan(ci[0], ci[1], color="black", alpha=0.08, lw=0)
+        _steps_axis(ax, all_steps)
+        ax.set_xlabel("sampling steps")
+    else:  # rows without steps only (e.g. configs/ar.yaml): one point per row with its interval
+        names = list(dict.fromkeys(label_of(r) for r in flat))
+        for i, name in enumerate(names):
+            r = next(r for r in flat if label_of(r) == name)
+            ci = r.get(f"{key}_ci")
+            (pt,) = ax.plot([i], [r[key]], "o", color="black" if name == REFERENCE_LABEL else None, label=name)
+            if ci is not None:  # the interval need not contain the plug-in value: drawn as a bar of its own
+                ax.vlines(i, ci[0], ci[1], color=pt.get_color(), lw=2, alpha=0.4)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, fontsize=7, rotation=20)
+        ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.set_ylabel(label)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return finish_figure(fig, ax, path, formats, caption)
+
+
+def plot_nfe_front(rows: list[dict[str, Any]], key: str, path: Path, formats: Iterable[str] = ("png",),
+                   caption: str = "") -> list[Path]:
+    """``key`` against the mean NFE per sequence (horizontal bars: the NFE spread), one line per row label."""
+    label = registry.labels().get(key, key)
+    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get("nfe") is not None and r.get(key) is not None:
+            series[label_of(r)].append(r)
+    fig, ax = plt.subplots(figsize=(5.4, 3.8), dpi=120)
+    xs_all = []
+    for name, rs in sorted(series.items()):
+        rs = sorted(rs, key=lambda r: r["nfe"])
+        xs = [r["nfe"] for r in rs]
+        xs_all += xs
+        (line,) = ax.plot(xs, [r[key] for r in rs], marker="o", ms=3, label=name)
+        spread = [r.get("nfe_std") or 0.0 for r in rs]
+        if any(spread):
+            ax.errorbar(xs, [r[key] for r in rs], xerr=spread, fmt="none", ecolor=line.get_color(), alpha=0.6)
+    ref = next((r for r in rows if label_of(r) == REFERENCE_LABEL and r.get(key) is not None), None)
+    if ref is not None:
+        ax.axhline(ref[key], color="black", ls="--", lw=1, label="AR (exact chain samples)")
+    if xs_all and min(xs_all) > 0:  # ticks at the powers of two nearest the NFE values
+        _steps_axis(ax, [2 ** round(math.log2(x)) for x in xs_all])
+    ax.set_xlabel("denoiser evaluations per sequence (NFE)")
+    ax.set_ylabel(label)
+    return finish_figure(fig, ax, path, formats, caption)
+
+
+def plot_kl_bracket(rows: list[dict[str, Any]], path: Path, formats: Iterable[str] = ("png",),
+                    caption: str = "") -> list[Path]:
+    """Per row label against steps: the plug-in transition KL (dotted), the floor-corrected KL
     ``kl_excess`` (solid) and the per-token sequence-KL bracket [``seq_kl_lower``, ``seq_kl_upper``]
-    (band from max(0, lower), upper end dashed).  Symlog y axis (the floor-corrected values can be negative).  None
-    when no row has the floor-corrected columns.  Atomic write."""
+    (band from max(0, lower), upper end dashed).  Symlog y axis (floor-corrected values can be negative).
+    Nothing is drawn when no row has the floor-corrected columns."""
     series: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         if r.get("steps") is not None and r.get("kl_excess") is not None:
-            series[r["sampler"]].append(r)
+            series[label_of(r)].append(r)
     if not series:
-        return None
+        return []
     fig, ax = plt.subplots(figsize=(5.6, 4.0), dpi=120)
+    all_steps = []
     for name, rs in sorted(series.items()):
         rs = sorted(rs, key=lambda r: r["steps"])
         xs = [r["steps"] for r in rs]
+        all_steps += xs
         (line,) = ax.plot(xs, [r["kl_excess"] for r in rs], marker="o", ms=3, label=f"{name}: KL - exact floor")
         color = line.get_color()
         ax.plot(xs, [r["kl"] for r in rs], ls=":", color=color, lw=1, label=f"{name}: plug-in KL")
@@ -84,40 +198,34 @@ def plot_kl_bracket(rows: list[dict[str, Any]], path: Path) -> Path | None:
         else:
             ax.plot(xs, [r["seq_kl_lower"] for r in rs], ls="-.", color=color, lw=1,
                     label=f"{name}: sequence KL/token lower end")
-    for r in rows:
-        if r.get("steps") is None and r.get("kl") is not None and r.get("kl_excess") == 0.0:
-            ax.axhline(r["kl"], color="black", ls="--", lw=1, label="exact samples: plug-in KL (floor)")
-            break
-    ax.set_xscale("log", base=2)
+    ref = next((r for r in rows if label_of(r) == REFERENCE_LABEL and r.get("kl") is not None), None)
+    if ref is not None:
+        ax.axhline(ref["kl"], color="black", ls="--", lw=1, label="exact samples: plug-in KL (floor)")
+    _steps_axis(ax, all_steps)
     ax.set_yscale("symlog", linthresh=1e-4)
     ax.axhline(0.0, color="grey", lw=0.5)
     ax.set_xlabel("sampling steps")
     ax.set_ylabel("nats (per transition / per token)")
-    ax.set_title("KL: plug-in, floor-corrected, sequence bracket")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    try:
-        atomic_write(path, lambda fh: fig.savefig(fh, format="png"))
-    finally:
-        plt.close(fig)
-    return path
+    return finish_figure(fig, ax, path, formats, caption)
 
 
-#: figures drawn from whole rows (several keys each): name -> function(rows, path) -> path or None
-ROW_FIGURES = {"kl_bracket": plot_kl_bracket}
-
-
-def write_figures(rows: list[dict[str, Any]], out_dir: Path, keys: tuple[str, ...] | None = None) -> list[Path]:
-    """One PNG per metric key present in ``rows``: ``<out_dir>/figures/<key>_vs_steps.png``
-    (default keys: the registry's figure keys), plus the :data:`ROW_FIGURES` (with the default keys)."""
-    paths = []
+def write_figures(rows: list[dict[str, Any]], out_dir: Path, keys: tuple[str, ...] | None = None,
+                  formats: Iterable[str] = ("png",), meta: dict[str, Any] | None = None) -> list[Path]:
+    """``<out_dir>/figures/<key>_vs_steps.<fmt>`` per metric key present in ``rows`` (default: the
+    registry's figure keys), plus ``kl_vs_nfe`` / ``kl_excess_vs_nfe`` when rows carry NFE values and the
+    ``kl_bracket_vs_steps`` figure when rows carry the floor-corrected columns."""
+    formats = tuple(formats)
+    caption = run_caption(meta)
+    paths: list[Path] = []
     for key in registry.figure_keys() if keys is None else keys:
         if any(r.get(key) is not None for r in rows):
-            paths.append(plot_metric(rows, key, Path(out_dir) / "figures" / f"{key}_vs_steps.png"))
+            paths += plot_metric(rows, key, Path(out_dir) / "figures" / f"{key}_vs_steps", formats=formats,
+                                 caption=caption)
+    for key in ("kl", "kl_excess"):  # the speed-quality front, plug-in and floor-corrected
+        if any(r.get("nfe") is not None and r.get(key) is not None for r in rows):
+            paths += plot_nfe_front(rows, key, Path(out_dir) / "figures" / f"{key}_vs_nfe", formats=formats,
+                                    caption=caption)
     if keys is None:
-        for name, draw in ROW_FIGURES.items():
-            path = draw(rows, Path(out_dir) / "figures" / f"{name}_vs_steps.png")
-            if path is not None:
-                paths.append(path)
+        paths += plot_kl_bracket(rows, Path(out_dir) / "figures" / "kl_bracket_vs_steps", formats=formats,
+                                 caption=caption)
     return paths

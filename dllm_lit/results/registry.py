@@ -5,7 +5,7 @@ The results writer and the figures iterate over this list; neither names a metri
 this order), then -- when intervals are on -- ``<key>_ci`` for every key: ``[low, high]`` under
 the spec's interval policy, or ``null`` when the policy has none.  A value that a row cannot have
 (e.g. ``seq_kl_upper`` for a sampler whose order depends on its tokens) is ``null``.  The interval
-method of every key is written to ``intervals.json`` (:func:`interval_methods`).
+method of every key is written to ``metrics.json`` (``meta.intervals.per_key``, :func:`interval_methods`).
 
 Adding a metric takes one metric module and one line here:
 
@@ -194,7 +194,7 @@ def enabled_specs(options: Any) -> list[MetricSpec]:
 
 def interval_methods(specs: list[MetricSpec], policies: list[Policies]) -> dict[str, dict[str, Any]]:
     """``{key: {"method": ..., ...}}``: the interval method of every key of ``specs`` (their effective
-    policies, one per spec, as the writer used them), for ``intervals.json``."""
+    policies, one per spec, as the writer used them), for the run metadata in ``metrics.json``."""
     out: dict[str, dict[str, Any]] = {}
     for spec, policy in zip(specs, policies):
         for k in spec.keys:

@@ -1,31 +1,45 @@
-"""The results of a predict run: metrics per (sampler, steps) row and the files a run writes.
+"""The results of a predict run: metrics per row of the plan and the files a run writes.
 
 :class:`ResultsWriter` keeps, for every row of the run's plan, one metric per enabled entry of the
 results registry (:data:`dllm_lit.results.registry.METRICS`), each wrapped with its bootstrap
-interval (:class:`~dllm_lit.metrics.bootstrap.SequenceBootstrapper`) and updated as work items
-finish on each process, with the samples or with their decoded texts.  At the end of predict the
-metrics and intervals are computed (synchronised across processes), the samples are gathered to
-rank 0, and rank 0 writes into ``output_dir`` (default: the trainer's ``default_root_dir``), every
-file atomically:
+interval (:class:`~dllm_lit.metrics.bootstrap.SequenceBootstrapper`), plus the denoiser
+evaluations (NFE) of every sequence.  Files go to ``output_dir`` (default: the trainer's
+``default_root_dir``), every one atomically:
 
-- ``metrics.json`` - a list of rows {sampler, steps, seed, <every registered key>}, each key with
-  ``<key>_ci: [low, high]`` under the metric's interval policy (``null`` for a metric without
-  one; no ``_ci`` entries when intervals are off); by default nll, kl, tv, entropy, unigram_l1,
-  other_mass, support_frac, div2, div3, dup_rate[, genppl][, mauve] (see ``docs/metrics.md``);
+- ``metrics.json`` - ``{"meta": {...}, "rows": [...]}`` (format ``dllm_lit.metrics`` version 2;
+  :func:`load_metrics` also reads the version-1 bare list).  ``meta`` holds what the run was: N,
+  T, seed, the chain (fingerprint, V, source), the metric options, the interval method, the
+  package version and commit, whether the run is ``complete``.  A row is
+  ``{sampler, label, steps, seed, nfe, nfe_std, settings, <every registered key>, <key>_ci...}``:
+  ``label`` is unique and names the options that differ from the sampler's defaults
+  (e.g. ``remdm_conf[top_p=1]``), ``settings`` are the sampler's options (denoiser included),
+  ``nfe`` / ``nfe_std`` the mean and standard deviation over sequences of the denoiser
+  evaluations (null for samplers without a denoiser);
 - ``metrics.csv`` - the same rows, intervals as ``<key>_ci_low`` / ``<key>_ci_high`` columns;
-- ``intervals.json`` - when intervals are on: the level, the resamples and every key's interval
-  method (``{"columns": {key: {"method": "centred" | "percentile" | "basic" | null, ...}}}``);
-- ``samples.pt`` - {"format": "dllm_lit.samples", "version": 1, "rows": [{sampler, steps, seed,
-  samples: uint8/int16 [N, T]}]};
+- ``samples.pt`` - {"format": "dllm_lit.samples", "version": 1, "rows": [{sampler, label, steps,
+  seed, samples: uint8/int16 [N, T]}]};
 - ``samples.txt`` - a few decoded samples per row;
-- ``figures/<key>_vs_steps.png`` - the registry's figure keys (KL, NLL, entropy, 3-gram diversity)
-  against steps.
+- ``figures/<key>_vs_steps.<fmt>`` - the registry's figure keys against steps (and KL against NFE).
+
+**Row by row, resumable.**  In a single-process run a row is committed (samples first, then
+``metrics.json``) as soon as its N sequences are done, in plan order.  A rerun into the same
+directory keeps every row already on disk whose settings are the same (sampler options, N, T,
+seed, chain fingerprint, metric options) and samples only the others (:attr:`RunPlan.done`).
+SIGINT and SIGTERM stop the run within a draw or two, never in the middle of a commit, and end
+with :class:`RunInterrupted`; every committed row stays on disk.  (A multi-process run commits
+its rows at the end.)
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
+import math
+import os
+import signal
+import subprocess
+import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +50,69 @@ from lightning.pytorch.callbacks import Callback
 
 from dllm_lit import checks
 from dllm_lit.atomic import atomic_torch_save, atomic_write_text
+from dllm_lit.engine.plan import jsonable
 from dllm_lit.metrics.bootstrap import SequenceBootstrapper
 from dllm_lit.results import registry
 
-__all__ = ["ResultsWriter", "atomic_write_text", "SAMPLES_FORMAT"]
+__all__ = ["ResultsWriter", "RunInterrupted", "atomic_write_text", "load_metrics", "SAMPLES_FORMAT",
+           "METRICS_FORMAT", "METRICS_VERSION", "FIGURE_FORMATS"]
 
 SAMPLES_FORMAT = "dllm_lit.samples"
+METRICS_FORMAT = "dllm_lit.metrics"
+METRICS_VERSION = 2
+FIGURE_FORMATS = ("png", "pdf", "svg")
+#: row fields the writer itself adds around the registry's keys
+ROW_HEAD = ("sampler", "label", "steps", "seed", "nfe", "nfe_std", "settings")
+
+
+class RunInterrupted(Exception):
+    """A run stopped by SIGINT / SIGTERM after its finished rows were committed; ``signum`` says which."""
+
+    def __init__(self, signum: int, done: int = 0, total: int = 0, output_dir: str | None = None) -> None:
+        self.signum, self.done, self.total, self.output_dir = signum, done, total, output_dir
+        name = signal.Signals(signum).name
+        where = f" in {output_dir}" if output_dir else ""
+        super().__init__(f"interrupted by {name}: {done} of {total} rows are complete{where}; "
+                         "rerun the same command to finish the others")
+
+
+def load_metrics(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``(meta, rows)`` of a ``metrics.json`` (a directory or the file); version-1 files (a bare list) give ``meta = {}``."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.json"
+    data = json.loads(path.read_text())
+    if isinstance(data, list):
+        return {}, data
+    if not isinstance(data, dict) or "rows" not in data:
+        raise ValueError(f"{path} is not a dllm_lit metrics.json (no rows)")
+    return dict(data.get("meta") or {}), list(data["rows"])
+
+
+def _package_info() -> dict[str, Any]:
+    try:
+        from importlib.metadata import version
+
+        ver = version("dllm_lit")
+    except Exception:
+        ver = None
+    commit = None
+    try:
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if out.returncode == 0:
+            commit = out.stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                                   capture_output=True, text=True, timeout=5)
+            if dirty.returncode == 0 and dirty.stdout.strip():
+                commit += "-dirty"
+    except Exception:
+        pass
+    return {"name": "dllm_lit", "version": ver, "commit": commit}
 
 
 class ResultsWriter(Callback):
-    """Accumulate metrics per (sampler, steps) row during predict and write the run's files.
+    """Accumulate metrics per row during predict and commit each row's results as it finishes.
 
     Args:
         output_dir: where files go (default ``trainer.default_root_dir``).
@@ -53,7 +120,9 @@ class ResultsWriter(Callback):
         confidence: interval level.
         num_text_examples: decoded samples per row in ``samples.txt``.
         save_samples: write ``samples.pt``.
-        figures: write the PNG figures.
+        figures: write the figures.
+        figure_formats: file formats of the figures: any of png, pdf, svg.
+        resume: keep the rows already in ``output_dir`` whose settings match, and sample only the rest.
         genppl_model: Hugging Face causal LM for GenPPL (the paper used ``gpt2-large``); None disables.
         genppl_batch_size: texts per GenPPL forward pass.
         mauve_featurizer: model whose features MAUVE compares (paper: ``gpt2-large``); None disables.
@@ -76,6 +145,8 @@ class ResultsWriter(Callback):
         num_text_examples: int = 5,
         save_samples: bool = True,
         figures: bool = True,
+        figure_formats: list[str] | str = "png",
+        resume: bool = True,
         genppl_model: str | None = None,
         genppl_batch_size: int = 8,
         mauve_featurizer: str | None = None,
@@ -90,13 +161,24 @@ class ResultsWriter(Callback):
             raise ValueError(f"bootstrap_resamples must be 0 (off) or >= 2, got {bootstrap_resamples}")
         checks.real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
         checks.integer("num_text_examples", num_text_examples, minimum=0)
+        formats = [figure_formats] if isinstance(figure_formats, str) else list(figure_formats)
+        if not formats:
+            raise ValueError(f"figure_formats must name at least one of {', '.join(FIGURE_FORMATS)}")
+        for fmt in formats:
+            checks.choice("figure_formats", fmt, FIGURE_FORMATS)
+        if mauve_num_buckets != "auto":
+            checks.integer("mauve_num_buckets", mauve_num_buckets, minimum=2)
         checks.integer("mauve_num_seeds", mauve_num_seeds)
+        if mauve_num_reference is not None:
+            checks.integer("mauve_num_reference", mauve_num_reference)
         self.output_dir = output_dir
         self.bootstrap_resamples = bootstrap_resamples
         self.confidence = confidence
         self.num_text_examples = num_text_examples
         self.save_samples = save_samples
         self.figures = figures
+        self.figure_formats = tuple(dict.fromkeys(formats))
+        self.resume = resume
         self.genppl_model = genppl_model
         self.genppl_batch_size = genppl_batch_size
         self.mauve_featurizer = mauve_featurizer
@@ -107,7 +189,9 @@ class ResultsWriter(Callback):
         self.lm_device = lm_device
         self.cache_dir = cache_dir
         self.rows: list[dict[str, Any]] = []
+        self.meta: dict[str, Any] = {}
         self.plan = None
+        self._signal_state: dict[str, Any] | None = None
 
     def connect(self, plan, chain, decoder=None, reference_samples=None, run_info: dict[str, Any] | None = None) -> None:
         """Wire the run: its plan (rows, N, T, seed), the chain, the text decoder and the MAUVE references.
@@ -124,32 +208,281 @@ class ResultsWriter(Callback):
         self.reference_samples = reference_samples
         self.run_info = dict(run_info or {})
 
-    # ------------------------------------------------------------------ accumulation
-    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    # ------------------------------------------------------------------ run identity
+    def metric_options(self) -> dict[str, Any]:
+        """The options that change a row's values: the enabled keys, intervals and the language-model settings."""
+        specs = registry.enabled_specs(self)
+        out: dict[str, Any] = {"keys": [k for s in specs for k in s.keys],
+                               "bootstrap_resamples": self.bootstrap_resamples, "confidence": self.confidence}
+        if self.genppl_model:
+            out.update(genppl_model=self.genppl_model, genppl_batch_size=self.genppl_batch_size)
+        if self.mauve_featurizer:
+            out.update(mauve_featurizer=self.mauve_featurizer, mauve_num_reference=self.mauve_num_reference,
+                       mauve_num_buckets=self.mauve_num_buckets)
+        if self.genppl_model or self.mauve_featurizer:
+            out["max_text_length"] = self.max_text_length
+        return out
+
+    def run_key(self) -> dict[str, Any]:
+        """What every row of the run shares and a kept row must match: N, T, seed, chain, metric options."""
+        plan = self.plan
+        return {"num_sequences": int(plan.num_sequences), "seq_len": int(plan.seq_len), "seed": int(plan.seed),
+                "chain": self.chain.fingerprint if self.chain is not None else None,
+                "metric_options": self.metric_options()}
+
+    def build_meta(self, complete: bool = False) -> dict[str, Any]:
+        """The ``meta`` block of ``metrics.json``."""
+        key = self.run_key()
+        chain = {"fingerprint": key["chain"], "vocab_size": getattr(self.chain, "vocab_size", None),
+                 "source": jsonable(self.run_info.get("source"))}
+        return {"format": METRICS_FORMAT, "version": METRICS_VERSION, "complete": complete,
+                "num_sequences": key["num_sequences"], "seq_len": key["seq_len"], "seed": key["seed"],
+                "chain": chain, "metric_options": key["metric_options"],
+                "intervals": ({"method": "bootstrap over sequences (resample weights drawn from the run's seed)",
+                               "resamples": self.bootstrap_resamples, "confidence": self.confidence,
+                               "per_key": self._interval_methods()}
+                              if self.bootstrap_resamples else None),
+                "rows": [{"label": lab, "steps": r.steps, "reference": r.reference} for lab, r in zip(self._labels, self.plan.rows)],
+                "package": self._package}
+
+    def _interval_methods(self) -> dict[str, Any]:
+        """Each key's interval method ({"method": "centred" | "percentile" | "basic" | null, ...}), once the metrics exist."""
+        built = next((row for row in getattr(self, "metrics", None) or [] if row is not None), None)
+        if built is None:
+            return dict(self._previous_methods)
+        return registry.interval_methods(self._specs, [m.policy for m in built])
+
+    # ------------------------------------------------------------------ set-up checks and resume
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Before sampling: check the output folder and the run's settings, load the rows to keep, trap signals."""
+        if stage != "predict":
+            return
         if self.plan is None:
             raise ValueError("the results writer is not wired: call dllm_lit.engine.connect(...) before predict")
+        self.out = Path(self.output_dir or trainer.default_root_dir)
+        self._check_writable(self.out)
+        self._check_mauve()
+        self._package = _package_info()
+        self._distributed = trainer.world_size > 1
+        plan = self.plan
+        self._labels = [r.label for r in plan.rows]
+        self._previous_methods: dict[str, Any] = {}
+        self.metrics = []
+        self._settings = [r.settings() for r in plan.rows]
+        self._kept: dict[int, tuple[dict[str, Any], torch.Tensor | None]] = self._load_previous() if self.resume else {}
+        if not self.resume:
+            self._clear_previous("resume is off")
+        plan.done = set(self._kept)
+        if self._kept:
+            from lightning.pytorch.utilities import rank_zero_info
+
+            rank_zero_info(f"{self.out}: {len(self._kept)} of {len(plan.rows)} rows are already complete for these "
+                           "settings; sampling the others")
+        self._check_limits(trainer)
+        self.meta = self.build_meta(complete=False)
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"run": self.meta, "rows": {r.key: s for r, s in zip(plan.rows, self._settings)}})
+        if not plan.pending_work():  # every row is on disk: predict will not start its loop
+            self._start_rows()
+            self._advance(trainer)
+            self._finalize(trainer)
+            return
+        self._install_signal_handlers()
+
+    @staticmethod
+    def _check_writable(out: Path) -> None:
+        problem = None
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".write-check.", dir=out)
+            os.close(fd)
+            os.unlink(tmp)
+        except OSError as exc:
+            problem = exc.strerror or str(exc)
+        if problem is not None:  # raised outside the handler: the message is the one line the CLI shows
+            raise ValueError(f"results.output_dir {str(out)!r} is not writable ({problem})")
+
+    def _check_mauve(self) -> None:
+        if not self.mauve_featurizer or self.mauve_num_buckets == "auto":
+            return
+        n = min(int(self.plan.num_sequences), int(self.mauve_num_reference or self.plan.num_sequences))
+        if n < int(self.mauve_num_buckets):
+            raise ValueError(f"results.mauve_num_buckets={self.mauve_num_buckets} needs at least that many texts per "
+                             f"row, but rows have {n}: raise data.num_sequences (and results.mauve_num_reference) or "
+                             "set results.mauve_num_buckets to auto or a smaller number")
+
+    def _check_limits(self, trainer: L.Trainer) -> None:
+        """A run must sample every sequence of every pending row: refuse fast_dev_run / limit_predict_batches."""
+        pending = len(self.plan.pending_work())
+        if getattr(trainer, "fast_dev_run", False):
+            raise ValueError("trainer.fast_dev_run samples only the first work item, so rows would be incomplete: "
+                             "set it to false and make the run small with data.num_sequences / data.seq_len instead")
+        limit = trainer.limit_predict_batches
+        if limit is None:
+            return
+        short = (isinstance(limit, int) and not isinstance(limit, bool) and limit < pending) or (
+            isinstance(limit, float) and limit < 1.0)
+        if short:
+            raise ValueError(f"trainer.limit_predict_batches={limit} would sample only part of the {pending} work "
+                             "items, so rows would be incomplete: leave it unset and make the run small with "
+                             "data.num_sequences / data.seq_len instead")
+
+    def _row_identity(self, i: int) -> dict[str, Any]:
+        return {"label": self._labels[i], "steps": self.plan.rows[i].steps, "settings": self._settings[i]}
+
+    def _load_previous(self) -> dict[int, tuple[dict[str, Any], torch.Tensor | None]]:
+        """Rows already complete on disk for the same settings: {plan row index: (row, samples)}."""
+        path = self.out / "metrics.json"
+        if not path.exists():
+            self._clear_previous(None)
+            return {}
+        try:
+            meta, rows = load_metrics(path)
+        except (ValueError, json.JSONDecodeError) as exc:
+            self._clear_previous(f"its metrics.json could not be read ({exc})")
+            return {}
+        same_run = meta.get("format") == METRICS_FORMAT and {
+            "num_sequences": meta.get("num_sequences"), "seq_len": meta.get("seq_len"), "seed": meta.get("seed"),
+            "chain": (meta.get("chain") or {}).get("fingerprint"), "metric_options": meta.get("metric_options")
+        } == jsonable(self.run_key())
+        self._previous_methods = (meta.get("intervals") or {}).get("per_key") or {} if same_run else {}
+        if not same_run:
+            self._clear_previous("it holds another run's results (different N, T, seed, chain or metric options)")
+            return {}
+        samples: dict[tuple[str, Any], torch.Tensor] = {}
+        if self.save_samples:
+            try:
+                saved = torch.load(self.out / "samples.pt", weights_only=True)
+                samples = {(r.get("label", r["sampler"]), r["steps"]): r["samples"] for r in saved["rows"]}
+            except Exception:
+                samples = {}
+        by_id = {(r.get("label"), r.get("steps")): r for r in rows}
+        kept = {}
+        for i in range(len(self.plan.rows)):
+            ident = self._row_identity(i)
+            row = by_id.get((ident["label"], ident["steps"]))
+            if row is None or row.get("settings") != ident["settings"]:
+                continue
+            x = samples.get((ident["label"], ident["steps"]))
+            if self.save_samples and (x is None or tuple(x.shape) != (self.plan.num_sequences, self.plan.seq_len)):
+                continue
+            kept[i] = (row, x)
+        stale = len(rows) - len(kept)
+        if stale:
+            warnings.warn(f"{self.out}: {stale} row(s) on disk are not part of this run or have other settings; "
+                          "they are replaced", stacklevel=2)
+        self._remove_figures()
+        return kept
+
+    def _clear_previous(self, reason: str | None) -> None:
+        """Remove the files a previous run left in the output folder (with a warning naming them)."""
+        names = ["metrics.json", "metrics.csv", "samples.pt", "samples.txt"]
+        found = [n for n in names if (self.out / n).exists()]
+        figs = self._remove_figures()
+        for n in found:
+            (self.out / n).unlink()
+        if (found or figs) and reason is not None:
+            warnings.warn(f"{self.out}: {reason}; removed {', '.join(found + [f'{figs} figure(s)'] if figs else found)}",
+                          stacklevel=2)
+
+    def _remove_figures(self) -> int:
+        folder = self.out / "figures"
+        count = 0
+        if folder.is_dir():
+            for p in folder.iterdir():
+                if p.is_file() and p.suffix.lstrip(".") in FIGURE_FORMATS:
+                    p.unlink()
+                    count += 1
+        return count
+
+    # ------------------------------------------------------------------ signals
+    def _install_signal_handlers(self) -> None:
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+        state: dict[str, Any] = {"critical": False, "pending": None, "previous": {}}
+
+        def handler(signum, frame):
+            if self._signal_state is not state:  # left installed after the run (restored by someone else)
+                prev = state["previous"].get(signum)
+                if callable(prev):
+                    return prev(signum, frame)
+                raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
+            if state["critical"]:
+                state["pending"] = signum
+                return
+            raise self._interrupted(signum)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            state["previous"][sig] = signal.getsignal(sig)
+            signal.signal(sig, handler)
+        self._signal_state = state
+
+    def _interrupted(self, signum: int) -> RunInterrupted:
+        done = len(self.rows) if not self._distributed else 0
+        return RunInterrupted(signum, done, len(self.plan.rows), str(self.out))
+
+    def _restore_signal_handlers(self) -> None:
+        state, self._signal_state = self._signal_state, None
+        if state is not None:
+            for sig, prev in state["previous"].items():
+                signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "predict":
+            self._restore_signal_handlers()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore_signal_handlers()  # Lightning calls no teardown hook after an exception
+
+    # ------------------------------------------------------------------ accumulation
+    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._specs = registry.enabled_specs(self)
         self._reads_texts = any(spec.reads == "texts" for spec in self._specs)
         self._decoder = self.decoder if (self._reads_texts or self.num_text_examples) else None
         context = registry.MetricContext(
             self.chain, self, device=self.lm_device or str(pl_module.device), intervals=self.bootstrap_resamples > 0,
             data_cache_dir=self.run_info.get("cache_dir"), reference_samples=self.reference_samples, decoder=self.decoder)
-        self.metrics = [[SequenceBootstrapper(spec.build(context), self.bootstrap_resamples, self.confidence,
+        self.metrics = [None if i in self.plan.done else
+                        [SequenceBootstrapper(spec.build(context), self.bootstrap_resamples, self.confidence,
                                               int(self.plan.seed), policy=spec.interval) for spec in self._specs]
-                        for _ in self.plan.rows]
+                        for i in range(len(self.plan.rows))]
         ref = next((i for i, r in enumerate(self.plan.rows) if r.reference), None)
         for s, spec in enumerate(self._specs):  # metrics compared with the reference row's
             if spec.pairs_with_reference:
                 for row in self.metrics:
-                    row[s].metric.pair_with(None if ref is None else self.metrics[ref][s].metric)
+                    if row is not None:
+                        row[s].metric.pair_with(None if ref is None or self.metrics[ref] is None
+                                                else self.metrics[ref][s].metric)
+        self._start_rows()
+        self._advance(trainer)  # rows kept from disk at the head of the plan
+
+    def _start_rows(self) -> None:
         self._chunks: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in self.plan.rows]
+        self._nfe: list[list[torch.Tensor]] = [[] for _ in self.plan.rows]
+        self._count = [0] * len(self.plan.rows)
+        self._finished: dict[int, tuple[dict[str, Any], torch.Tensor | None]] = {}
+        self._committed: list[tuple[dict[str, Any], torch.Tensor | None]] = []
+        self.rows = []
 
     def on_predict_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        """Name the row being sampled in the progress bar, e.g. ``mdlm steps=64``."""
-        bar = getattr(trainer.progress_bar_callback, "predict_progress_bar", None)
-        if bar is not None and isinstance(batch, dict) and self.plan is not None and int(batch["row"]) >= 0:
-            row = self.plan.rows[int(batch["row"])]
-            bar.set_description(f"{row.name} " + ("AR" if row.steps is None else f"steps={row.steps}"))
+        """Name the row being sampled in the progress bar (TQDM or Rich), e.g. ``row 2/9 mdlm steps=64``."""
+        if not isinstance(batch, dict) or self.plan is None:
+            return
+        i = int(batch["row"])
+        if i < 0:  # an idle process's placeholder item
+            return
+        row = self.plan.rows[i]
+        text = f"row {i + 1}/{len(self.plan.rows)} {self._labels[i]} " + ("AR" if row.steps is None else f"steps={row.steps}")
+        callback = trainer.progress_bar_callback
+        bar = getattr(callback, "predict_progress_bar", None)
+        if hasattr(bar, "set_description"):  # TQDMProgressBar
+            bar.set_description(text)
+        task = getattr(callback, "predict_progress_bar_id", None)
+        progress = getattr(callback, "progress", None)
+        if task is not None and progress is not None:  # RichProgressBar
+            progress.update(task, description=text)
 
     def on_predict_batch_end(self, trainer, pl_module, outputs: dict[str, Any], batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         row = int(outputs["row"])
@@ -164,53 +497,112 @@ class ResultsWriter(Callback):
             else:
                 metric.update(x if spec.reads == "ids" else texts, index=index)
         self._chunks[row].append((index, x))
+        nfe = outputs.get("nfe")
+        self._nfe[row].append((index, torch.full((len(index),), float("nan"), dtype=torch.float64)
+                               if nfe is None else nfe.to(torch.float64).reshape(-1)))
+        self._count[row] += len(index)
+        if not self._distributed and self._count[row] >= self.plan.num_sequences:
+            self._finished[row] = self._finish_row(row)
+            self._advance(trainer)
 
-    # ------------------------------------------------------------------ end of predict
-    def _gather_samples(self, row: int) -> torch.Tensor:
-        chunks = self._chunks[row]
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    # ------------------------------------------------------------------ rows
+    def _gather(self, chunks: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor | None:
+        if self._distributed and dist.is_available() and dist.is_initialized():
             gathered: list[Any] = [None] * dist.get_world_size()
             dist.all_gather_object(gathered, chunks)
             chunks = [c for part in gathered for c in part]
         chunks = sorted(chunks, key=lambda c: int(c[0][0]))
-        return torch.cat([x for _, x in chunks]) if chunks else torch.zeros(0, 0, dtype=torch.uint8)
+        return torch.cat([x for _, x in chunks]) if chunks else None
 
-    def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        seed = int(self.plan.seed)
-        rows, all_samples = [], []
-        for i, plan_row in enumerate(self.plan.rows):  # collectives: every process computes every row in order
-            row: dict[str, Any] = {"sampler": plan_row.name, "steps": plan_row.steps, "seed": seed}
+    def _finish_row(self, i: int) -> tuple[dict[str, Any], torch.Tensor | None]:
+        """Compute row ``i``'s values (collective in a multi-process run) and gather its samples."""
+        plan_row = self.plan.rows[i]
+        nfe = self._gather(self._nfe[i])
+        finite = nfe[~torch.isnan(nfe)] if nfe is not None else torch.zeros(0)
+        row: dict[str, Any] = {"sampler": plan_row.name, "label": self._labels[i], "steps": plan_row.steps,
+                               "seed": int(self.plan.seed),
+                               "nfe": float(finite.mean()) if finite.numel() else None,
+                               "nfe_std": float(finite.std(unbiased=False)) if finite.numel() else None,
+                               "settings": self._settings[i]}
+        for spec, metric in zip(self._specs, self.metrics[i]):
+            row.update(spec.values(metric.compute()))
+        if self.bootstrap_resamples:
             for spec, metric in zip(self._specs, self.metrics[i]):
-                row.update(spec.values(metric.compute()))
-            if self.bootstrap_resamples:
-                for spec, metric in zip(self._specs, self.metrics[i]):
-                    row.update(spec.intervals(metric.interval()))
-            rows.append(row)
-            all_samples.append(self._gather_samples(i))
-        self.rows = rows
-        if trainer.is_global_zero:
-            out = Path(self.output_dir or trainer.default_root_dir)
-            self.write(rows, out)
-            if self.bootstrap_resamples:
-                self._write_interval_methods(out)
-            self._write_samples(rows, all_samples, out)
-            if self.figures:
-                from dllm_lit.results.figures import write_figures
+                row.update(spec.intervals(metric.interval()))
+        samples = self._gather(self._chunks[i])
+        self._chunks[i], self._nfe[i] = [], []
+        return row, samples
 
-                write_figures(rows, out)
-            self.log_rows(trainer, rows)
+    def _advance(self, trainer: L.Trainer) -> None:
+        """Commit, in plan order, every row that is finished (or kept from disk) and follows the committed ones."""
+        before = n = len(self._committed)
+        while n < len(self.plan.rows) and (n in self._finished or n in self._kept):
+            row, x = self._finished.pop(n) if n in self._finished else self._kept[n]
+            self._committed.append((row, x))
+            self.rows.append(row)
+            if trainer.is_global_zero:
+                self._log_row(trainer, n, row)
+            n += 1
+        if n > before and trainer.is_global_zero:
+            self._commit(complete=n == len(self.plan.rows))
+
+    def _commit(self, complete: bool) -> None:
+        """Write samples first, then metrics (the commit record); signals wait until both are on disk."""
+        state = self._signal_state
+        if state is not None:
+            state["critical"] = True
+        try:
+            rows = [r for r, _ in self._committed]
+            samples = [x for _, x in self._committed]
+            self._write_samples(rows, samples, self.out)
+            self.meta = self.build_meta(complete=complete)
+            self.write(rows, self.out, meta=self.meta)
+
+        finally:
+            if state is not None:
+                state["critical"] = False
+                if state["pending"] is not None:
+                    signum, state["pending"] = state["pending"], None
+                    raise self._interrupted(signum)
+
+    # ------------------------------------------------------------------ end of predict
+    def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._distributed:  # collectives: every process computes every pending row in order
+            for i in range(len(self.plan.rows)):
+                if i not in self.plan.done:
+                    self._finished[i] = self._finish_row(i)
+            self._advance(trainer)
+        missing = [self._labels[i] for i in range(len(self.plan.rows)) if i not in self.plan.done and
+                   i >= len(self._committed)]
+        if missing:
+            raise RuntimeError(f"predict ended before rows {missing} were complete")
+        self._finalize(trainer)
+
+    def _finalize(self, trainer: L.Trainer) -> None:
+        """Figures and the loggers' table, figures and samples file, once every row is on disk."""
+        if not trainer.is_global_zero:
+            return
+        paths = []
+        if self.figures:
+            from dllm_lit.results.figures import write_figures
+
+            paths = write_figures(self.rows, self.out, formats=self.figure_formats, meta=self.meta)
+        self.log_rows(trainer, self.rows, figures=paths, files=[self.out / n for n in ("metrics.json", "samples.txt",
+                                                                                        "samples.pt")])
 
     # ------------------------------------------------------------------ files
     @staticmethod
-    def write(rows: list[dict[str, Any]], out: Path) -> None:
-        """metrics.json (rows as they are) and metrics.csv (intervals split into two columns)."""
-        atomic_write_text(out / "metrics.json", json.dumps(rows, indent=2) + "\n")
+    def write(rows: list[dict[str, Any]], out: Path, meta: dict[str, Any] | None = None) -> None:
+        """metrics.json ({"meta", "rows"}) and metrics.csv (intervals split into two columns, settings as JSON)."""
+        atomic_write_text(out / "metrics.json", json.dumps({"meta": meta or {}, "rows": rows}, indent=2) + "\n")
         flat_rows = []
         for r in rows:
             flat: dict[str, Any] = {}
             for k, v in r.items():
                 if k.endswith("_ci"):
                     flat[f"{k}_low"], flat[f"{k}_high"] = (v if v is not None else ("", ""))
+                elif isinstance(v, (dict, list)):
+                    flat[k] = json.dumps(v, sort_keys=True)
                 else:
                     flat[k] = "" if v is None else v
             flat_rows.append(flat)
@@ -218,40 +610,70 @@ class ResultsWriter(Callback):
         for fr in flat_rows:
             fields += [k for k in fr if k not in fields]
         buf = io.StringIO()
-        default = ["sampler", "steps", "seed", *registry.METRICS[0].keys]  # header of a run without rows
+        default = [*ROW_HEAD, *registry.METRICS[0].keys]  # header of a run without rows
         w = csv.DictWriter(buf, fieldnames=fields or default, restval="")
         w.writeheader()
         w.writerows(flat_rows)
         atomic_write_text(out / "metrics.csv", buf.getvalue())
 
-    def _write_interval_methods(self, out: Path) -> None:
-        """intervals.json: the level, the resamples and the interval method of every column."""
-        policies = [m.policy for m in self.metrics[0]] if self.metrics else []
-        payload = {"confidence": self.confidence, "resamples": self.bootstrap_resamples, "unit": "sequence",
-                   "columns": registry.interval_methods(self._specs, policies)}
-        atomic_write_text(out / "intervals.json", json.dumps(payload, indent=2) + "\n")
-
-    def _write_samples(self, rows: list[dict[str, Any]], samples: list[torch.Tensor], out: Path) -> None:
+    def _write_samples(self, rows: list[dict[str, Any]], samples: list[torch.Tensor | None], out: Path) -> None:
         if self.save_samples:
             payload = {"format": SAMPLES_FORMAT, "version": 1,
-                       "rows": [{"sampler": r["sampler"], "steps": r["steps"], "seed": r["seed"], "samples": x}
-                                for r, x in zip(rows, samples)]}
+                       "rows": [{"sampler": r["sampler"], "label": r["label"], "steps": r["steps"], "seed": r["seed"],
+                                 "samples": x} for r, x in zip(rows, samples)]}
             atomic_torch_save(payload, out / "samples.pt")
-        if self.num_text_examples and self._decoder is not None:
+        decoder = self.decoder if self.num_text_examples else None
+        if decoder is not None:
             parts = []
             for r, x in zip(rows, samples):
-                label = f"{r['sampler']} " + ("AR (exact chain samples)" if r["steps"] is None else f"steps={r['steps']}")
-                texts = self._decoder.decode_batch(x[: self.num_text_examples].long())
+                label = f"{r['label']} " + ("AR (exact chain samples)" if r["steps"] is None else f"steps={r['steps']}")
+                if x is None:
+                    parts.append(f"=== {label} === (samples not kept)")
+                    continue
+                texts = decoder.decode_batch(x[: self.num_text_examples].long())
                 parts.append(f"=== {label} ===\n" + "\n".join(f"[{i}] {t}" for i, t in enumerate(texts)))
             atomic_write_text(out / "samples.txt", "\n\n".join(parts) + "\n")
 
+    # ------------------------------------------------------------------ loggers
     @staticmethod
-    def log_rows(trainer: L.Trainer, rows: list[dict[str, Any]]) -> None:
-        """Send every row to the trainer's loggers (W&B: one metric series per sampler plus a table)."""
+    def _numeric(row: dict[str, Any]) -> dict[str, float]:
+        return {k: float(v) for k, v in row.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("seed",)
+                and not (isinstance(v, float) and math.isnan(v))}
+
+    def _log_row(self, trainer: L.Trainer, index: int, row: dict[str, Any]) -> None:
+        """One row as metrics ``<label>/<key>`` (W&B step = the row's index in the plan, so steps stay monotone)."""
+        values = {f"{row['label']}/{k}": v for k, v in self._numeric(row).items()}
+        if row["steps"] is not None:
+            values[f"{row['label']}/steps"] = float(row["steps"])
         for logger in trainer.loggers:
-            for r in rows:
-                numeric = {f"{r['sampler']}/{k}": v for k, v in r.items() if isinstance(v, float)}
-                logger.log_metrics(numeric, step=0 if r["steps"] is None else int(r["steps"]))
-            if hasattr(logger, "log_table") and rows:
-                cols = [c for c in rows[0].keys() if not c.endswith("_ci")]
-                logger.log_table(key="results", columns=cols, data=[[r[c] for c in cols] for r in rows])
+            logger.log_metrics(values, step=index)
+
+    @classmethod
+    def log_rows(cls, trainer: L.Trainer, rows: list[dict[str, Any]], figures: list[Path] = (),
+                 files: list[Path] = ()) -> None:
+        """The results table, the sweep metric, the figures and the result files, to every logger.
+
+        The sweep metric: the unprefixed keys (``kl``, ``nll``, ...) of the run's last non-reference row,
+        so a W&B sweep can optimise ``kl`` over points that each run one (sampler, steps).
+        """
+        if not rows:
+            return
+        main = next((r for r in reversed(rows) if r["steps"] is not None or r["label"] != "ar"), rows[-1])
+        cols = [c for c in rows[0].keys() if not c.endswith("_ci")]
+        data = [[json.dumps(r.get(c), sort_keys=True) if isinstance(r.get(c), (dict, list)) else r.get(c)
+                 for c in cols] for r in rows]
+        for logger in trainer.loggers:
+            logger.log_metrics(cls._numeric(main), step=len(rows))
+            if hasattr(logger, "log_table"):
+                logger.log_table(key="results", columns=cols, data=data)
+            if figures and hasattr(logger, "log_image"):
+                pngs = [p for p in figures if Path(p).suffix == ".png"]
+                for p in pngs:
+                    logger.log_image(key=f"figures/{Path(p).stem}", images=[str(p)])
+            experiment = getattr(logger, "experiment", None)
+            if type(logger).__name__ == "WandbLogger" and hasattr(experiment, "save"):
+                for p in [*files, *figures]:
+                    if Path(p).exists():
+                        experiment.save(str(p), base_path=str(Path(p).parent if Path(p).parent.name != "figures"
+                                                               else Path(p).parent.parent), policy="now")

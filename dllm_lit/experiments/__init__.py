@@ -1,0 +1,28 @@
+"""Experiments as a researcher runs them: grid points, the local sweep runner and the report.
+
+``python cli.py sweep sweeps/<name>.yaml`` runs a sweep file's grid without a W&B server
+(:mod:`~dllm_lit.experiments.sweep`); ``python cli.py report RUN_DIRS... --out DIR`` aggregates
+finished runs into tables and figures (:mod:`~dllm_lit.experiments.report`); one grid point is
+:mod:`~dllm_lit.experiments.point` (what ``sweeps/run_point.py`` and W&B agents run).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def _sweep(argv: list[str]) -> int:
+    from dllm_lit.experiments.sweep import main
+
+    return main(argv)
+
+
+def _report(argv: list[str]) -> int:
+    from dllm_lit.experiments.report import main
+
+    return main(argv)
+
+
+#: subcommands of ``cli.py`` that are not Lightning's: name -> main(argv) -> exit status
+COMMANDS: dict[str, Callable[[list[str]], int]] = {"sweep": _sweep, "report": _report}
+
+__all__ = ["COMMANDS"]
