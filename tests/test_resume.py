@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import lightning as L
@@ -69,16 +68,17 @@ def test_rerun_keeps_complete_rows_and_recomputes_changed_ones(tmp_path: Path) -
     assert [r["steps"] for r in first.rows] == [None, 2, 4] and first.meta["complete"]
     # the same command with one more steps value samples only the new row
     second = _run(out, MDLM(steps=[2, 4, 8]))
-    assert second.plan.done == {0, 1, 2}
-    assert second.metrics[0] is None and second.metrics[3] is not None
+    # the reference row is drawn again (cheap) because kl_excess of the new row pairs with it
+    assert second.plan.done == {1, 2}
+    assert second.metrics[1] is None and second.metrics[0] is not None and second.metrics[3] is not None
     meta, rows = load_metrics(out)
     assert rows == fresh and meta["complete"]  # identical to a run that never stopped
     saved = torch.load(out / "samples.pt", weights_only=True)
     assert [r["steps"] for r in saved["rows"]] == [None, 2, 4, 8]
-    # changed sampler settings: those rows are recomputed (the reference row is kept)
+    # changed sampler settings: those rows are recomputed (and the reference row they pair with)
     with pytest.warns(UserWarning, match="other settings; they are replaced"):
         third = _run(out, MDLM(steps=[2], decoding="stepwise"))
-    assert third.plan.done == {0}
+    assert third.plan.done == set() and third.rows[0] == fresh[0]
     assert [r["settings"]["decoding"] for r in load_metrics(out)[1][1:]] == ["stepwise"]
     # changed metric options: every row is recomputed, the old files are removed with a warning
     with pytest.warns(UserWarning, match="another run's results"):

@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                 done += 1
                 if proc.returncode != 0 and stop["signum"] is None:
                     failed.append(pname)
-                    say(f"  {pname} failed (exit {proc.returncode})" + ("" if inherit else f"; see its run.log"))
+                    say(f"  {pname} failed (exit {proc.returncode})" + ("" if inherit else "; see its run.log"))
         if stop["signum"] is not None:
             say(f"{name}: stopped by {signal.Signals(stop['signum']).name}; rerun the same command to finish")
             return 128 + int(stop["signum"])

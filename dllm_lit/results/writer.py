@@ -272,6 +272,12 @@ class ResultsWriter(Callback):
         self._kept: dict[int, tuple[dict[str, Any], torch.Tensor | None]] = self._load_previous() if self.resume else {}
         if not self.resume:
             self._clear_previous("resume is off")
+        ref = next((i for i, r in enumerate(plan.rows) if r.reference), None)
+        pairs = any(spec.pairs_with_reference for spec in registry.enabled_specs(self))
+        if pairs and ref in self._kept and len(self._kept) < len(plan.rows):
+            # rows compared with the reference row (kl_excess, ...) need its metric states: draw it again
+            # (exact chain samples: cheap, and identical to the kept row)
+            del self._kept[ref]
         plan.done = set(self._kept)
         if self._kept:
             from lightning.pytorch.utilities import rank_zero_info
