@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -233,3 +234,18 @@ def test_decompose_writes_table_and_figure(trained: Path, tmp_path) -> None:
     for row in table["steps"]:
         assert row["diff_kl"] == pytest.approx(row["total_kl"] - row["sampler_kl"])
         assert row["diff_kl_ci"][0] <= row["diff_kl_ci"][1]
+
+
+def test_readme_learned_denoiser_snippet_runs_as_written(checkpoint: str, tmp_path) -> None:
+    """The YAML block of README's learned-denoiser section, exactly as printed (only the path is this test's model)."""
+    import re
+
+    text = (REPO / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "HFDenoiser" in b]
+    assert len(blocks) == 1
+    snippet = textwrap.dedent(blocks[0])
+    assert "outputs/denoiser/hf_denoiser" in snippet
+    cfg = tmp_path / "readme.yaml"
+    cfg.write_text(snippet.replace("outputs/denoiser/hf_denoiser", checkpoint))
+    _predict(["--config", str(cfg)], tmp_path / "readme")
+    assert (tmp_path / "readme" / "metrics.json").exists()
