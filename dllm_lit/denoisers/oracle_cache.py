@@ -22,8 +22,10 @@ check is rebuilt.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +37,8 @@ import torch
 from dllm_lit.atomic import atomic_write, atomic_write_text
 from dllm_lit.hashing import canonical_json, sha256_text
 from dllm_lit.markov.chain import MarkovChain
+
+log = logging.getLogger("dllm_lit.oracle")
 
 __all__ = ["PowerTable", "build_power_table", "load_or_build", "chain_fingerprint", "table_key",
            "DISK_CACHE_MIN_BYTES", "FORMAT_VERSION"]
@@ -186,6 +190,8 @@ def load_or_build(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, d
         if hit is not None:
             return hit
         info: dict = {"crc": []}
+        started = time.perf_counter()
+        log.info("building the oracle's power tables for V=%d into %s (once per chain; later runs load them)", V, root)
 
         def write(fh: IO[bytes]) -> None:
             max_depth = max_depth_for(V, max_cache_bytes, dtype)
@@ -206,6 +212,7 @@ def load_or_build(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, d
                   "residual": info["residual"] if math.isfinite(info["residual"]) else None,
                   "strictly_positive": _strictly_positive(chain), "crc": info["crc"]}
         atomic_write_text(meta, json.dumps(record))
+        log.info("built the oracle's power tables (depth %d) in %.0f s", info["depth"], time.perf_counter() - started)
         hit = cached()
     if hit is None:
         raise RuntimeError(f"the oracle table written to {data} failed verification on read-back")
