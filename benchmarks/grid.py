@@ -2,6 +2,7 @@
 
     python benchmarks/grid.py                       # bundled English chain, N = 512, T = 1024
     python benchmarks/grid.py --synthetic           # OWT-sized synthetic chain (V = 4096, K = 206, eps = 1e-4)
+    python benchmarks/grid.py --all                 # plus every modern sampler (Fast-dLLM, Dream, EB, PC, FHS, ...)
     python benchmarks/grid.py --num-sequences 64 --seq-len 256 --configs configs/mdlm.yaml
 
 Every config goes through the same parser and engine as ``cli.py predict`` (``DllmCLI`` with
@@ -25,6 +26,9 @@ from dllm_lit.engine import predict
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_CONFIGS = ["ar", "mdlm", "mdlm_paper", "llada", "sedd", "remdm_conf", "remdm_loop"]
+#: the samplers shipped beyond the paper's (``--all`` adds them)
+MODERN_CONFIGS = ["fast_dllm", "fast_dllm_factor", "dream_origin", "dream_maskgit_plus", "dream_topk_margin",
+                  "dream_entropy", "eb_sampler", "pc_sampler", "fhs", "maskgit", "klass", "bd3"]
 STEPS = [8, 16, 32, 64, 128, 256, 512, 1024]
 
 
@@ -46,7 +50,8 @@ def build(config: str, args: argparse.Namespace, out: str) -> DllmCLI:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--configs", nargs="*", default=[str(ROOT / "configs" / f"{c}.yaml") for c in PAPER_CONFIGS])
+    ap.add_argument("--configs", nargs="*", default=None, help="config files (default: the paper's configs)")
+    ap.add_argument("--all", action="store_true", help="the paper's configs plus every modern sampler's")
     ap.add_argument("--steps", nargs="*", type=int, default=STEPS)
     ap.add_argument("--num-sequences", type=int, default=512)
     ap.add_argument("--seq-len", type=int, default=1024)
@@ -55,6 +60,9 @@ def main() -> None:
     ap.add_argument("--synthetic", action="store_true", help="OWT-sized synthetic chain instead of the English chain")
     ap.add_argument("--accelerator", default="gpu" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
+    if args.configs is None:
+        names = PAPER_CONFIGS + (MODERN_CONFIGS if args.all else [])
+        args.configs = [str(ROOT / "configs" / f"{c}.yaml") for c in names]
 
     chain = oracle = None
     kl: dict[str, dict[int | None, float]] = {}
@@ -80,16 +88,16 @@ def main() -> None:
             name = cli.model.name
             times[name] = time.perf_counter() - t0
             kl[name] = {r["steps"]: r["kl"] for r in writer.rows}
-            print(f"{name:>12s}: {times[name]:7.1f} s wall {time.process_time() - c0:7.1f} s cpu")
-    print(f"{'whole grid':>12s}: {time.perf_counter() - grid_start:7.1f} s")
+            print(f"{name:>18s}: {times[name]:7.1f} s wall {time.process_time() - c0:7.1f} s cpu")
+    print(f"{'whole grid':>18s}: {time.perf_counter() - grid_start:7.1f} s")
     print()
     print("transition KL (nats) by sampler and steps; ar = exact chain samples")
-    print(f"{'sampler':>12s} " + " ".join(f"{s:>8d}" for s in args.steps))
+    print(f"{'sampler':>18s} " + " ".join(f"{s:>8d}" for s in args.steps))
     for name, row in kl.items():
         if None in row:
-            print(f"{name:>12s} " + " ".join(f"{row[None]:8.4f}" for _ in args.steps))
+            print(f"{name:>18s} " + " ".join(f"{row[None]:8.4f}" for _ in args.steps))
         else:
-            print(f"{name:>12s} " + " ".join(f"{row[s]:8.4f}" for s in args.steps))
+            print(f"{name:>18s} " + " ".join(f"{row[s]:8.4f}" for s in args.steps))
 
 
 if __name__ == "__main__":
