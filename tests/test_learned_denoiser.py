@@ -249,3 +249,16 @@ def test_readme_learned_denoiser_snippet_runs_as_written(checkpoint: str, tmp_pa
     cfg.write_text(snippet.replace("outputs/denoiser/hf_denoiser", checkpoint))
     _predict(["--config", str(cfg)], tmp_path / "readme")
     assert (tmp_path / "readme" / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_fit_with_two_ddp_processes(tmp_path) -> None:
+    """fit runs unchanged with DDP (two CPU processes): checkpoints and the HF export are written."""
+    cmd = [sys.executable, "cli.py", "fit", "--config", "configs/train_denoiser.yaml", "--trainer.max_steps", "4",
+           "--trainer.val_check_interval", "2", "--data.seq_len", "16", "--data.batch_size", "4",
+           "--data.val_sequences", "8", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+           "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path),
+           "--trainer.enable_progress_bar", "false"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "checkpoints" / "last.ckpt").exists() and (tmp_path / "hf_denoiser" / "config.json").exists()

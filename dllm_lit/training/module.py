@@ -134,13 +134,10 @@ class DenoiserTraining(L.LightningModule):
             self.val_kl.update(masked_kl(gamma, logp[b, p]))
             log_pi = self.chain.stationary.to(x.device).log().expand(b.numel(), -1)
             self.val_kl_unigram.update(masked_kl(gamma, log_pi))
-
-    def on_validation_epoch_end(self) -> None:
-        self.log("val/nelbo", self.val_nelbo.compute())
-        self.log("val/kl", self.val_kl.compute(), prog_bar=True)
-        self.log("val/kl_unigram", self.val_kl_unigram.compute(), prog_bar=True)
-        for m in (self.val_nelbo, self.val_kl, self.val_kl_unigram):
-            m.reset()
+        # metric objects: Lightning computes them once per epoch, synchronised across processes, then resets them
+        self.log("val/nelbo", self.val_nelbo, on_step=False, on_epoch=True)
+        self.log("val/kl", self.val_kl, on_step=False, on_epoch=True, prog_bar=True)
+        self.log("val/kl_unigram", self.val_kl_unigram, on_step=False, on_epoch=True, prog_bar=True)
 
     def configure_optimizers(self):
         self._need_model()
