@@ -190,13 +190,13 @@ def block_mdlm_law(chain: MarkovChain, T: int, block_size: int, steps: int, grid
 TIE_DECIMALS = 9  # confidences equal to 9 decimals are ties (exact ties in the sampler's float output)
 
 
-def proposal_options(g: torch.Tensor, temperature: float) -> list[tuple[int, float]]:
+def proposal_options(g: torch.Tensor, temperature: float, tol: float = 1e-9) -> list[tuple[int, float]]:
     """(token, prob) options of a proposal at one position with exact marginal g [V]: argmax
-    (lowest id among maxima) at temperature 0, else g^(1/temperature) renormalised."""
+    (lowest id among maxima within ``tol``) at temperature 0, else g^(1/temperature) renormalised."""
     V = g.numel()
     if temperature == 0:
         top = float(g.max())
-        return [(next(v for v in range(V) if float(g[v]) >= top - 1e-9), 1.0)]
+        return [(next(v for v in range(V) if float(g[v]) >= top - tol), 1.0)]
     w = g.clamp_min(0) ** (1.0 / temperature)
     w = w / w.sum()
     return [(v, float(w[v])) for v in range(V) if w[v] > 0]
@@ -361,13 +361,7 @@ Selection = list[tuple[tuple[int, ...], float]]
 
 def tempered_options(q: torch.Tensor, temperature: float) -> list[tuple[int, float]]:
     """(token, prob) options of a proposal from the law q [V]: argmax (lowest id) at 0, else q^(1/tau) normalised."""
-    V = q.numel()
-    if temperature == 0:
-        top = float(q.max())
-        return [(next(v for v in range(V) if float(q[v]) >= top - 1e-12), 1.0)]
-    w = q.clamp_min(0) ** (1.0 / temperature)
-    w = w / w.sum()
-    return [(v, float(w[v])) for v in range(V) if w[v] > 0]
+    return proposal_options(q, temperature, tol=1e-12)
 
 
 def ranked_choice(positions: list[int], scores: list[float], n: int, tie_rule: str) -> Selection:

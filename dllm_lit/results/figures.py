@@ -90,6 +90,15 @@ def _band(ax, xs, cis, color) -> None:
         ax.fill_between(xs, [c[0] for c in cis], [c[1] for c in cis], color=color, alpha=0.2, lw=0)
 
 
+def _series(rows: list[dict[str, Any]], key: str, x: str) -> dict[str, list[dict[str, Any]]]:
+    """Rows with both ``key`` and ``x`` set, grouped by row label, each group sorted by ``x``."""
+    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get(x) is not None and r.get(key) is not None:
+            series[label_of(r)].append(r)
+    return {name: sorted(rs, key=lambda r: r[x]) for name, rs in series.items()}
+
+
 def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | None = None,
                 formats: Iterable[str] = ("png",), caption: str = "") -> list[Path]:
     """Plot ``key`` against steps, one line per row label; rows without steps as horizontal lines.
@@ -97,16 +106,12 @@ def plot_metric(rows: list[dict[str, Any]], key: str, path: Path, title: str | N
     Returns the files written (``path`` with each suffix of ``formats``).
     """
     label = registry.labels().get(key, key)
-    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    series = _series(rows, key, "steps")
     flat = [r for r in rows if r.get("steps") is None and r.get(key) is not None]
-    for r in rows:
-        if r.get("steps") is not None and r.get(key) is not None:
-            series[label_of(r)].append(r)
     fig, ax = plt.subplots(figsize=(5.4, 3.8), dpi=120)
     if series:
         all_steps = []
         for name, rs in sorted(series.items()):
-            rs = sorted(rs, key=lambda r: r["steps"])
             xs = [r["steps"] for r in rs]
             all_steps += xs
             (line,) = ax.plot(xs, [r[key] for r in rs], marker="o", ms=3, label=name)
@@ -146,14 +151,10 @@ def plot_nfe_front(rows: list[dict[str, Any]], key: str, path: Path, formats: It
                    caption: str = "") -> list[Path]:
     """``key`` against the mean NFE per sequence (horizontal bars: the NFE spread), one line per row label."""
     label = registry.labels().get(key, key)
-    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        if r.get("nfe") is not None and r.get(key) is not None:
-            series[label_of(r)].append(r)
+    series = _series(rows, key, "nfe")
     fig, ax = plt.subplots(figsize=(5.4, 3.8), dpi=120)
     xs_all = []
     for name, rs in sorted(series.items()):
-        rs = sorted(rs, key=lambda r: r["nfe"])
         xs = [r["nfe"] for r in rs]
         xs_all += xs
         (line,) = ax.plot(xs, [r[key] for r in rs], marker="o", ms=3, label=name)
@@ -176,16 +177,12 @@ def plot_kl_bracket(rows: list[dict[str, Any]], path: Path, formats: Iterable[st
     ``kl_excess`` (solid) and the per-token sequence-KL bracket [``seq_kl_lower``, ``seq_kl_upper``]
     (band from max(0, lower), upper end dashed).  Symlog y axis (floor-corrected values can be negative).
     Nothing is drawn when no row has the floor-corrected columns."""
-    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        if r.get("steps") is not None and r.get("kl_excess") is not None:
-            series[label_of(r)].append(r)
+    series = _series(rows, "kl_excess", "steps")
     if not series:
         return []
     fig, ax = plt.subplots(figsize=(5.6, 4.0), dpi=120)
     all_steps = []
     for name, rs in sorted(series.items()):
-        rs = sorted(rs, key=lambda r: r["steps"])
         xs = [r["steps"] for r in rs]
         all_steps += xs
         (line,) = ax.plot(xs, [r["kl_excess"] for r in rs], marker="o", ms=3, label=f"{name}: KL - exact floor")
