@@ -134,6 +134,12 @@ class StepUniforms:
     def __init__(self, seed: int, indices: torch.Tensor, steps: int, stream: int = rng.Stream.TOKEN) -> None:
         self.keys = rng.mix64(rng.sequence_keys(seed, indices, stream) ^ int(steps))
 
+    def rows(self, sl: slice) -> "StepUniforms":
+        """The same uniforms for the sequences ``sl`` of the batch only."""
+        out = StepUniforms.__new__(StepUniforms)
+        out.keys = self.keys[sl]
+        return out
+
     def grid(self, step: int, seq_len: int, slot: int = 0) -> torch.Tensor:
         """Float64 [B, T] uniforms for every position of every sequence at step ``step``."""
         return self.block(step, 0, seq_len, slot)
