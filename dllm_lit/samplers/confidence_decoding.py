@@ -40,7 +40,7 @@ from dllm_lit.samplers.posterior_cache import PosteriorCache
 from dllm_lit.samplers.selection import TIE_RULES, rank_positions, topk_stable_mask
 
 __all__ = ["BlockPosteriors", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
-           "propose_tokens", "propose_step", "confidence", "confidence_bound", "posterior_entropy",
+           "propose_tokens", "propose_step", "confidence", "posterior_entropy",
            "sub_batches", "in_sub_batches", "check_blocks", "block_bounds", "TIE_SLOT", "ranking_options",
            "with_tie_rule"]
 
@@ -53,13 +53,16 @@ Widths = dict[str, tuple[tuple[int, ...], torch.dtype | None]]
 
 def proposal_features(probs: torch.Tensor, temperature: float, cdf: bool = True) -> dict[str, torch.Tensor]:
     """LLaDA's proposal: ``argmax`` of p and, at temperature > 0 with ``cdf``, the float64 ``cdf`` of p^(1/tau);
-    ``probs`` = p.  Without ``cdf`` a draw computes the cdf of the rows it needs (same numbers, see
+    ``probs`` = p.  Without ``cdf``, ``pmax`` = max_v p instead (an upper bound of the confidence, for
+    :func:`decode_blocks`' ``bound``), and a draw computes the cdf of the rows it needs (same numbers, see
     :func:`propose_tokens`).
 
     ``probs`` keeps the posterior's dtype, so cached and recomputed confidences are the same numbers.
     """
     out = {"probs": probs, "argmax": probs.argmax(-1)}
-    if temperature != 0 and cdf:
+    if not cdf:
+        out["pmax"] = probs.amax(-1)
+    elif temperature != 0:
         law = probs if temperature == 1 else sharpen(probs, 1.0 / temperature)
         out["cdf"] = law.to(torch.float64).cumsum(-1)
     return out
@@ -68,7 +71,9 @@ def proposal_features(probs: torch.Tensor, temperature: float, cdf: bool = True)
 def proposal_widths(V: int, temperature: float, cdf: bool = True) -> Widths:
     """Allocation of :func:`proposal_features` in a :class:`PosteriorCache`."""
     w: Widths = {"probs": ((V,), None), "argmax": ((), torch.int64)}
-    if temperature != 0 and cdf:
+    if not cdf:
+        w["pmax"] = ((), None)
+    elif temperature != 0:
         w["cdf"] = ((V,), torch.float64)
     return w
 
@@ -111,8 +116,9 @@ def _width(widths: Widths) -> int:
 class BlockPosteriors:
     """Posterior features at the masked positions of [lo, hi) of a [B, T] state, step after step.
 
-    With ``use_cache`` and enough memory they live in a :class:`PosteriorCache`; otherwise every
-    :meth:`load` recomputes them with ``probs_at`` at the listed positions.  Same values either way.
+    With ``use_cache`` and enough memory they live in a :class:`PosteriorCache` (every position of the
+    block, refreshed only where a nearest revealed neighbour changed); otherwise every :meth:`load`
+    recomputes them with ``probs_at`` at the listed positions.  Same values either way.
     ``row0``: index of the state's first row in the caller's batch (:attr:`StepView.b` adds it).
     """
 
@@ -125,29 +131,29 @@ class BlockPosteriors:
         self.cache = None
         if use_cache and PosteriorCache.fits(B, width, length=hi - lo):
             self.cache = PosteriorCache(denoiser, B, lo, hi, features, widths, device)
-        self.b = self.p = None
         self._feats: dict[str, torch.Tensor] = {}
 
-    def load(self, x: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> None:
-        """Make the features of masked positions (b, p) (rows of x, absolute positions) of state x available."""
-        self.b, self.p = b, p
+    def load(self, x: torch.Tensor, b: torch.Tensor | None, p: torch.Tensor | None) -> None:
+        """Make the features of the masked positions (b, p) (rows of x, absolute positions) of state x
+        available (with the cache: of every masked position of the block; b, p may then be None)."""
         if self.cache is not None:
             self.cache.refresh(x)
         else:
             self._feats = self.features(self.den.probs_at(x, b, p))
 
-    def get(self, name: str, k: torch.Tensor | None = None, sel: torch.Tensor | None = None) -> torch.Tensor:
-        """Feature ``name`` at the loaded positions (those listed by ``sel``); with ``k``, only entry k of each row."""
+    def get(self, name: str, b: torch.Tensor, p: torch.Tensor, k: torch.Tensor | None = None,
+            sel: torch.Tensor | None = None) -> torch.Tensor:
+        """Feature ``name`` at positions (b, p) - without the cache, the loaded positions listed by ``sel``
+        (None: all) -; with ``k``, only entry k of each row."""
         if self.cache is not None:
-            b, p = (self.b, self.p) if sel is None else (self.b[sel], self.p[sel])
             return self.cache.get(name, b, p, k)
         v = self._feats[name] if sel is None else self._feats[name][sel]
         return v if k is None else v.gather(1, k[:, None]).squeeze(1)
 
-    def draw(self, u: torch.Tensor, name: str = "cdf", sel: torch.Tensor | None = None) -> torch.Tensor:
-        """Inverse-CDF draw (uniforms ``u``) from the stored float64 cdf ``name`` at the loaded (``sel``) positions."""
+    def draw(self, u: torch.Tensor, name: str, b: torch.Tensor, p: torch.Tensor,
+             sel: torch.Tensor | None = None) -> torch.Tensor:
+        """Inverse-CDF draw (uniforms ``u``) from the stored float64 cdf ``name`` at positions (b, p) (see :meth:`get`)."""
         if self.cache is not None:
-            b, p = (self.b, self.p) if sel is None else (self.b[sel], self.p[sel])
             cdf = self.cache.store[name]
             return categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), self.cache.rows(b, p), u)
         cdf = self._feats[name] if sel is None else self._feats[name][sel]
@@ -156,42 +162,32 @@ class BlockPosteriors:
 
 @dataclass
 class StepView:
-    """What a proposal, score or count rule sees at one step: the loaded posteriors ``post``, the proposals
-    ``tok`` and step index ``j`` (an int, or a tensor per loaded position) of the positions it covers - every
-    loaded (masked) position, or those listed by ``sel`` (indices into the loaded positions)."""
+    """What a proposal, score or count rule sees at one step: the loaded posteriors ``post``, the positions
+    it covers (rows ``rows`` of the state, absolute positions ``p``; without the cache also their indices
+    ``sel`` among the loaded positions, None = all), their proposals ``tok`` and step index ``j`` (an int,
+    or a tensor per covered position)."""
 
     post: BlockPosteriors
-    tok: torch.Tensor
+    rows: torch.Tensor
+    p: torch.Tensor
     j: int | torch.Tensor
     lo: int
     hi: int
     sel: torch.Tensor | None = None
+    tok: torch.Tensor | None = None
 
     @property
     def b(self) -> torch.Tensor:
-        """Batch rows of the covered positions, in the sampler's batch (keys of its uniforms)."""
-        b = self.post.b if self.sel is None else self.post.b[self.sel]
-        return b + self.post.row0 if self.post.row0 else b
-
-    @property
-    def p(self) -> torch.Tensor:
-        """Absolute positions of the covered positions."""
-        return self.post.p if self.sel is None else self.post.p[self.sel]
-
-    @property
-    def step(self) -> int | torch.Tensor:
-        """Step index of each covered position (an int when every sequence steps together)."""
-        if isinstance(self.j, int) or self.sel is None:
-            return self.j
-        return self.j[self.sel]
+        """Batch rows of the covered positions in the sampler's batch (the keys of its uniforms)."""
+        return self.rows + self.post.row0 if self.post.row0 else self.rows
 
     def get(self, name: str, k: torch.Tensor | None = None) -> torch.Tensor:
         """Feature ``name`` at the covered positions (entry k of each row with ``k``)."""
-        return self.post.get(name, k, self.sel)
+        return self.post.get(name, self.rows, self.p, k, self.sel)
 
     def uniforms(self, u: StepUniforms, slot: int = 0) -> torch.Tensor:
         """``u`` at (step, covered position)."""
-        return u.at(self.step, self.b, self.p, slot)
+        return u.at(self.j, self.b, self.p, slot)
 
 
 def propose_tokens(view: StepView, temperature: float, tok_u: StepUniforms, cdf: str = "cdf") -> torch.Tensor:
@@ -205,7 +201,7 @@ def propose_tokens(view: StepView, temperature: float, tok_u: StepUniforms, cdf:
         return view.get("argmax")
     u = view.uniforms(tok_u)
     if cdf in view.post.names:
-        return view.post.draw(u, cdf, view.sel)
+        return view.post.draw(u, cdf, view.rows, view.p, view.sel)
     return categorical(tempered_law(view.get("probs"), temperature), u)
 
 
@@ -214,16 +210,11 @@ def confidence(view: StepView) -> torch.Tensor:
     return view.get("probs", view.tok).to(torch.float64)
 
 
-def confidence_bound(view: StepView) -> torch.Tensor:
-    """max_v p_i(v) >= :func:`confidence` whatever the proposal (the same float32 -> float64 numbers), float64."""
-    return view.get("probs", view.get("argmax")).to(torch.float64)
-
-
 def propose_step(post: BlockPosteriors, x: torch.Tensor, b: torch.Tensor, p: torch.Tensor, j: int,
                  temperature: float, tok_u: StepUniforms) -> StepView:
     """Load the posteriors at the masked (b, p) of x and draw LLaDA's proposals there (``view.tok``)."""
     post.load(x, b, p)
-    view = StepView(post, torch.empty(0, dtype=torch.long, device=x.device), j, post.lo, post.hi)
+    view = StepView(post, b, p, j, post.lo, post.hi)
     view.tok = propose_tokens(view, temperature, tok_u)
     return view
 
@@ -233,10 +224,17 @@ Score = Callable[[StepView], torch.Tensor]
 Count = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+
+def first_draws(k: int) -> int:
+    """With a score bound, proposals are first drawn at this many positions of largest bound per sequence
+    (a few more than k, so that the k-th score found is rarely far below the k-th bound)."""
+    return 4 * k + 16
+
+
 def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, features: Features, widths: Widths,
                   propose: Callable[[StepView], torch.Tensor], score: Score, tie_rule: str,
                   tie_u: StepUniforms | None, schedule: list[list[int]] | None = None, count: Count | None = None,
-                  use_cache: bool = True, width: int | None = None, bound: Score | None = None) -> torch.Tensor:
+                  use_cache: bool = True, width: int | None = None, bound: str | None = None) -> torch.Tensor:
     """Decode the masked positions of ``blocks`` in x [B, T] (in place), block after block.
 
     Fixed schedule: ``schedule[blk][i]`` positions commit at step i of block blk (global step
@@ -247,11 +245,12 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     float64 scores.  Returns the per-sequence number of steps taken under an adaptive count (float64 [B]:
     the denoiser evaluations of the adaptive rules; zeros for a fixed schedule).
 
-    ``bound(view)`` (fixed schedule only): an upper bound of the score at every loaded position that needs
-    no proposal.  Then proposals are drawn only where they can be committed: at the k positions of largest
-    bound, then wherever the bound reaches the k-th largest score found so far (a lower bound of the final
-    k-th score).  Every other position scores below the k-th, is never committed and its proposal is
-    discarded anyway; the proposals drawn are keyed by (step, position), so the commits are identical.
+    ``bound`` (fixed schedule only): a feature whose value (as float64) bounds the score from above at
+    every position, whatever the proposal.  Then proposals are drawn only where they can be committed:
+    at the positions of largest bound (:func:`first_draws`), then wherever the bound reaches the k-th
+    largest score found so far (a lower bound of the final k-th score).  Every other position scores
+    strictly below the k-th, so it is never committed and its proposal would be discarded; proposals are
+    keyed by (step, position), so the commits are identical.
 
     The batch runs in :func:`sub_batches` that fit the cache (identical draws).
     """
@@ -287,21 +286,19 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                 if k == 0:
                     continue
             masked = x[:, lo:hi] == M
-            active = masked.any(1)
-            if schedule is None and not bool(active.any()):
+            if schedule is None and not bool(masked.any()):
                 break
-            b, p = masked.nonzero(as_tuple=True)
-            p = p + lo
-            post.load(x, b, p)
-            jj = j if schedule is not None else taken[b]
-            view = StepView(post, torch.empty(0, dtype=torch.long, device=dev), jj, lo, hi)
-            scores = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
-            proposal = torch.zeros((B, L), dtype=torch.long, device=dev)
             if bound is not None and schedule is not None:
-                _score_bounded(view, b, p - lo, k, bound, propose, score, scores, proposal)
+                scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score)
             else:
+                b, p = masked.nonzero(as_tuple=True)
+                p = p + lo
+                post.load(x, b, p)
+                view = StepView(post, b, p, j if schedule is not None else taken[b], lo, hi)
                 view.tok = propose(view)
+                scores = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
                 scores[b, p - lo] = score(view)
+                proposal = torch.zeros((B, L), dtype=torch.long, device=dev)
                 proposal[b, p - lo] = view.tok
             keys = None
             if tie_rule == "random":
@@ -319,6 +316,7 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                 n = torch.full((B,), k, dtype=torch.long, device=dev)
                 kmax = k
             else:
+                active = masked.any(1)
                 n = count(scores.gather(1, order), masked.sum(1)).long() * active
                 taken += active.long()
                 kmax = int(n.max())
@@ -332,27 +330,38 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
         base += len(schedule[blk]) if schedule is not None else 0
 
 
-def _score_bounded(view: StepView, b: torch.Tensor, q: torch.Tensor, k: int, bound: Score, propose, score,
-                   scores: torch.Tensor, proposal: torch.Tensor) -> None:
-    """Fill ``scores`` / ``proposal`` [B, L] (block columns q of rows b) only where a proposal can be committed
-    among the k best (see :func:`decode_blocks`); elsewhere scores stay -inf."""
-    B, L = scores.shape
-    ub = torch.full((B, L), -torch.inf, dtype=torch.float64, device=scores.device)
-    ub[b, q] = bound(view)
-    index = torch.full((B, L), -1, dtype=torch.long, device=scores.device)
-    index[b, q] = torch.arange(b.numel(), device=b.device)
-    first = topk_stable_mask(ub, min(k, L)) & (index >= 0)
+def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int, k: int, bound: str,
+                   propose, score) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores and proposals [B, L] of the block, computed only where a proposal can be among the k best
+    (see :func:`decode_blocks`); -inf scores elsewhere."""
+    B, L = masked.shape
+    lo, dev = post.lo, x.device
+    index = None
+    if post.cache is not None:  # bounds read straight from the cache's [B, L] store
+        post.load(x, None, None)
+        ub = torch.where(masked, post.cache.store[bound].to(torch.float64), -torch.inf)
+    else:
+        b, p = masked.nonzero(as_tuple=True)
+        post.load(x, b, p + lo)
+        ub = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
+        ub[b, p] = post.get(bound, b, p + lo).to(torch.float64)
+        index = torch.full((B, L), -1, dtype=torch.long, device=dev)
+        index[b, p] = torch.arange(b.numel(), device=dev)
+    scores = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
+    proposal = torch.zeros((B, L), dtype=torch.long, device=dev)
 
     def fill(where: torch.Tensor) -> None:
-        view.sel = index[where]
+        rb, q = where.nonzero(as_tuple=True)
+        view = StepView(post, rb, q + lo, j, lo, post.hi, None if index is None else index[rb, q])
         view.tok = propose(view)
-        scores[where] = score(view)
-        proposal[where] = view.tok
+        scores[rb, q] = score(view)
+        proposal[rb, q] = view.tok
 
+    first = topk_stable_mask(ub, min(first_draws(k), L)) & masked
     fill(first)
     kth = torch.topk(scores, min(k, L), dim=1).values[:, -1:]  # <= the final k-th largest score
-    fill((ub >= kth) & ~first & (index >= 0))
-    view.sel = None
+    fill((ub >= kth) & masked & ~first)
+    return scores, proposal
 
 
 def block_bounds(seq_len: int, prompt_length: int, block_length: int | None) -> list[tuple[int, int]]:

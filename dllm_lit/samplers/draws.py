@@ -150,6 +150,14 @@ class StepUniforms:
         step = step if isinstance(step, int) else step[:, None]
         return rng.uniform(self.keys[:, None], step, pos[None, :], slot)
 
+    def grid_where(self, other: "StepUniforms", which: torch.Tensor, step: int, slot: int = 0) -> torch.Tensor:
+        """Float64 [B, T]: ``self.grid(step, T, slot)`` where ``which`` [B, T] is True, ``other.grid(step, T, slot)``
+        elsewhere - the same numbers (``rng.uniform``'s formula) at the cost of one grid instead of two."""
+        h = torch.where(which, rng._absorb(self.keys, step)[:, None], rng._absorb(other.keys, step)[:, None])
+        pos = torch.arange(which.shape[1], device=which.device) * 16 + int(slot)
+        x = rng._absorb(h, pos[None, :])
+        return (rng._srl(x, 11).to(torch.float64) + 0.5) * (2.0**-53)
+
     def at(self, step: int | torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor, slot: int = 0) -> torch.Tensor:
         """Float64 [n] uniforms at the listed (batch, position) pairs (``step``: an int or one per pair)."""
         return rng.uniform(self.keys[batch_index], step, position_index, slot)
