@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from dllm_lit import checks
+from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, categorical_from_stored_cdf, \
     sharpen, tempered_law
 from dllm_lit.samplers.posterior_cache import PosteriorCache
@@ -41,7 +42,7 @@ from dllm_lit.samplers.selection import TIE_RULES, rank_positions, topk_stable_m
 
 __all__ = ["BlockPosteriors", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
            "propose_tokens", "propose_step", "confidence", "posterior_entropy",
-           "sub_batches", "in_sub_batches", "check_blocks", "block_bounds", "TIE_SLOT", "ranking_options",
+           "sub_batches", "in_sub_batches", "cache_width", "check_blocks", "block_bounds", "TIE_SLOT", "ranking_options",
            "with_tie_rule"]
 
 #: slot of Stream.ORDER uniforms that break ties under tie_rule="random"
@@ -109,8 +110,12 @@ def in_sub_batches(run: Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tens
     return torch.cat(outs)
 
 
-def _width(widths: Widths) -> int:
-    return sum(max(1, int(torch.tensor(shape).prod())) if shape else 1 for shape, _ in widths.values())
+def cache_width(denoiser, widths: Widths, fresh: tuple[str, ...] = ()) -> int:
+    """Numbers per position a :class:`PosteriorCache` stores for ``widths`` (``fresh`` features of a local
+    denoiser are recomputed where read, not stored)."""
+    skip = set(fresh) if isinstance(denoiser, LocalDenoiser) else set()
+    return sum(max(1, int(torch.tensor(shape).prod())) if shape else 1
+               for name, (shape, _) in widths.items() if name not in skip)
 
 
 class BlockPosteriors:
@@ -123,14 +128,15 @@ class BlockPosteriors:
     """
 
     def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features, widths: Widths,
-                 device: torch.device, use_cache: bool = True, width: int | None = None, row0: int = 0) -> None:
+                 device: torch.device, use_cache: bool = True, width: int | None = None, row0: int = 0,
+                 fresh: tuple[str, ...] = ()) -> None:
         self.den, self.lo, self.hi, self.features, self.row0 = denoiser, lo, hi, features, row0
         self.names = set(widths)
         if width is None:
-            width = _width(widths)
+            width = cache_width(denoiser, widths, fresh)
         self.cache = None
         if use_cache and PosteriorCache.fits(B, width, length=hi - lo):
-            self.cache = PosteriorCache(denoiser, B, lo, hi, features, widths, device)
+            self.cache = PosteriorCache(denoiser, B, lo, hi, features, widths, device, fresh)
         self._feats: dict[str, torch.Tensor] = {}
 
     def load(self, x: torch.Tensor, b: torch.Tensor | None, p: torch.Tensor | None) -> None:
@@ -175,6 +181,7 @@ class StepView:
     hi: int
     sel: torch.Tensor | None = None
     tok: torch.Tensor | None = None
+    _fresh: dict[str, torch.Tensor] | None = None
 
     @property
     def b(self) -> torch.Tensor:
@@ -183,6 +190,14 @@ class StepView:
 
     def get(self, name: str, k: torch.Tensor | None = None) -> torch.Tensor:
         """Feature ``name`` at the covered positions (entry k of each row with ``k``)."""
+        cache = self.post.cache
+        if cache is not None and name in cache.fresh:  # recomputed rows: once per view
+            if self._fresh is None:
+                self._fresh = {}
+            if name not in self._fresh:
+                self._fresh[name] = cache.get(name, self.rows, self.p)
+            rows = self._fresh[name]
+            return rows if k is None else rows.gather(1, k[:, None]).squeeze(1)
         return self.post.get(name, self.rows, self.p, k, self.sel)
 
     def uniforms(self, u: StepUniforms, slot: int = 0) -> torch.Tensor:
@@ -234,7 +249,8 @@ def first_draws(k: int) -> int:
 def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, features: Features, widths: Widths,
                   propose: Callable[[StepView], torch.Tensor], score: Score, tie_rule: str,
                   tie_u: StepUniforms | None, schedule: list[list[int]] | None = None, count: Count | None = None,
-                  use_cache: bool = True, width: int | None = None, bound: str | None = None) -> torch.Tensor:
+                  use_cache: bool = True, width: int | None = None, bound: str | None = None,
+                  fresh: tuple[str, ...] = ()) -> torch.Tensor:
     """Decode the masked positions of ``blocks`` in x [B, T] (in place), block after block.
 
     Fixed schedule: ``schedule[blk][i]`` positions commit at step i of block blk (global step
@@ -252,21 +268,23 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     strictly below the k-th, so it is never committed and its proposal would be discarded; proposals are
     keyed by (step, position), so the commits are identical.
 
-    The batch runs in :func:`sub_batches` that fit the cache (identical draws).
+    ``fresh``: features equal to the posterior rows that a cache over a local denoiser recomputes where
+    read instead of storing them (see :class:`PosteriorCache`).  The batch runs in :func:`sub_batches`
+    that fit the cache (identical draws).
     """
     B, dev = x.shape[0], x.device
     if width is None:
-        width = _width(widths)
+        width = cache_width(den, widths, fresh)
     L = max((hi - lo for lo, hi in blocks), default=0)
     taken = torch.zeros(B, dtype=torch.long, device=dev)
     for sl in sub_batches(B, width, L, use_cache):
         _decode(den, x[sl], sl.start, taken[sl], blocks, features, widths, propose, score, tie_rule,
-                tie_u.rows(sl) if tie_u is not None else None, schedule, count, use_cache, width, bound)
+                tie_u.rows(sl) if tie_u is not None else None, schedule, count, use_cache, width, bound, fresh)
     return taken.to(torch.float64)
 
 
 def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_rule, tie_u, schedule, count,
-            use_cache, width, bound) -> None:
+            use_cache, width, bound, fresh) -> None:
     """:func:`decode_blocks` on rows row0.. of the caller's batch (``x``, ``taken`` and ``tie_u`` are these rows)."""
     B, dev = x.shape[0], x.device
     M = den.mask_id
@@ -274,7 +292,7 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
     base = 0
     for blk, (lo, hi) in enumerate(blocks):
         L = hi - lo
-        post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width, row0)
+        post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width, row0, fresh)
         i = 0
         while True:
             if schedule is not None:

@@ -229,7 +229,8 @@ class LLaDA(Sampler):
         tok_u = StepUniforms(seed, indices, steps)
         if self.remasking == "random":
             return self._generate_random(x, P, bl, nb, S, steps, seed, indices, tok_u, log_q=log_q)
-        # proposals are drawn only where they can be committed (confidence <= pmax = max_v p): no stored cdf
+        # proposals are drawn only where they can be committed (confidence <= pmax = max_v p), from posterior
+        # rows recomputed there: the cache keeps pmax and argmax per position, not [V] rows
         tau = self.temperature
         decode_blocks(
             self.denoiser, x, block_bounds(seq_len, P, self.block_length),
@@ -238,7 +239,7 @@ class LLaDA(Sampler):
             propose=lambda view: propose_tokens(view, tau, tok_u), score=confidence,
             tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
             schedule=[transfer_schedule(bl, S)] * nb, use_cache=self.use_cache,
-            bound="pmax")
+            bound="pmax", fresh=("probs",))
         return x
 
     def _generate_random(self, x: torch.Tensor, P: int, bl: int, nb: int, S: int, steps: int, seed: int,
