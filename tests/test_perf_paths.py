@@ -77,3 +77,60 @@ def test_llada_cache_dedupe_and_sub_batches_are_exact(name, tau, block, monkeypa
                         staticmethod(lambda B, w, budget=3 * T * width, length=1: B * length * w <= budget))
     sub = s.sample(7, T, steps, seed=4)
     assert torch.equal(direct, cached) and torch.equal(direct, sub)
+
+
+def test_step_uniform_grids_equal_rng_uniform() -> None:
+    """The in-place grids of StepUniforms (block, grid_where) are rng.uniform's numbers."""
+    from dllm_lit import rng
+    from dllm_lit.samplers.draws import StepUniforms
+
+    idx = torch.arange(5, 40)
+    g = torch.Generator().manual_seed(3)
+    for steps in (1, 64):
+        a = StepUniforms(11, idx, steps)
+        r = StepUniforms(11, idx, steps, stream=rng.Stream.REMASK)
+        pos = torch.arange(3, 61)[None, :]
+        for j in (0, steps - 1):
+            for slot in (0, 1, 15):
+                assert torch.equal(a.block(j, 3, 61, slot), rng.uniform(a.keys[:, None], j, pos, slot))
+                which = torch.rand(35, 58, generator=g) < 0.4
+                ref = torch.where(which, a.grid(j, 58, slot), rng.uniform(r.keys[:, None], j, torch.arange(58)[None, :], slot))
+                assert torch.equal(a.grid_where(r, which, j, slot), ref)
+        per_row = torch.randint(0, 9, (35,), generator=g)
+        assert torch.equal(a.block(per_row, 3, 61), rng.uniform(a.keys[:, None], per_row[:, None], pos))
+
+
+@pytest.mark.parametrize("name", ["dense", "sparse_teleport", "eps0"])
+def test_confidence_engine_sub_batches_are_exact(name, monkeypatch) -> None:
+    """Every confidence-ranked sampler: direct (no cache) = cached = cached in sub-batches of 3, 3, 1 sequences,
+    at temperatures 0, 1 and 0.7, with blocks where the sampler has them."""
+    from dllm_lit.samplers import KLASS, MaskGIT, Dream, EBSampler, FastDLLM, PCSampler
+
+    chain = _chains()[name]
+    oracle = OracleDenoiser(chain)
+    T, steps = 16, 8
+    makers = [lambda tau: MaskGIT(oracle, temperature=tau),
+              lambda tau: KLASS(oracle, temperature=tau, block_length=8, conf_threshold=0.3, kl_threshold=0.05),
+              lambda tau: FastDLLM(oracle, temperature=tau, block_length=8, threshold=0.5),
+              lambda tau: Dream(oracle, alg="entropy", temperature=tau),
+              lambda tau: EBSampler(oracle, temperature=tau, gamma=0.2),
+              lambda tau: PCSampler(oracle, temperature=tau, block_length=8),
+              lambda tau: LLaDA(oracle, temperature=tau, block_length=8, tie_rule="highest"),
+              lambda tau: LLaDA(oracle, temperature=tau, tie_rule="random")]
+    out = {}
+    for budget in (None, 3):
+        if budget is not None:  # room for 3 sequences of the widest cache: sub-batches of 3, 3, 1
+            elements = 3 * T * (2 * chain.vocab_size + 3)
+            monkeypatch.setattr(posterior_cache.PosteriorCache, "max_batch",
+                                staticmethod(lambda w, budget=elements, length=1: 3))
+            monkeypatch.setattr(posterior_cache.PosteriorCache, "fits",
+                                staticmethod(lambda B, w, budget=elements, length=1: B <= 3))
+        for i, make in enumerate(makers):
+            for tau in (0.0, 1.0, 0.7):
+                s = make(tau)
+                s.connect(chain)
+                for use_cache in (False, True):
+                    s.use_cache = use_cache
+                    x = s.sample(7, T, steps, seed=4)
+                    out.setdefault((i, tau), x)
+                    assert torch.equal(out[(i, tau)], x), (i, tau, budget, use_cache)

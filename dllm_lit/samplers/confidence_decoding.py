@@ -34,13 +34,16 @@ from dataclasses import dataclass
 import torch
 
 from dllm_lit import checks
-from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, categorical_from_stored_cdf, sharpen
+from dllm_lit.denoisers.local import LocalDenoiser
+from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, categorical_from_stored_cdf, \
+    sharpen, tempered_law
 from dllm_lit.samplers.posterior_cache import PosteriorCache
-from dllm_lit.samplers.selection import TIE_RULES, rank_positions
+from dllm_lit.samplers.selection import TIE_RULES, rank_positions, topk_stable_mask
 
 __all__ = ["BlockPosteriors", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
-           "propose_tokens", "confidence", "posterior_entropy",
-           "check_blocks", "block_bounds", "TIE_SLOT", "ranking_options", "with_tie_rule"]
+           "propose_tokens", "propose_step", "confidence", "posterior_entropy",
+           "sub_batches", "in_sub_batches", "cache_width", "check_blocks", "block_bounds", "TIE_SLOT", "ranking_options",
+           "with_tie_rule"]
 
 #: slot of Stream.ORDER uniforms that break ties under tie_rule="random"
 TIE_SLOT = 1
@@ -49,22 +52,29 @@ Features = Callable[[torch.Tensor], dict[str, torch.Tensor]]
 Widths = dict[str, tuple[tuple[int, ...], torch.dtype | None]]
 
 
-def proposal_features(probs: torch.Tensor, temperature: float) -> dict[str, torch.Tensor]:
-    """LLaDA's proposal: ``argmax`` of p (temperature 0) or the float64 ``cdf`` of p^(1/tau); ``probs`` = p.
+def proposal_features(probs: torch.Tensor, temperature: float, cdf: bool = True) -> dict[str, torch.Tensor]:
+    """LLaDA's proposal: ``argmax`` of p and, at temperature > 0 with ``cdf``, the float64 ``cdf`` of p^(1/tau);
+    ``probs`` = p.  Without ``cdf``, ``pmax`` = max_v p instead (an upper bound of the confidence, for
+    :func:`decode_blocks`' ``bound``), and a draw computes the cdf of the rows it needs (same numbers, see
+    :func:`propose_tokens`).
 
     ``probs`` keeps the posterior's dtype, so cached and recomputed confidences are the same numbers.
     """
     out = {"probs": probs, "argmax": probs.argmax(-1)}
-    if temperature != 0:
+    if not cdf:
+        out["pmax"] = probs.amax(-1)
+    elif temperature != 0:
         law = probs if temperature == 1 else sharpen(probs, 1.0 / temperature)
         out["cdf"] = law.to(torch.float64).cumsum(-1)
     return out
 
 
-def proposal_widths(V: int, temperature: float) -> Widths:
+def proposal_widths(V: int, temperature: float, cdf: bool = True) -> Widths:
     """Allocation of :func:`proposal_features` in a :class:`PosteriorCache`."""
     w: Widths = {"probs": ((V,), None), "argmax": ((), torch.int64)}
-    if temperature != 0:
+    if not cdf:
+        w["pmax"] = ((), None)
+    elif temperature != 0:
         w["cdf"] = ((V,), torch.float64)
     return w
 
@@ -75,72 +85,153 @@ def posterior_entropy(probs: torch.Tensor) -> torch.Tensor:
     return -torch.special.xlogy(p, p).sum(-1)
 
 
+def sub_batches(B: int, width: int, length: int, use_cache: bool = True) -> list[slice]:
+    """Row slices of a batch of B sequences such that each slice's :class:`PosteriorCache` (``width`` numbers per
+    position, ``length`` positions) fits the memory budget.  Sequences are independent (every draw is keyed by
+    the sequence index), so running the slices apart gives identical draws.  One slice when the whole batch
+    fits, when the cache is off, or when not even one sequence fits (then every step recomputes)."""
+    if use_cache and not PosteriorCache.fits(B, width, length=length):
+        sub = PosteriorCache.max_batch(width, length=length)
+        if sub >= 1:
+            return [slice(i, min(B, i + sub)) for i in range(0, B, sub)]
+    return [slice(0, B)]
+
+
+def in_sub_batches(run: Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tensor, ...]], indices: torch.Tensor,
+                   width: int, length: int, use_cache: bool = True):
+    """``run(indices)`` in the :func:`sub_batches` of ``indices``, outputs concatenated along dim 0
+    (tuples element-wise); None when one batch fits (the caller then runs it itself)."""
+    slices = sub_batches(indices.numel(), width, length, use_cache)
+    if len(slices) == 1:
+        return None
+    outs = [run(indices[sl]) for sl in slices]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.cat(parts) for parts in zip(*outs))
+    return torch.cat(outs)
+
+
+def cache_width(denoiser, widths: Widths, fresh: tuple[str, ...] = ()) -> int:
+    """Numbers per position a :class:`PosteriorCache` stores for ``widths`` (``fresh`` features of a local
+    denoiser are recomputed where read, not stored)."""
+    skip = set(fresh) if isinstance(denoiser, LocalDenoiser) else set()
+    return sum(max(1, int(torch.tensor(shape).prod())) if shape else 1
+               for name, (shape, _) in widths.items() if name not in skip)
+
+
 class BlockPosteriors:
     """Posterior features at the masked positions of [lo, hi) of a [B, T] state, step after step.
 
-    With ``use_cache`` and enough memory they live in a :class:`PosteriorCache`; otherwise every
-    :meth:`load` recomputes them with ``probs_at`` at the listed positions.  Same values either way.
+    With ``use_cache`` and enough memory they live in a :class:`PosteriorCache` (every position of the
+    block, refreshed only where a nearest revealed neighbour changed); otherwise every :meth:`load`
+    recomputes them with ``probs_at`` at the listed positions.  Same values either way.
+    ``row0``: index of the state's first row in the caller's batch (:attr:`StepView.b` adds it).
     """
 
     def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features, widths: Widths,
-                 device: torch.device, use_cache: bool = True, width: int | None = None) -> None:
-        self.den, self.lo, self.hi, self.features = denoiser, lo, hi, features
+                 device: torch.device, use_cache: bool = True, width: int | None = None, row0: int = 0,
+                 fresh: tuple[str, ...] = ()) -> None:
+        self.den, self.lo, self.hi, self.features, self.row0 = denoiser, lo, hi, features, row0
+        self.names = set(widths)
         if width is None:
-            width = sum(max(1, int(torch.tensor(shape).prod())) if shape else 1 for shape, _ in widths.values())
+            width = cache_width(denoiser, widths, fresh)
         self.cache = None
         if use_cache and PosteriorCache.fits(B, width, length=hi - lo):
-            self.cache = PosteriorCache(denoiser, B, lo, hi, features, widths, device)
-        self.b = self.p = None
-        self._rows: torch.Tensor | None = None
+            self.cache = PosteriorCache(denoiser, B, lo, hi, features, widths, device, fresh)
         self._feats: dict[str, torch.Tensor] = {}
 
-    def load(self, x: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> None:
-        """Make the features of masked positions (b, p) (absolute positions) of state x available."""
-        self.b, self.p = b, p
+    def load(self, x: torch.Tensor, b: torch.Tensor | None, p: torch.Tensor | None) -> None:
+        """Make the features of the masked positions (b, p) (rows of x, absolute positions) of state x
+        available (with the cache: of every masked position of the block; b, p may then be None)."""
         if self.cache is not None:
             self.cache.refresh(x)
-            self._rows = self.cache.rows(b, p)
         else:
             self._feats = self.features(self.den.probs_at(x, b, p))
 
-    def get(self, name: str, k: torch.Tensor | None = None) -> torch.Tensor:
-        """Feature ``name`` at the loaded positions; with ``k``, only entry k of each row."""
+    def get(self, name: str, b: torch.Tensor, p: torch.Tensor, k: torch.Tensor | None = None,
+            sel: torch.Tensor | None = None) -> torch.Tensor:
+        """Feature ``name`` at positions (b, p) - without the cache, the loaded positions listed by ``sel``
+        (None: all) -; with ``k``, only entry k of each row."""
         if self.cache is not None:
-            return self.cache.get(name, self.b, self.p, k)
-        v = self._feats[name]
+            return self.cache.get(name, b, p, k)
+        v = self._feats[name] if sel is None else self._feats[name][sel]
         return v if k is None else v.gather(1, k[:, None]).squeeze(1)
 
-    def draw(self, u: torch.Tensor, name: str = "cdf") -> torch.Tensor:
-        """Inverse-CDF draw (uniforms ``u``) from the stored float64 cdf ``name`` at the loaded positions."""
+    def draw(self, u: torch.Tensor, name: str, b: torch.Tensor, p: torch.Tensor,
+             sel: torch.Tensor | None = None) -> torch.Tensor:
+        """Inverse-CDF draw (uniforms ``u``) from the stored float64 cdf ``name`` at positions (b, p) (see :meth:`get`)."""
         if self.cache is not None:
             cdf = self.cache.store[name]
-            return categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), self._rows, u)
-        return categorical_from_cdf(self._feats[name], u)
+            return categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), self.cache.rows(b, p), u)
+        cdf = self._feats[name] if sel is None else self._feats[name][sel]
+        return categorical_from_cdf(cdf, u)
 
 
 @dataclass
 class StepView:
-    """What a score or count rule sees at one step: the loaded posteriors, the masked positions
-    (``post.b``, ``post.p``), their proposals ``tok`` and step indices ``j`` (int, or a tensor per position)."""
+    """What a proposal, score or count rule sees at one step: the loaded posteriors ``post``, the positions
+    it covers (rows ``rows`` of the state, absolute positions ``p``; without the cache also their indices
+    ``sel`` among the loaded positions, None = all), their proposals ``tok`` and step index ``j`` (an int,
+    or a tensor per covered position)."""
 
     post: BlockPosteriors
-    tok: torch.Tensor
+    rows: torch.Tensor
+    p: torch.Tensor
     j: int | torch.Tensor
     lo: int
     hi: int
+    sel: torch.Tensor | None = None
+    tok: torch.Tensor | None = None
+    _fresh: dict[str, torch.Tensor] | None = None
+
+    @property
+    def b(self) -> torch.Tensor:
+        """Batch rows of the covered positions in the sampler's batch (the keys of its uniforms)."""
+        return self.rows + self.post.row0 if self.post.row0 else self.rows
+
+    def get(self, name: str, k: torch.Tensor | None = None) -> torch.Tensor:
+        """Feature ``name`` at the covered positions (entry k of each row with ``k``)."""
+        cache = self.post.cache
+        if cache is not None and name in cache.fresh:  # recomputed rows: once per view
+            if self._fresh is None:
+                self._fresh = {}
+            if name not in self._fresh:
+                self._fresh[name] = cache.get(name, self.rows, self.p)
+            rows = self._fresh[name]
+            return rows if k is None else rows.gather(1, k[:, None]).squeeze(1)
+        return self.post.get(name, self.rows, self.p, k, self.sel)
+
+    def uniforms(self, u: StepUniforms, slot: int = 0) -> torch.Tensor:
+        """``u`` at (step, covered position)."""
+        return u.at(self.j, self.b, self.p, slot)
 
 
 def propose_tokens(view: StepView, temperature: float, tok_u: StepUniforms, cdf: str = "cdf") -> torch.Tensor:
-    """The proposals: feature ``argmax`` at temperature 0, else a draw from the stored cdf with Stream.TOKEN
-    uniforms at (step, position) - upstream's Gumbel race ``argmax(log p / tau + G)`` in law."""
+    """The proposals: feature ``argmax`` at temperature 0, else the inverse-CDF draw from p^(1/tau) with
+    Stream.TOKEN uniforms at (step, position) - upstream's Gumbel race ``argmax(log p / tau + G)`` in law.
+
+    The cdf is the stored feature ``cdf`` when there is one, else computed from the ``probs`` rows of the
+    covered positions by the same float64 cumsum (identical draws).
+    """
     if temperature == 0:
-        return view.post.get("argmax")
-    return view.post.draw(tok_u.at(view.j, view.post.b, view.post.p), cdf)
+        return view.get("argmax")
+    u = view.uniforms(tok_u)
+    if cdf in view.post.names:
+        return view.post.draw(u, cdf, view.rows, view.p, view.sel)
+    return categorical(tempered_law(view.get("probs"), temperature), u)
 
 
 def confidence(view: StepView) -> torch.Tensor:
     """c_i = p_i(x̂_i), the posterior's probability of the proposal (no temperature), as float64."""
-    return view.post.get("probs", view.tok).to(torch.float64)
+    return view.get("probs", view.tok).to(torch.float64)
+
+
+def propose_step(post: BlockPosteriors, x: torch.Tensor, b: torch.Tensor, p: torch.Tensor, j: int,
+                 temperature: float, tok_u: StepUniforms) -> StepView:
+    """Load the posteriors at the masked (b, p) of x and draw LLaDA's proposals there (``view.tok``)."""
+    post.load(x, b, p)
+    view = StepView(post, b, p, j, post.lo, post.hi)
+    view.tok = propose_tokens(view, temperature, tok_u)
+    return view
 
 
 Score = Callable[[StepView], torch.Tensor]
@@ -148,28 +239,60 @@ Score = Callable[[StepView], torch.Tensor]
 Count = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+
+def first_draws(k: int) -> int:
+    """With a score bound, proposals are first drawn at this many positions of largest bound per sequence
+    (a few more than k, so that the k-th score found is rarely far below the k-th bound)."""
+    return 4 * k + 16
+
+
 def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, features: Features, widths: Widths,
                   propose: Callable[[StepView], torch.Tensor], score: Score, tie_rule: str,
                   tie_u: StepUniforms | None, schedule: list[list[int]] | None = None, count: Count | None = None,
-                  use_cache: bool = True, width: int | None = None) -> torch.Tensor:
+                  use_cache: bool = True, width: int | None = None, bound: str | None = None,
+                  fresh: tuple[str, ...] = ()) -> torch.Tensor:
     """Decode the masked positions of ``blocks`` in x [B, T] (in place), block after block.
 
     Fixed schedule: ``schedule[blk][i]`` positions commit at step i of block blk (global step
     index = the earlier blocks' step counts + i; steps with 0 commits are skipped).
     Adaptive: ``count`` gives n per sequence at every step until the block has no mask; each
     sequence's step index is the number of steps it has taken.  ``propose(view)`` returns the
-    proposals at the masked positions (``view.tok`` is not yet set), ``score(view)`` their float64
-    scores.  Returns the per-sequence number of steps taken under an adaptive count (float64 [B]:
+    proposals at the positions the view covers (``view.tok`` is not yet set), ``score(view)`` their
+    float64 scores.  Returns the per-sequence number of steps taken under an adaptive count (float64 [B]:
     the denoiser evaluations of the adaptive rules; zeros for a fixed schedule).
+
+    ``bound`` (fixed schedule only): a feature whose value (as float64) bounds the score from above at
+    every position, whatever the proposal.  Then proposals are drawn only where they can be committed:
+    at the positions of largest bound (:func:`first_draws`), then wherever the bound reaches the k-th
+    largest score found so far (a lower bound of the final k-th score).  Every other position scores
+    strictly below the k-th, so it is never committed and its proposal would be discarded; proposals are
+    keyed by (step, position), so the commits are identical.
+
+    ``fresh``: features equal to the posterior rows that a cache over a local denoiser recomputes where
+    read instead of storing them (see :class:`PosteriorCache`).  The batch runs in :func:`sub_batches`
+    that fit the cache (identical draws).
     """
+    B, dev = x.shape[0], x.device
+    if width is None:
+        width = cache_width(den, widths, fresh)
+    L = max((hi - lo for lo, hi in blocks), default=0)
+    taken = torch.zeros(B, dtype=torch.long, device=dev)
+    for sl in sub_batches(B, width, L, use_cache):
+        _decode(den, x[sl], sl.start, taken[sl], blocks, features, widths, propose, score, tie_rule,
+                tie_u.rows(sl) if tie_u is not None else None, schedule, count, use_cache, width, bound, fresh)
+    return taken.to(torch.float64)
+
+
+def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_rule, tie_u, schedule, count,
+            use_cache, width, bound, fresh) -> None:
+    """:func:`decode_blocks` on rows row0.. of the caller's batch (``x``, ``taken`` and ``tie_u`` are these rows)."""
     B, dev = x.shape[0], x.device
     M = den.mask_id
     rows = torch.arange(B, device=dev)
-    taken = torch.zeros(B, dtype=torch.long, device=dev)
     base = 0
     for blk, (lo, hi) in enumerate(blocks):
         L = hi - lo
-        post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width)
+        post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width, row0, fresh)
         i = 0
         while True:
             if schedule is not None:
@@ -181,39 +304,82 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
                 if k == 0:
                     continue
             masked = x[:, lo:hi] == M
-            active = masked.any(1)
-            if schedule is None and not bool(active.any()):
+            if schedule is None and not bool(masked.any()):
                 break
-            b, p = masked.nonzero(as_tuple=True)
-            p = p + lo
-            post.load(x, b, p)
-            jj = j if schedule is not None else taken[b]
-            view = StepView(post, torch.empty(0, dtype=torch.long, device=dev), jj, lo, hi)
-            view.tok = propose(view)
-            scores = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
-            scores[b, p - lo] = score(view)
+            if bound is not None and schedule is not None:
+                scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score)
+            else:
+                b, p = masked.nonzero(as_tuple=True)
+                p = p + lo
+                post.load(x, b, p)
+                view = StepView(post, b, p, j if schedule is not None else taken[b], lo, hi)
+                view.tok = propose(view)
+                scores = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
+                scores[b, p - lo] = score(view)
+                proposal = torch.zeros((B, L), dtype=torch.long, device=dev)
+                proposal[b, p - lo] = view.tok
             keys = None
             if tie_rule == "random":
                 keys = tie_u.block(j if schedule is not None else taken, lo, hi, slot=TIE_SLOT)
+            if schedule is not None and tie_rule != "random":
+                # the stable top-k set by a k-th-value threshold (no full sort); "highest" = mirrored "lowest"
+                if tie_rule == "lowest":
+                    sel = topk_stable_mask(scores, k)
+                else:
+                    sel = topk_stable_mask(scores.flip(1), k).flip(1)
+                x[:, lo:hi] = torch.where(sel, proposal, x[:, lo:hi])
+                continue
             order = rank_positions(scores, tie_rule, keys)
             if schedule is not None:
                 n = torch.full((B,), k, dtype=torch.long, device=dev)
                 kmax = k
             else:
+                active = masked.any(1)
                 n = count(scores.gather(1, order), masked.sum(1)).long() * active
                 taken += active.long()
                 kmax = int(n.max())
             if kmax == 0:
                 continue
-            proposal = torch.zeros((B, L), dtype=torch.long, device=dev)
-            proposal[b, p - lo] = view.tok
             sel = order[:, :kmax]
             keep = torch.arange(kmax, device=dev)[None, :] < n[:, None]
             rr = rows[:, None].expand(B, kmax)[keep]
             cc = sel[keep]
             x[rr, cc + lo] = proposal[rr, cc]
         base += len(schedule[blk]) if schedule is not None else 0
-    return taken.to(torch.float64)
+
+
+def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int, k: int, bound: str,
+                   propose, score) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores and proposals [B, L] of the block, computed only where a proposal can be among the k best
+    (see :func:`decode_blocks`); -inf scores elsewhere."""
+    B, L = masked.shape
+    lo, dev = post.lo, x.device
+    index = None
+    if post.cache is not None:  # bounds read straight from the cache's [B, L] store
+        post.load(x, None, None)
+        ub = torch.where(masked, post.cache.store[bound].to(torch.float64), -torch.inf)
+    else:
+        b, p = masked.nonzero(as_tuple=True)
+        post.load(x, b, p + lo)
+        ub = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
+        ub[b, p] = post.get(bound, b, p + lo).to(torch.float64)
+        index = torch.full((B, L), -1, dtype=torch.long, device=dev)
+        index[b, p] = torch.arange(b.numel(), device=dev)
+    scores = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
+    proposal = torch.zeros((B, L), dtype=torch.long, device=dev)
+
+    def fill(where: torch.Tensor) -> None:
+        rb, q = where.nonzero(as_tuple=True)
+        view = StepView(post, rb, q + lo, j, lo, post.hi, None if index is None else index[rb, q])
+        view.tok = propose(view)
+        scores[rb, q] = score(view)
+        proposal[rb, q] = view.tok
+
+    first = topk_stable_mask(ub, min(first_draws(k), L)) & masked
+    fill(first)
+    kth = torch.topk(scores, min(k, L), dim=1).values[:, -1:]  # <= the final k-th largest score
+    fill((ub >= kth) & masked & ~first)
+    return scores, proposal
 
 
 def block_bounds(seq_len: int, prompt_length: int, block_length: int | None) -> list[tuple[int, int]]:

@@ -123,6 +123,29 @@ def argmax_fill(denoiser, z: torch.Tensor) -> torch.Tensor:
     return z
 
 
+def _mix64_(x: torch.Tensor) -> torch.Tensor:
+    """``rng.mix64`` in place on a fresh int64 tensor (same numbers; about 2.5x faster on large grids, the
+    temporaries being reused instead of allocated)."""
+    tmp = torch.empty_like(x)
+
+    def srl(k: int) -> torch.Tensor:  # logical right shift into tmp
+        torch.bitwise_right_shift(x, k, out=tmp)
+        return tmp.bitwise_and_((1 << (64 - k)) - 1)
+
+    x.add_(rng._GOLDEN)
+    x.bitwise_xor_(srl(30)).mul_(rng._M1)
+    x.bitwise_xor_(srl(27)).mul_(rng._M2)
+    return x.bitwise_xor_(srl(31))
+
+
+def _grid_uniforms(h: torch.Tensor, lo: int, hi: int, slot: int) -> torch.Tensor:
+    """``rng.uniform`` at positions lo..hi-1 given the (key, step) hash ``h`` [B, 1] or [B, T]: float64 [B, hi - lo]."""
+    pos = torch.arange(lo, hi, device=h.device) * 16 + int(slot)
+    x = _mix64_(torch.bitwise_xor(h, pos[None, :]))
+    n = torch.bitwise_right_shift(x, 11).bitwise_and_((1 << 53) - 1)
+    return n.to(torch.float64).add_(0.5).mul_(2.0**-53)
+
+
 class StepUniforms:
     """Uniforms for one sampler run: U(seed, sequence index, stream, steps, step j, position, slot).
 
@@ -134,15 +157,28 @@ class StepUniforms:
     def __init__(self, seed: int, indices: torch.Tensor, steps: int, stream: int = rng.Stream.TOKEN) -> None:
         self.keys = rng.mix64(rng.sequence_keys(seed, indices, stream) ^ int(steps))
 
+    def rows(self, sl: slice) -> "StepUniforms":
+        """The same uniforms for the sequences ``sl`` of the batch only."""
+        out = StepUniforms.__new__(StepUniforms)
+        out.keys = self.keys[sl]
+        return out
+
     def grid(self, step: int, seq_len: int, slot: int = 0) -> torch.Tensor:
         """Float64 [B, T] uniforms for every position of every sequence at step ``step``."""
         return self.block(step, 0, seq_len, slot)
 
     def block(self, step: int | torch.Tensor, lo: int, hi: int, slot: int = 0) -> torch.Tensor:
         """Float64 [B, hi - lo] uniforms at positions lo..hi-1; ``step`` an int or one step per sequence [B]."""
-        pos = torch.arange(lo, hi, device=self.keys.device)
-        step = step if isinstance(step, int) else step[:, None]
-        return rng.uniform(self.keys[:, None], step, pos[None, :], slot)
+        if not 0 <= int(slot) < 16:
+            raise ValueError(f"slot must lie in [0, 16), got {slot}")
+        h = rng._absorb(self.keys, step if isinstance(step, int) else step.to(torch.int64))
+        return _grid_uniforms(h[:, None], lo, hi, slot)
+
+    def grid_where(self, other: "StepUniforms", which: torch.Tensor, step: int, slot: int = 0) -> torch.Tensor:
+        """Float64 [B, T]: ``self.grid(step, T, slot)`` where ``which`` [B, T] is True, ``other.grid(step, T, slot)``
+        elsewhere - the same numbers (``rng.uniform``'s formula) at the cost of one grid instead of two."""
+        h = torch.where(which, rng._absorb(self.keys, step)[:, None], rng._absorb(other.keys, step)[:, None])
+        return _grid_uniforms(h, 0, which.shape[1], slot)
 
     def at(self, step: int | torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor, slot: int = 0) -> torch.Tensor:
         """Float64 [n] uniforms at the listed (batch, position) pairs (``step``: an int or one per pair)."""

@@ -147,13 +147,12 @@ class Dream(Sampler):
         alg_temp = self.alg_temp
 
         def score(view) -> torch.Tensor:
-            post = view.post
             if alg == "maskgit_plus":
-                s = post.get("q", view.tok)
+                s = view.get("q", view.tok)
             else:
-                s = post.get("margin" if alg == "topk_margin" else "negent")
+                s = view.get("margin" if alg == "topk_margin" else "negent")
             if alg_temp:  # Gumbel top-k = sampling without replacement from softmax(s / alg_temp)
-                u = gumbel_u.at(view.j, post.b, post.p, slot=GUMBEL_SLOT)
+                u = view.uniforms(gumbel_u, slot=GUMBEL_SLOT)
                 s = s / alg_temp - torch.log(-torch.log(u))
             return s
 

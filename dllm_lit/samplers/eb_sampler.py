@@ -79,7 +79,7 @@ class EBSampler(Sampler):
         widths = {**proposal_widths(self.vocab_size, tau), "entropy": ((), torch.float64)}
         nfe = decode_blocks(
             self.denoiser, x, [(0, seq_len)], features=features, widths=widths,
-            propose=lambda view: propose_tokens(view, tau, tok_u), score=lambda view: -view.post.get("entropy"),
+            propose=lambda view: propose_tokens(view, tau, tok_u), score=lambda view: -view.get("entropy"),
             tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
             count=lambda sorted_scores, m: entropy_bound_count(sorted_scores, gamma), use_cache=self.use_cache)
         return x, nfe

@@ -26,8 +26,9 @@ Departures from upstream (both only where upstream would misbehave; see the docs
 
 NFE: one per step at which the sequence's block still had a masked position, per sequence
 (``generate_with_nfe``).  Memory: the previous posterior row per position of the block
-(B x block x V, float64) plus the proposal cache of
-:class:`~dllm_lit.samplers.proposals.Proposals`.  Uniforms: Stream.TOKEN at (global step, position).
+(B x block x V, float64) plus the posterior cache of the confidence-decoding engine
+(:func:`~dllm_lit.samplers.confidence_decoding.propose_step`, LLaDA's proposals; run in sub-batches that
+fit its memory budget).  Uniforms: Stream.TOKEN at (global step, position).
 """
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ import torch
 from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, confidence, in_sub_batches, proposal_features,
+                                                   proposal_widths, propose_step)
 from dllm_lit.samplers.draws import StepUniforms
-from dllm_lit.samplers.proposals import Proposals
 from dllm_lit.samplers.selection import transfer_schedule
 
 __all__ = ["KLASS", "KL_EPS", "stability_kl"]
@@ -99,17 +101,23 @@ class KLASS(Sampler):
 
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         den, M, T, V, H = self.denoiser, self.mask_id, seq_len, self.vocab_size, self.history
+        tau, width = self.temperature, 2 * V + 2
+        bl, nb = self._blocks(T)
+        out = in_sub_batches(lambda ix: self.generate_with_nfe(ix, seq_len, steps, seed), indices, width, bl,
+                             self.use_cache)
+        if out is not None:
+            return out
         B, dev = indices.numel(), indices.device
         x = torch.full((B, T), M, dtype=torch.long, device=dev)
         nfe = torch.zeros(B, dtype=torch.float64, device=dev)
-        bl, nb = self._blocks(T)
         S = steps // nb
         tok_u = StepUniforms(seed, indices, steps)
         rows_b = torch.arange(B, device=dev)
         prev = torch.zeros((B, bl, V), dtype=torch.float64, device=dev)  # q: rows of the previous call
         for blk in range(nb):
             lo, hi = blk * bl, (blk + 1) * bl
-            props = Proposals(den, self.temperature, B, lo, hi, dev, use_cache=self.use_cache)
+            post = BlockPosteriors(den, B, lo, hi, lambda probs: proposal_features(probs, tau),
+                                   proposal_widths(V, tau), dev, self.use_cache, width)
             hist = torch.zeros((B, bl, H), dtype=torch.float64, device=dev)
             nxt = torch.zeros_like(prev)
             for s, k in enumerate(transfer_schedule(bl, S)):
@@ -120,8 +128,8 @@ class KLASS(Sampler):
                 active = masked.any(1)
                 nfe += active
                 p = q + lo
-                tok, conf, cur = props.propose(x, b, p, tok_u.at(blk * S + s, b, p), rows=True)
-                cur = cur.to(torch.float64)
+                view = propose_step(post, x, b, p, blk * S + s, tau, tok_u)
+                tok, conf, cur = view.tok, confidence(view), view.get("probs").to(torch.float64)
                 kl = stability_kl(cur, prev[b, q])
                 prev[b, q] = cur
                 hist[b, q] = torch.cat([hist[b, q, 1:], kl[:, None]], 1)

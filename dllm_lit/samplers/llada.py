@@ -55,8 +55,9 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence, decode_blocks,
-                                                   proposal_features, proposal_widths, propose_tokens, with_tie_rule)
+from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence,
+                                                   decode_blocks, proposal_features, proposal_widths, propose_tokens,
+                                                   with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, tempered_draw
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
@@ -228,13 +229,17 @@ class LLaDA(Sampler):
         tok_u = StepUniforms(seed, indices, steps)
         if self.remasking == "random":
             return self._generate_random(x, P, bl, nb, S, steps, seed, indices, tok_u, log_q=log_q)
+        # proposals are drawn only where they can be committed (confidence <= pmax = max_v p), from posterior
+        # rows recomputed there: the cache keeps pmax and argmax per position, not [V] rows
         tau = self.temperature
         decode_blocks(
             self.denoiser, x, block_bounds(seq_len, P, self.block_length),
-            features=lambda probs: proposal_features(probs, tau), widths=proposal_widths(self.vocab_size, tau),
+            features=lambda probs: proposal_features(probs, tau, cdf=False),
+            widths=proposal_widths(self.vocab_size, tau, cdf=False),
             propose=lambda view: propose_tokens(view, tau, tok_u), score=confidence,
             tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
-            schedule=[transfer_schedule(bl, S)] * nb, use_cache=self.use_cache, width=2 * self.vocab_size + 2)
+            schedule=[transfer_schedule(bl, S)] * nb, use_cache=self.use_cache,
+            bound="pmax", fresh=("probs",))
         return x
 
     def _generate_random(self, x: torch.Tensor, P: int, bl: int, nb: int, S: int, steps: int, seed: int,

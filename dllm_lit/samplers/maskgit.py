@@ -27,9 +27,10 @@ log p(x̂) / (c (1 - r)), i.e. a Plackett-Luce draw with weights p(x̂)^(1 / (c 
 Every step calls the model (upstream has no cache): NFE = S.  With S > T some steps commit nothing
 (one position stays masked until the last step); upstream spends those calls too.
 
-Implementation: proposals come from :class:`~dllm_lit.samplers.proposals.Proposals` (a
-:class:`PosteriorCache` refreshed only where a nearest revealed neighbour changed); uniforms are
-counter-based: proposals Stream.TOKEN, Gumbel noise Stream.ORDER, both at (step t, position).
+Implementation: proposals and confidences come from the confidence-decoding engine
+(:func:`~dllm_lit.samplers.confidence_decoding.propose_step`, LLaDA's proposals, with a
+:class:`PosteriorCache` refreshed only where a nearest revealed neighbour changed, run in sub-batches
+that fit its memory budget); uniforms are counter-based: proposals Stream.TOKEN, Gumbel noise Stream.ORDER, both at (step t, position).
 The schedule is computed in float64 (upstream: float32, which can round floor(N gamma) down by
 one at exact products such as cos(pi / 3) N).
 """
@@ -42,8 +43,9 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, confidence, in_sub_batches, proposal_features,
+                                                   proposal_widths, propose_step)
 from dllm_lit.samplers.draws import StepUniforms
-from dllm_lit.samplers.proposals import Proposals
 
 __all__ = ["MaskGIT", "SCHEDULES", "mask_ratio", "num_masked_next"]
 
@@ -89,19 +91,25 @@ class MaskGIT(Sampler):
         self.use_cache = True
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        M, T = self.mask_id, seq_len
+        M, T, V, tau = self.mask_id, seq_len, self.vocab_size, self.temperature
+        width = 2 * V + 2
+        out = in_sub_batches(lambda ix: self.generate(ix, seq_len, steps, seed), indices, width, T, self.use_cache)
+        if out is not None:
+            return out
         B, dev = indices.numel(), indices.device
         x = torch.full((B, T), M, dtype=torch.long, device=dev)
         tok_u = StepUniforms(seed, indices, steps)
         gum_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
-        props = Proposals(self.denoiser, self.temperature, B, 0, T, dev, use_cache=self.use_cache)
+        post = BlockPosteriors(self.denoiser, B, 0, T, lambda probs: proposal_features(probs, tau),
+                               proposal_widths(V, tau), dev, self.use_cache, width)
         N = T
         for t in range(steps):
             masked = x == M
             b, p = masked.nonzero(as_tuple=True)
             if b.numel() == 0:
                 break
-            tok, conf, _ = props.propose(x, b, p, tok_u.at(t, b, p))
+            view = propose_step(post, x, b, p, t, tau, tok_u)
+            tok, conf = view.tok, confidence(view)
             if t == steps - 1:
                 x[b, p] = tok
                 break

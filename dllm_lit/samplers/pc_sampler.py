@@ -82,7 +82,7 @@ class PCSampler(Sampler):
 
         def score(view) -> torch.Tensor:
             calibrated = (confidence(view) * neg_log_bg[view.tok]).clamp(max=alpha)
-            return torch.exp(-lambd * (view.post.p - view.lo).to(torch.float64)) * calibrated
+            return torch.exp(-lambd * (view.p - view.lo).to(torch.float64)) * calibrated
 
         bl = blocks[0][1] - blocks[0][0]
         decode_blocks(

@@ -177,17 +177,19 @@ class ReMDM(Sampler):
             t, s = ts[j], ts[j + 1]
             m_t, m_s, sig = self.step_rates(t, s)
             masked = z == M
+            # one uniform per position: Stream.TOKEN where masked, Stream.REMASK where not
+            u = uni.grid_where(rem, masked, j)
             # masked positions: unmask w.p. (m_t - m_s + sigma alpha_t) / m_t (sigma = 0 for conf)
             sig_masked = 0.0 if conf_variant else sig
-            move = masked & (uni.grid(j, T) < (m_t - m_s + sig_masked * (1.0 - m_t)) / m_t)
+            move = masked & (u < (m_t - m_s + sig_masked * (1.0 - m_t)) / m_t)
             # unmasked positions: remask w.p. sigma (conf: sigma * eta_i, eta_i = weight_i / sum weight)
             remask = None
             if sig > 0.0:
                 if conf_variant:
                     scale = sig / weight.sum(-1, keepdim=True).clamp_min(1e-300)
-                    remask = rem.grid(j, T) < weight * scale  # weight = 0 at masked positions
+                    remask = ~masked & (u < weight * scale)  # weight = 0 at masked positions
                 else:
-                    remask = ~masked & (rem.grid(j, T) < sig)
+                    remask = ~masked & (u < sig)
             b, p = move.nonzero(as_tuple=True)
             if b.numel():
                 probs = den.probs_at(z, b, p)  # conditioned on z_t, before any remask
