@@ -44,17 +44,26 @@ class Stream:
     NOISE = 7  # forward-process masks of denoiser training / evaluation (dllm_lit.training)
 
 
-def _srl(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Logical right shift of int64 (torch's ``>>`` is arithmetic)."""
-    return (x >> k) & ((1 << (64 - k)) - 1)
+def mix64_(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64 finaliser on an int64 tensor, in place (two's-complement wrap-around arithmetic).
+
+    The caller owns ``x`` (a fresh tensor); one temporary is reused for the three shifts.
+    """
+    tmp = torch.empty_like(x)
+
+    def srl(k: int) -> torch.Tensor:  # logical right shift into tmp (torch's >> is arithmetic)
+        torch.bitwise_right_shift(x, k, out=tmp)
+        return tmp.bitwise_and_((1 << (64 - k)) - 1)
+
+    x.add_(_GOLDEN)
+    x.bitwise_xor_(srl(30)).mul_(_M1)
+    x.bitwise_xor_(srl(27)).mul_(_M2)
+    return x.bitwise_xor_(srl(31))
 
 
 def mix64(x: torch.Tensor) -> torch.Tensor:
-    """SplitMix64 finaliser on int64 tensors (two's-complement wrap-around arithmetic)."""
-    x = x + _GOLDEN
-    x = (x ^ _srl(x, 30)) * _M1
-    x = (x ^ _srl(x, 27)) * _M2
-    return x ^ _srl(x, 31)
+    """SplitMix64 finaliser on int64 tensors (a new tensor; see :func:`mix64_`)."""
+    return mix64_(x.to(torch.int64, copy=True))
 
 
 def _absorb(h: torch.Tensor, v: torch.Tensor | int) -> torch.Tensor:
@@ -80,8 +89,15 @@ def uniform(keys: torch.Tensor, step: int | torch.Tensor, position: torch.Tensor
         raise ValueError(f"slot must lie in [0, 16), got {slot}")
     h = _absorb(keys, step if isinstance(step, int) else step.to(torch.int64))
     pos = position * 16 + int(slot) if isinstance(position, int) else position.to(torch.int64) * 16 + int(slot)
-    x = _absorb(h, pos)
-    return (_srl(x, 11).to(torch.float64) + 0.5) * (2.0**-53)
+    return uniform_from_hash(h, pos)
+
+
+def uniform_from_hash(h: torch.Tensor, pos_slot: torch.Tensor | int) -> torch.Tensor:
+    """The last stage of :func:`uniform`: ``(top53(mix(h ^ pos_slot)) + 0.5) / 2^53`` for the (key, step)
+    hash ``h`` and ``pos_slot = position * 16 + slot`` (broadcast), computed in place."""
+    x = mix64_(torch.bitwise_xor(h, pos_slot))
+    n = torch.bitwise_right_shift(x, 11).bitwise_and_((1 << 53) - 1)
+    return n.to(torch.float64).add_(0.5).mul_(2.0**-53)
 
 
 def seed_from_generator(generator: torch.Generator | None) -> int:
