@@ -11,13 +11,14 @@ from dllm_lit.results import ResultsWriter
 from dllm_lit.samplers import MDLM
 
 
-def _run(out, devices: int) -> list[dict]:
-    dm = MarkovDataModule(num_sequences=20, seq_len=24, chunk_size=4, seed=3)
-    writer = ResultsWriter(output_dir=str(out), bootstrap_resamples=10, figures=False, num_text_examples=2)
+def _run(out, devices: int, num_sequences: int = 20, seq_len: int = 24, chunk_size: int = 4,
+         steps: tuple[int, ...] = (2, 6), reference: bool = True, num_text_examples: int = 2) -> list[dict]:
+    dm = MarkovDataModule(num_sequences=num_sequences, seq_len=seq_len, chunk_size=chunk_size, seed=3)
+    writer = ResultsWriter(output_dir=str(out), bootstrap_resamples=10, figures=False, num_text_examples=num_text_examples)
     kwargs = dict(strategy="ddp_spawn", devices=devices) if devices > 1 else dict(devices=1)
     trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False,
                         enable_model_summary=False, **kwargs)
-    predict(MDLM(steps=[2, 6]), dm, writer, trainer=trainer)
+    predict(MDLM(steps=list(steps)), dm, writer, trainer=trainer, reference=reference)
     return json.loads((out / "metrics.json").read_text())["rows"]
 
 
@@ -38,13 +39,6 @@ def test_ddp_matches_single_process(tmp_path) -> None:
 
 def test_idle_process_when_fewer_items_than_processes(tmp_path) -> None:
     """One work item for two processes: the idle process takes a placeholder item; results equal one process."""
-    def run(out, devices: int) -> list[dict]:
-        dm = MarkovDataModule(num_sequences=6, seq_len=16, chunk_size=8, seed=3)
-        writer = ResultsWriter(output_dir=str(out), bootstrap_resamples=10, figures=False, num_text_examples=0)
-        kwargs = dict(strategy="ddp_spawn", devices=devices) if devices > 1 else dict(devices=1)
-        trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False,
-                            enable_model_summary=False, **kwargs)
-        predict(MDLM(steps=[4]), dm, writer, trainer=trainer, reference=False)
-        return json.loads((out / "metrics.json").read_text())
-
-    assert run(tmp_path / "one", 1) == run(tmp_path / "two", 2)
+    small = dict(num_sequences=6, seq_len=16, chunk_size=8, steps=(4,), reference=False, num_text_examples=0)
+    single = _run(tmp_path / "one", 1, **small)
+    assert len(single) == 1 and single == _run(tmp_path / "two", 2, **small)
