@@ -151,9 +151,16 @@ def test_signals_stop_cleanly_and_the_rerun_completes_identically(tmp_path: Path
     out = tmp_path / "stopped"
     counts = []
     for signum, min_rows in ((signal.SIGTERM, 2), (signal.SIGINT, 3)):
+        started = time.time_ns()
         proc = _cli(out, [], delay=0.4)  # 6 items per row at 0.4 s: about 2.4 s per row
         deadline = time.monotonic() + 240
-        while _rows_on_disk(out) < min_rows and proc.poll() is None and time.monotonic() < deadline:
+
+        def written_by_this_run() -> bool:  # rows left by the previous run do not count
+            metrics = out / "metrics.json"
+            return metrics.exists() and metrics.stat().st_mtime_ns > started
+
+        while (_rows_on_disk(out) < min_rows or not written_by_this_run()) and proc.poll() is None \
+                and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         sent = time.monotonic()
