@@ -66,7 +66,7 @@ def argmax_fill_law(dist: dict[State, float], post: PosteriorCache) -> dict[Stat
 
 
 def mdlm_law(chain: MarkovChain, T: int, steps: int) -> torch.Tensor:
-    """Exact output law of MDLM ddpm_cache + argmax fill (upstream-samplers.md Sec. 1)."""
+    """Exact output law of MDLM ddpm_cache + argmax fill (docs/samplers/mdlm.md)."""
     from dllm_lit.samplers.schedules import time_grid
 
     M, V = chain.mask_id, chain.vocab_size

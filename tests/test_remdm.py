@@ -31,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 # ---------------------------------------------------------------------- exact law (DP)
 def alphas(variant: str, t: float, s: float, opt: dict) -> tuple[float, float, float]:
-    """(alpha_t, alpha_s, sigma) per upstream-samplers.md Sec. 2 (conf: the budget times eta_i)."""
+    """(alpha_t, alpha_s, sigma) of the ReMDM kernel, docs/samplers/remdm.md (conf: the budget times eta_i)."""
     def smax(a_t: float, a_s: float) -> float:
         return 1.0 if a_t == 0 else min(1.0, (1 - a_s) / a_t)
 
