@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import lightning as L
+from torch.multiprocessing.spawn import ProcessExitedException
 
 from dllm_lit.data import MarkovDataModule
 from dllm_lit.engine import predict
@@ -16,9 +17,20 @@ def _run(out, devices: int, num_sequences: int = 20, seq_len: int = 24, chunk_si
     dm = MarkovDataModule(num_sequences=num_sequences, seq_len=seq_len, chunk_size=chunk_size, seed=3)
     writer = ResultsWriter(output_dir=str(out), bootstrap_resamples=10, figures=False, num_text_examples=num_text_examples)
     kwargs = dict(strategy="ddp_spawn", devices=devices) if devices > 1 else dict(devices=1)
-    trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, **kwargs)
-    predict(MDLM(steps=list(steps)), dm, writer, trainer=trainer, reference=reference)
+    for attempt in range(2):
+        trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, **kwargs)
+        try:
+            predict(MDLM(steps=list(steps)), dm, writer, trainer=trainer, reference=reference)
+            break
+        except ProcessExitedException:
+            # a spawned gloo worker occasionally aborts in its C++ teardown on a loaded 2-core machine
+            # ("terminate called without an active exception"); that is not what this test checks: run again
+            if attempt:
+                raise
+            dm = MarkovDataModule(num_sequences=num_sequences, seq_len=seq_len, chunk_size=chunk_size, seed=3)
+            writer = ResultsWriter(output_dir=str(out), bootstrap_resamples=10, figures=False,
+                                   num_text_examples=num_text_examples, resume=False)
     return json.loads((out / "metrics.json").read_text())["rows"]
 
 
