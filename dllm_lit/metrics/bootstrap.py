@@ -69,12 +69,17 @@ class SequenceBootstrapMixin:
     interval_policy: ClassVar[Policies]
 
     def sequence_statistics(self) -> dict[str, Tensor]:
-        """Per-sequence sufficient statistics over all processes (collective); dim 0 = sequences."""
-        raise NotImplementedError
+        """Per-sequence sufficient statistics over all processes (collective); dim 0 = sequences.
+
+        Metrics whose policy gives an interval must override this (and :meth:`resampling_statistic`).
+        """
+        raise TypeError(f"{type(self).__name__} declares an interval policy but does not define "
+                        "sequence_statistics(); override it or set interval_policy to a policy without interval")
 
     def resampling_statistic(self, statistics: Mapping[str, Tensor]) -> Statistic:
         """The metric as a function of resample weights ``[B, N]`` over ``statistics``' sequences."""
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} declares an interval policy but does not define "
+                        "resampling_statistic(); override it or set interval_policy to a policy without interval")
 
     def bootstrap_ci(
         self, num_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
