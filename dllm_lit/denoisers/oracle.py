@@ -119,6 +119,42 @@ class OracleDenoiser(LocalDenoiser):
         r_idx, c_idx = self._table_rows(x_left, d_left, x_right, d_right)
         return r_idx * self.table.shape[0] + c_idx
 
+    #: relative slack of :meth:`max_prob_bound` over the exact bound, covering float32 rounding of the table,
+    #: the products and the row sum (at most ~V 2^-24 relative for V up to a few thousand)
+    BOUND_SLACK = 1e-3
+
+    def max_prob_bound(self, x_left, d_left, x_right, d_right) -> torch.Tensor | None:
+        """Upper bounds on max_v gamma(v) without computing gamma: with L = P'^a(x_left, .), R = P'^b(., x_right)
+        (distances capped at D, as :meth:`probs_given_neighbours`),
+
+            max_v L(v) R(v) / Z  <=  max L * max R / Z,   Z = sum_v L(v) R(v) = P'^(a+b)(x_left, x_right)
+
+        (Chapman-Kolmogorov).  Z is read from the table when a + b <= D and bounded below by
+        min_u P'^D(u, x_right) otherwise (a convex combination of rows of P'^D); with no left neighbour
+        Z = pi(x_right) (stationarity, up to the chain's ``stationary_tol``), with no right neighbour Z = 1.
+        The bound is inflated by :attr:`BOUND_SLACK` for rounding and capped at 1.  None unless the table is
+        certified and the chain strictly positive (otherwise Z may vanish)."""
+        if not (self.certified and self.strictly_positive):
+            return None
+        V, D = self.vocab_size, self.depth
+        if getattr(self, "_row_max", None) is None:
+            self._row_max = self.table.amax(1).to(torch.float64)
+            self._col_min_depth = self.table[(2 * D - 1) * V:2 * D * V].amin(1).to(torch.float64)
+            tol = float(self.chain.stationary_tol)
+            self._pi_low = (self.chain.stationary.to(torch.float64) - tol).clamp(min=0.0).to(self.table.device)
+        has_left, has_right = d_left > 0, d_right > 0
+        a, b = d_left.long().clamp(1, D), d_right.long().clamp(1, D)
+        xl, xr = x_left.long().clamp(0, V - 1), x_right.long().clamp(0, V - 1)
+        r_idx, c_idx = self._table_rows(x_left, d_left, x_right, d_right)
+        s = a + b
+        inside = s <= D
+        z_both = torch.where(inside, self.table[(2 * (s.clamp(max=D) - 1)) * V + xl, xr].to(torch.float64),
+                             self._col_min_depth[xr])
+        z = torch.where(has_left & has_right, z_both,
+                        torch.where(has_right, self._pi_low[xr], torch.ones_like(z_both)))
+        bound = self._row_max[r_idx] * self._row_max[c_idx] * (1.0 + self.BOUND_SLACK) / z
+        return torch.where(z > 0, bound, torch.ones_like(bound)).clamp(max=1.0)
+
     def _beyond_cache(self, left_f, right_f, has_left, has_right, d1, d2):
         """Uncertified cache: distances beyond D by repeated multiplication with cached powers (exact, slower)."""
         D, V = self.depth, self.vocab_size

@@ -58,7 +58,7 @@ from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence,
                                                    decode_blocks, proposal_features, proposal_widths, propose_tokens,
                                                    with_tie_rule)
-from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, tempered_draw
+from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, tempered_draw, tempered_law
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
@@ -239,7 +239,7 @@ class LLaDA(Sampler):
             propose=lambda view: propose_tokens(view, tau, tok_u), score=confidence,
             tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
             schedule=[transfer_schedule(bl, S)] * nb, use_cache=self.use_cache,
-            bound="pmax", fresh=("probs",))
+            bound="pmax", fresh=("probs",), law=(lambda probs: tempered_law(probs, tau)) if tau > 0 else None)
         return x
 
     def _generate_random(self, x: torch.Tensor, P: int, bl: int, nb: int, S: int, steps: int, seed: int,

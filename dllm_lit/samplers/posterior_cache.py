@@ -11,7 +11,13 @@ O(masked V).  For any denoiser that is not a :class:`~dllm_lit.denoisers.LocalDe
 masked position is recomputed at every refresh, which is what the sampler would do without the cache.
 
 The cached values are exactly those a fresh query would give (same neighbours, same arithmetic),
-so samplers produce identical draws with and without the cache (tested).  When the denoiser names
+so samplers produce identical draws with and without the cache (tested).
+
+Bounds instead of rows.  A rule that only needs, at refresh, an upper bound of max_v p(x0_i = v | z)
+(LLaDA's low-confidence remasking at temperature > 0 draws proposals only where the bound can reach the
+k-th confidence) takes it from :meth:`~dllm_lit.denoisers.LocalDenoiser.max_prob_bound` when the denoiser
+has one: O(1) per refreshed position and no posterior row at all.  :meth:`PosteriorCache.draw` computes
+rows only at the positions drawn from, and tightens their bound to the exact row maximum.  When the denoiser names
 a key per neighbourhood (:meth:`~dllm_lit.denoisers.LocalDenoiser.neighbour_keys`), the features
 are computed once per distinct key among the positions to refresh (the oracle: positions farther
 than its certified depth from both neighbours share one posterior).
@@ -23,7 +29,7 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
-from dllm_lit.samplers.draws import row_chunks
+from dllm_lit.samplers.draws import categorical_from_cdf, row_chunks
 
 __all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS"]
 
@@ -44,11 +50,17 @@ class PosteriorCache:
         fresh: names of features equal to the posterior rows themselves that are, for a
             :class:`LocalDenoiser`, not stored but recomputed from the stored neighbours where
             :meth:`get` reads them (identical values; O(V) per read instead of per refreshed position).
+        law: for :meth:`draw`: maps posterior rows to the (unnormalised) law proposals are drawn from.
+        bound: name of a float64 feature holding an upper bound of max_v p(x0_i = v | z) that, when the denoiser
+            provides :meth:`~dllm_lit.denoisers.LocalDenoiser.max_prob_bound`, is computed from the neighbours
+            alone at refresh (no posterior rows) and tightened to the exact row maximum wherever :meth:`draw`
+            computes a row.  ``features`` may then be None (no row features at all).
     """
 
     def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features,
                  widths: dict[str, tuple[tuple[int, ...], torch.dtype]], device: torch.device,
-                 fresh: tuple[str, ...] = ()) -> None:
+                 fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 bound: str | None = None) -> None:
         self.den = denoiser
         self.lo, self.hi = lo, hi
         self.features = features
@@ -61,6 +73,8 @@ class PosteriorCache:
         self.left: torch.Tensor | None = None
         self.right: torch.Tensor | None = None
         self.z: torch.Tensor | None = None
+        self.law = law
+        self.bound = bound
 
     @staticmethod
     def fits(B: int, width: int, budget: int = DEFAULT_CACHE_ELEMENTS, length: int = 1) -> bool:
@@ -81,7 +95,11 @@ class PosteriorCache:
         if self.local:
             left, right = nearest_revealed(z, M)
             l_blk, r_blk = left[:, lo:hi], right[:, lo:hi]
-            need = masked if self.left is None else masked & ((l_blk != self.left) | (r_blk != self.right))
+            if self.left is None:
+                need = masked
+            else:
+                changed = (l_blk != self.left) | (r_blk != self.right)
+                need = masked & changed
             self.left, self.right = l_blk, r_blk
         else:
             need = masked
@@ -94,6 +112,10 @@ class PosteriorCache:
             a, c = left[b, pos].long(), right[b, pos].long()
             d1, d2 = neighbour_distances(pos, a, c, T)
             xl, xr = z[b, a.clamp(min=0)], z[b, c.clamp(max=T - 1)]
+            if self.bound is not None:
+                self.store[self.bound][b, p] = self.den.max_prob_bound(xl, d1, xr, d2).to(torch.float64)
+            if self.features is None:
+                return
             keys = self.den.neighbour_keys(xl, d1, xr, d2)
             if keys is None:
                 inv = torch.arange(b.numel(), device=b.device)
@@ -149,3 +171,21 @@ class PosteriorCache:
         a, c = self.left[b, p - self.lo].long(), self.right[b, p - self.lo].long()
         d1, d2 = neighbour_distances(p, a, c, T)
         return self.den.probs_given_neighbours(self.z[b, a.clamp(min=0)], d1, self.z[b, c.clamp(max=T - 1)], d2)
+
+    def draw(self, b: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Proposals at masked (batch, absolute position) pairs of the last refreshed state (local denoisers),
+        drawn by the float64 inverse CDF of ``law(posterior row)`` with uniforms ``u``, and each proposal's
+        posterior probability: exactly ``categorical(law(rows), u)`` and ``rows[tok]``.  With a ``bound``
+        feature, the drawn positions' bound becomes the exact row maximum (valid until a neighbour changes)."""
+        if self.law is None or not self.local:
+            raise ValueError("PosteriorCache.draw needs a proposal law and a LocalDenoiser")
+        tok = torch.empty_like(b)
+        prob = torch.empty(b.shape, dtype=self.den.output_dtype, device=b.device)
+        for sl in row_chunks(b.numel(), self.den.vocab_size):
+            rows = self.posterior(b[sl], p[sl])
+            t = categorical_from_cdf(self.law(rows).to(torch.float64).cumsum(-1), u[sl])
+            tok[sl] = t
+            prob[sl] = rows.gather(1, t[:, None]).squeeze(1)
+            if self.bound is not None:
+                self.store[self.bound][b[sl], p[sl] - self.lo] = rows.amax(-1).to(torch.float64)
+        return tok, prob
