@@ -4,28 +4,37 @@
     python benchmarks/grid.py --synthetic           # OWT-sized synthetic chain (V = 4096, K = 206, eps = 1e-4)
     python benchmarks/grid.py --all                 # plus every modern sampler (Fast-dLLM, Dream, EB, PC, FHS, ...)
     python benchmarks/grid.py --num-sequences 64 --seq-len 256 --configs configs/mdlm.yaml
+    python benchmarks/grid.py --synthetic --jobs 2   # configs spread over 2 processes (one core each)
 
 Every config goes through the same parser and engine as ``cli.py predict`` (``DllmCLI`` with
 ``run=False``, then :func:`dllm_lit.engine.predict`), with one shared chain and oracle and the
 results writer's optional work switched off (no bootstrap, no files), so a timing is what the
 CLI spends sampling and computing the metrics.  The AR row (``configs/ar.yaml``) is exact chain
-sampling.
+sampling.  With ``--jobs J`` the configs run in J worker processes (each samples with one thread, as
+the CLI does; the oracle's power table is memory-mapped from the disk cache, so it is shared): the
+whole-grid time is then the wall time of the slowest worker.  Results do not depend on ``--jobs``.
 """
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
+
+from dllm_lit import console
 
 from dllm_lit.cli import DllmCLI
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.engine import predict
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_CONFIGS = ["ar", "mdlm", "mdlm_paper", "llada", "sedd", "remdm_conf", "remdm_loop"]
+#: slowest first, so that with --jobs the long ones start at once
+PAPER_CONFIGS = ["llada", "remdm_loop", "remdm_conf", "sedd", "mdlm_paper", "mdlm", "ar"]
 #: the samplers shipped beyond the paper's (``--all`` adds them)
 MODERN_CONFIGS = ["fast_dllm", "fast_dllm_factor", "dream_origin", "dream_maskgit_plus", "dream_topk_margin",
                   "dream_entropy", "eb_sampler", "pc_sampler", "fhs", "maskgit", "klass", "bd3"]
@@ -45,7 +54,37 @@ def build(config: str, args: argparse.Namespace, out: str) -> DllmCLI:
              "--results.num_text_examples", "0", "--results.output_dir", out]
     if "ar.yaml" not in config:
         argv += ["--model.steps", str(args.steps)]
-    return DllmCLI(args=argv, run=False)
+    console.configure()
+    argv0, sys.argv = sys.argv, sys.argv[:1]  # the benchmark's own flags are not the CLI's
+    try:
+        return DllmCLI(args=argv, run=False)
+    finally:
+        sys.argv = argv0
+
+
+_SHARED: dict = {}
+
+
+def run_config(config: str, args: argparse.Namespace) -> tuple[str, float, float, dict, str | None]:
+    """Run one config (the chain and oracle are built once per process): (name, wall s, cpu s, kl by steps, set-up line)."""
+    setup = None
+    with tempfile.TemporaryDirectory() as out:
+        cli = build(config, args, out)
+        if "chain" not in _SHARED:
+            t0 = time.perf_counter()
+            chain = cli.datamodule.build_chain()
+            oracle = OracleDenoiser(chain, cache_dir=cli.datamodule.cache_dir)
+            _SHARED.update(chain=chain, oracle=oracle)
+            setup = (f"chain {chain!r}; oracle {oracle.extra_repr()}; set up in {time.perf_counter() - t0:.1f} s "
+                     f"(power table cached under {cli.datamodule.cache_dir})")
+        cli.datamodule.chain = _SHARED["chain"]
+        if cli.model.requires_denoiser and cli.model.denoiser is None:
+            cli.model.denoiser = _SHARED["oracle"]
+        writer = next(cb for cb in cli.trainer.callbacks if type(cb).__name__ == "ResultsWriter")
+        t0, c0 = time.perf_counter(), time.process_time()
+        predict(cli.model, cli.datamodule, writer, trainer=cli.trainer, reference=False)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return cli.model.name, wall, cpu, {r["steps"]: r["kl"] for r in writer.rows}, setup
 
 
 def main() -> None:
@@ -59,36 +98,32 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=123)
     ap.add_argument("--synthetic", action="store_true", help="OWT-sized synthetic chain instead of the English chain")
     ap.add_argument("--accelerator", default="gpu" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (configs run in parallel, one thread each)")
     args = ap.parse_args()
+    if args.jobs < 1:
+        ap.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.configs is None:
         names = PAPER_CONFIGS + (MODERN_CONFIGS if args.all else [])
         args.configs = [str(ROOT / "configs" / f"{c}.yaml") for c in names]
 
-    chain = oracle = None
     kl: dict[str, dict[int | None, float]] = {}
-    times: dict[str, float] = {}
+    print(f"N={args.num_sequences} T={args.seq_len} steps={args.steps} accelerator={args.accelerator} jobs={args.jobs}")
     grid_start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as out:
+
+    def report(result) -> None:
+        name, wall, cpu, rows, setup = result
+        if setup:
+            print(setup)
+        kl[name] = rows
+        print(f"{name:>18s}: {wall:7.1f} s wall {cpu:7.1f} s cpu", flush=True)
+
+    if args.jobs == 1:
         for config in args.configs:
-            cli = build(config, args, out)
-            if chain is None:
-                t0 = time.perf_counter()
-                chain = cli.datamodule.build_chain()
-                oracle = OracleDenoiser(chain, cache_dir=cli.datamodule.cache_dir)
-                print(f"chain {chain!r}; oracle {oracle.extra_repr()}; set up in {time.perf_counter() - t0:.1f} s "
-                      f"(power table cached under {cli.datamodule.cache_dir})")
-                print(f"N={args.num_sequences} T={args.seq_len} steps={args.steps} accelerator={args.accelerator} "
-                      f"threads={torch.get_num_threads()}")
-            cli.datamodule.chain = chain
-            if cli.model.requires_denoiser and cli.model.denoiser is None:
-                cli.model.denoiser = oracle
-            writer = next(cb for cb in cli.trainer.callbacks if type(cb).__name__ == "ResultsWriter")
-            t0, c0 = time.perf_counter(), time.process_time()
-            predict(cli.model, cli.datamodule, writer, trainer=cli.trainer, reference=False)
-            name = cli.model.name
-            times[name] = time.perf_counter() - t0
-            kl[name] = {r["steps"]: r["kl"] for r in writer.rows}
-            print(f"{name:>18s}: {times[name]:7.1f} s wall {time.process_time() - c0:7.1f} s cpu")
+            report(run_config(config, args))
+    else:
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for fut in [pool.submit(run_config, c, args) for c in args.configs]:
+                report(fut.result())
     print(f"{'whole grid':>18s}: {time.perf_counter() - grid_start:7.1f} s")
     print()
     print("transition KL (nats) by sampler and steps; ar = exact chain samples")

@@ -139,7 +139,7 @@ def test_confidence_engine_sub_batches_are_exact(name, monkeypatch) -> None:
 @pytest.mark.parametrize("name", ["dense", "sparse_teleport", "eps0"])
 def test_max_prob_bound_bounds_every_row(name) -> None:
     """OracleDenoiser.max_prob_bound >= max_v of the computed posterior row, at every distance (beyond the
-    certified depth too), with and without neighbours; None where the chain has impossible transitions."""
+    certified depth too), with and without neighbours, also where transitions are impossible (eps = 0)."""
     chain = _chains()[name]
     oracle = OracleDenoiser(chain)
     V, D = chain.vocab_size, oracle.depth
@@ -148,9 +148,7 @@ def test_max_prob_bound_bounds_every_row(name) -> None:
     xl, xr = torch.randint(V, (n,), generator=g), torch.randint(V, (n,), generator=g)
     dl, dr = torch.randint(0, D + 6, (n,), generator=g), torch.randint(0, D + 6, (n,), generator=g)
     bound = oracle.max_prob_bound(xl, dl, xr, dr)
-    if not oracle.strictly_positive:
-        assert bound is None
-        return
+    assert bound is not None and oracle.certified
     pmax = oracle.probs_given_neighbours(xl, dl, xr, dr).amax(-1).to(torch.float64)
     assert bound.dtype == torch.float64 and bool((bound <= 1.0).all())
     assert bool((pmax <= bound).all()), float((pmax - bound).max())
@@ -165,7 +163,7 @@ def test_llada_uses_row_free_bounds_with_the_oracle() -> None:
 
     chain = _chains()["sparse_teleport"]
     oracle = OracleDenoiser(chain)
-    assert has_max_prob_bound(oracle) and not has_max_prob_bound(OracleDenoiser(_chains()["eps0"]))
+    assert has_max_prob_bound(oracle) and not has_max_prob_bound(OracleDenoiser(chain, max_cache_bytes=1))
     post = BlockPosteriors(oracle, 2, 0, 8, lambda p: {"pmax": p.amax(-1)}, {"probs": ((chain.vocab_size,), None),
                            "pmax": ((), None)}, torch.device("cpu"), fresh=("probs",), law=lambda p: p, bound="pmax")
     assert post.cache.features is None and post.cache.store["pmax"].dtype == torch.float64

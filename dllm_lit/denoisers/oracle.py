@@ -132,9 +132,11 @@ class OracleDenoiser(LocalDenoiser):
         (Chapman-Kolmogorov).  Z is read from the table when a + b <= D and bounded below by
         min_u P'^D(u, x_right) otherwise (a convex combination of rows of P'^D); with no left neighbour
         Z = pi(x_right) (stationarity, up to the chain's ``stationary_tol``), with no right neighbour Z = 1.
-        The bound is inflated by :attr:`BOUND_SLACK` for rounding and capped at 1.  None unless the table is
-        certified and the chain strictly positive (otherwise Z may vanish)."""
-        if not (self.certified and self.strictly_positive):
+        The bound is inflated by :attr:`BOUND_SLACK` for rounding and capped at 1, and is 1 where the lower
+        bound of Z vanishes (then the computed row may be the left-only law).  Where Z > 0 but the float32 row
+        sum underflows to 0, the left-only law's maximum max L <= max L * max R / Z (as Z <= max R) is covered
+        too.  None for an uncertified table (distances beyond its depth are not read from capped rows)."""
+        if not self.certified:
             return None
         V, D = self.vocab_size, self.depth
         if getattr(self, "_row_max", None) is None:
