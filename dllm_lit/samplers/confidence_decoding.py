@@ -289,9 +289,9 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
 
     ``bound`` (fixed schedule only): a feature whose value (as float64) bounds the score from above at
     every position, whatever the proposal.  Then proposals are drawn only where they can be committed:
-    first at the positions of largest bound (:func:`first_draws`), then wherever the bound reaches the k-th
-    largest score found so far (a lower bound of the final k-th score), again until no undrawn bound reaches
-    it.  Every other position scores
+    first at the positions of largest bound (:func:`first_draws`), then in rounds of 4x growing size at the
+    undrawn positions of largest bound that reach the k-th largest score found so far (a lower bound of the
+    final k-th score), until no undrawn bound reaches it.  Every other position scores
     strictly below the k-th, so it is never committed and its proposal would be discarded; proposals are
     keyed by (step, position), so the commits are identical.
 
@@ -406,11 +406,15 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
 
     drawn = topk_stable_mask(ub, min(first_draws(k), L)) & masked
     fill(drawn)
-    while True:  # until no undrawn bound reaches the k-th score found (usually one more round)
+    size = first_draws(k)
+    while True:  # rounds of growing size, best bounds first, until no undrawn bound reaches the k-th score
         kth = torch.topk(scores, min(k, L), dim=1).values[:, -1:]  # <= the final k-th largest score
         cand = (ub >= kth) & masked & ~drawn
         if not bool(cand.any()):
             return scores, proposal
+        size *= 4
+        if size < L:
+            cand &= topk_stable_mask(torch.where(cand, ub, -torch.inf), size)
         fill(cand)
         drawn |= cand
 
