@@ -11,14 +11,17 @@ Conventions of this re-implementation (documented choices, not upstream accident
 * Rows are first normalised in float64, and the cumulative sum is taken in float64, so the
   keep set is a deterministic function of the (normalised) probabilities.  A cumulative sum
   that equals ``p`` exactly in float64 is kept (``<=``).
-* Ties are broken by token id: the sort is stable, so among equal probabilities the lower
-  token id comes first (and is the one kept when the boundary falls inside a tie).  Upstream
-  uses an unstable ``torch.sort`` whose tie order is implementation-defined.
+* Ties are broken by token id: the order is the stable descending one, so among equal
+  probabilities the lower token id comes first (and is the one kept when the boundary falls
+  inside a tie).  Upstream uses an unstable ``torch.sort`` whose tie order is implementation-defined.
+  The code sorts values only (numpy's sort on CPU, about ten times faster than ``torch.sort`` with
+  indices) and then resolves a tie at the boundary by token id, which gives that same set.
 * ``p = 1`` keeps every token (the rows are only normalised); samplers skip the filter
   entirely at ``p = 1``, as upstream does.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 __all__ = ["top_p_filter", "top_k_filter", "check_top_p"]
@@ -37,23 +40,55 @@ def check_top_p(p: float, name: str = "top_p") -> float:
     return v
 
 
+def _descending(q: torch.Tensor) -> torch.Tensor:
+    """The values of each row of ``q`` [..., V] in descending order (values only, so the tie order is moot).
+
+    On CPU numpy's vectorised sort of the values is about ten times faster than ``torch.sort``; the
+    sorted sequence is the same whichever sort produces it.
+    """
+    if q.device.type == "cpu":
+        return torch.from_numpy(np.sort(q.detach().numpy(), axis=-1)).flip(-1)
+    return torch.sort(q, dim=-1, descending=True).values
+
+
+def _kth_largest(q: torch.Tensor, k: int) -> torch.Tensor:
+    """The k-th largest value of each row of ``q`` [..., V] (1 <= k <= V): [..., 1]."""
+    if q.device.type == "cpu":
+        V = q.shape[-1]
+        return torch.from_numpy(np.partition(q.detach().numpy(), V - k, axis=-1)[..., V - k:V - k + 1])
+    return torch.topk(q, k, dim=-1).values[..., -1:]
+
+
 def top_p_filter(probs: torch.Tensor, p: float, strict: bool = True) -> torch.Tensor:
     """Nucleus-filtered, renormalised float64 copy of ``probs`` [..., V] (see module docstring).
 
     ``strict=False`` gives the Hugging Face / Dream ``top_p_logits`` semantics instead: a token is
     kept when the mass *before* it (descending order) is <= p, so the token that crosses p is kept
     and the kept mass is >= p.  Rows must have positive total mass.  Zero-probability entries stay zero.
+
+    With q = probs / sum(probs) and s its values in descending order, c = cumsum(s) (float64), the
+    kept set is the first m = max(1, #{k : c_k <= p}) tokens of the stable descending order
+    (non-strict: c_k - s_k <= p).  Both sequences are nondecreasing, so m is found by binary search.
+    Only values are sorted: with thr = s_m the set is {q > thr} plus the m - #{q > thr} lowest
+    token ids with q == thr.
     """
     p = check_top_p(p, "p")
-    q = probs.to(torch.float64)
-    q = q / q.sum(-1, keepdim=True)
+    raw = probs if probs.dtype in (torch.float32, torch.float64) else probs.to(torch.float64)
+    total = raw.to(torch.float64).sum(-1, keepdim=True)
+    q = raw.to(torch.float64) / total
     if p >= 1.0:
         return q
-    sorted_q, order = torch.sort(q, dim=-1, descending=True, stable=True)
-    cum = sorted_q.cumsum(-1)
-    keep_sorted = (cum <= p) if strict else (cum - sorted_q <= p)
-    keep_sorted[..., 0] = True
-    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    # x -> float64(x) / total is nondecreasing, so it commutes with sorting (float32 sorts faster)
+    s = _descending(raw).to(torch.float64) / total
+    c = s.cumsum(-1)
+    below = c if strict else c - s
+    m = torch.searchsorted(below, torch.full_like(c[..., :1], p), right=True).clamp_(min=1)
+    thr = s.gather(-1, m - 1)
+    keep = q >= thr
+    kept = keep.sum(-1, keepdim=True)
+    if bool((kept > m).any()):  # a tie at thr straddles the boundary: keep its lowest token ids only
+        tie = q == thr
+        keep &= ~tie | (tie.cumsum(-1) <= m - kept + tie.sum(-1, keepdim=True))
     out = torch.where(keep, q, torch.zeros((), dtype=q.dtype, device=q.device))
     return out / out.sum(-1, keepdim=True)
 
@@ -62,6 +97,6 @@ def top_k_filter(probs: torch.Tensor, k: int) -> torch.Tensor:
     """Renormalised float64 copy of ``probs`` [..., V] keeping the entries >= the k-th largest (ties at the
     k-th value are all kept), as Dream's ``top_k_logits``."""
     q = probs.to(torch.float64)
-    kth = torch.topk(q, min(int(k), q.shape[-1]), dim=-1).values[..., -1:]
+    kth = _kth_largest(q, min(int(k), q.shape[-1]))
     out = torch.where(q >= kth, q, torch.zeros((), dtype=q.dtype, device=q.device))
     return out / out.sum(-1, keepdim=True)
