@@ -102,14 +102,14 @@ def reference_top_p(probs: torch.Tensor, p: float, strict: bool = True) -> torch
     keep_sorted = (cum <= p) if strict else (cum - sorted_q <= p)
     keep_sorted[..., 0] = True
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-    out = torch.where(keep, q, torch.zeros((), dtype=q.dtype))
+    out = torch.where(keep, q, torch.zeros((), dtype=q.dtype, device=q.device))
     return out / out.sum(-1, keepdim=True)
 
 
 def reference_top_k(probs: torch.Tensor, k: int) -> torch.Tensor:
     q = probs.to(torch.float64)
     kth = torch.topk(q, min(int(k), q.shape[-1]), dim=-1).values[..., -1:]
-    out = torch.where(q >= kth, q, torch.zeros((), dtype=q.dtype))
+    out = torch.where(q >= kth, q, torch.zeros((), dtype=q.dtype, device=q.device))
     return out / out.sum(-1, keepdim=True)
 
 
@@ -180,3 +180,27 @@ def test_top_k_bit_identical_to_topk_reference(V: int) -> None:
     x3 = rows[:12].view(3, 4, V)
     assert torch.equal(top_k_filter(x3, 2), reference_top_k(x3, 2))
     assert torch.equal(top_k_filter(x3[0, 0], 2), reference_top_k(x3[0, 0], 2))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the torch.sort / torch.topk path is taken on CUDA only")
+def test_cuda_path_bit_identical_to_reference_on_cuda() -> None:
+    g = torch.Generator().manual_seed(3)
+    x = random_rows(g, 64, 4096).cuda()
+    for strict in (True, False):
+        for p in (0.3, 0.9) + tuple(exact_p_values(x.cpu(), strict, g)[:5]):
+            assert torch.equal(top_p_filter(x, p, strict).view(torch.int64), reference_top_p(x, p, strict).view(torch.int64))
+    assert torch.equal(top_k_filter(x, 5), reference_top_k(x, 5))
+
+
+def test_device_independent_keep_mask_equals_the_cpu_one() -> None:
+    """_kept_by_sort (the stable index sort, used off CPU) and _kept_from_values (CPU) give the same mask."""
+    from dllm_lit.samplers.nucleus import _kept_by_sort, _kept_from_values
+
+    g = torch.Generator().manual_seed(11)
+    for V in (5, 300):
+        raw = random_rows(g, 80, V).to(torch.float32)
+        total = raw.to(torch.float64).sum(-1, keepdim=True)
+        q = raw / total
+        for strict in (True, False):
+            for p in (0.2, 0.9) + tuple(exact_p_values(raw.double(), strict, g)[:10]):
+                assert torch.equal(_kept_by_sort(q, p, strict), _kept_from_values(raw, total, q, p, strict))
