@@ -45,10 +45,10 @@ Efficiency and randomness.  Neither the remask decision nor the unmask decision 
 denoiser's token distribution, so each step first decides, with one uniform per position, which
 masked positions unmask (stream TOKEN, slot 0 - the same uniforms as :class:`MDLM`) and which
 unmasked positions are remasked (stream REMASK, slot 0), then queries the denoiser only at the
-k unmasking positions (O(k V)) and draws their tokens by the float64 inverse CDF (stream TOKEN,
-slot 1, as MDLM).  Hence with sigma = 0 and ``top_p = 1`` (cap/rescale with eta = 0) ReMDM
-reproduces ``MDLM(decoding="stepwise")`` draw for draw (MDLM's default "ordered" decoding has the
-same law but other draws).  A step costs O(B T) for the decisions (as stepwise MDLM) plus O(k V)
+k unmasking positions (O(k V), in row chunks) and draws their tokens by the float64 inverse
+CDF (stream TOKEN, slot 1, as MDLM).  Hence with sigma = 0 and ``top_p = 1`` (cap/rescale with
+eta = 0) ReMDM reproduces ``MDLM(decoding="stepwise")`` draw for draw (MDLM's default "ordered"
+decoding has the same law but other draws).  A step costs O(B T) for the decisions (as stepwise MDLM) plus O(k V)
 for the k decoded positions; conf adds an O(B T) weight sum.
 """
 from __future__ import annotations
