@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm_lit.samplers.nucleus import top_p_filter
+from dllm_lit.samplers.nucleus import top_k_filter, top_p_filter
 
 
 def kept(probs: list[float], p: float) -> list[int]:
@@ -85,8 +85,122 @@ def test_non_strict_top_p_keeps_the_crossing_token() -> None:
 
 
 def test_top_k_filter_keeps_ties() -> None:
-    from dllm_lit.samplers.nucleus import top_k_filter
-
     x = torch.tensor([[0.4, 0.2, 0.2, 0.2], [0.1, 0.6, 0.3, 0.0]], dtype=torch.float64)
     assert torch.allclose(top_k_filter(x, 2), torch.tensor([[0.4, 0.2, 0.2, 0.2], [0, 2 / 3, 1 / 3, 0]], dtype=torch.float64))
     assert torch.equal(top_k_filter(x, 10), x / x.sum(1, keepdim=True))
+
+
+# ---------------------------------------------------------------- bit identity with the sort-based reference
+def reference_top_p(probs: torch.Tensor, p: float, strict: bool = True) -> torch.Tensor:
+    """The previous implementation: stable descending sort with indices, keep mask scattered back."""
+    q = probs.to(torch.float64)
+    q = q / q.sum(-1, keepdim=True)
+    if p >= 1.0:
+        return q
+    sorted_q, order = torch.sort(q, dim=-1, descending=True, stable=True)
+    cum = sorted_q.cumsum(-1)
+    keep_sorted = (cum <= p) if strict else (cum - sorted_q <= p)
+    keep_sorted[..., 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    out = torch.where(keep, q, torch.zeros((), dtype=q.dtype, device=q.device))
+    return out / out.sum(-1, keepdim=True)
+
+
+def reference_top_k(probs: torch.Tensor, k: int) -> torch.Tensor:
+    q = probs.to(torch.float64)
+    kth = torch.topk(q, min(int(k), q.shape[-1]), dim=-1).values[..., -1:]
+    out = torch.where(q >= kth, q, torch.zeros((), dtype=q.dtype, device=q.device))
+    return out / out.sum(-1, keepdim=True)
+
+
+def random_rows(g: torch.Generator, n: int, V: int) -> torch.Tensor:
+    """float64 [n, V] non-negative rows with positive mass: smooth, peaked, heavily tied, sparse, one-hot, dyadic."""
+    kind = torch.randint(0, 6, (n, 1), generator=g)
+    smooth = torch.rand(n, V, generator=g, dtype=torch.float64)
+    peaked = torch.rand(n, V, generator=g, dtype=torch.float64) ** 12
+    tied = torch.randint(0, 4, (n, V), generator=g).to(torch.float64)  # few distinct values, many ties and zeros
+    sparse = smooth * (torch.rand(n, V, generator=g) < 0.1)
+    onehot = torch.nn.functional.one_hot(torch.randint(0, V, (n,), generator=g), V).to(torch.float64)
+    dyadic = 2.0 ** -torch.randint(1, 6, (n, V), generator=g).to(torch.float64) * (torch.rand(n, V, generator=g) < 0.5)
+    rows = torch.stack([smooth, peaked, tied, sparse, onehot, dyadic]).gather(
+        0, kind[None].expand(1, n, V)).squeeze(0)
+    rows[:, 0] += rows.sum(-1) == 0  # positive mass
+    return rows
+
+
+def exact_p_values(rows: torch.Tensor, strict: bool, g: torch.Generator) -> list[float]:
+    """p values equal to a float64 cumulative sum (strict) or mass-before (non-strict) of some row."""
+    q = rows / rows.sum(-1, keepdim=True)
+    s = q.sort(-1, descending=True).values
+    c = s.cumsum(-1) if strict else s.cumsum(-1) - s
+    picks = c[torch.arange(len(q)), torch.randint(0, q.shape[-1], (len(q),), generator=g)]
+    return sorted({v for v in picks.tolist() if 0.0 < v <= 1.0})
+
+
+@pytest.mark.parametrize("V", [2, 5, 64, 4096])
+@pytest.mark.parametrize("strict", [True, False])
+def test_top_p_bit_identical_to_sort_reference(V: int, strict: bool) -> None:
+    g = torch.Generator().manual_seed(V + strict)
+    rows = random_rows(g, 60 if V < 4096 else 24, V)
+    ps = [0.05, 0.3, 0.5, 0.7, 0.9, 0.95, 0.999, 1.0 - 2**-52, 1.0] + exact_p_values(rows, strict, g)
+    for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+        x = rows.to(dtype)
+        for p in ps:
+            got, want = top_p_filter(x, p, strict=strict), reference_top_p(x, p, strict=strict)
+            assert got.dtype == torch.float64
+            assert torch.equal(got.view(torch.int64), want.view(torch.int64)), (V, strict, dtype, p)
+
+
+def test_top_p_bit_identical_on_1d_and_3d_shapes() -> None:
+    g = torch.Generator().manual_seed(7)
+    x3 = random_rows(g, 3 * 4, 33).view(3, 4, 33)
+    for p in (0.2, 0.6, 0.9):
+        for strict in (True, False):
+            assert torch.equal(top_p_filter(x3, p, strict).view(torch.int64), reference_top_p(x3, p, strict).view(torch.int64))
+            for row in x3.reshape(-1, 33):
+                assert torch.equal(top_p_filter(row, p, strict).view(torch.int64), reference_top_p(row, p, strict).view(torch.int64))
+
+
+def test_top_p_boundary_inside_a_tie_keeps_lowest_ids() -> None:
+    """Three tokens tied at the boundary value, only two fit: the two lowest token ids are kept."""
+    x = torch.tensor([0.1, 0.2, 0.1, 0.4, 0.1, 0.1], dtype=torch.float64)  # 0.4, 0.2 then four 0.1s
+    for p in (0.65, 0.75, 0.85):
+        assert torch.equal(top_p_filter(x, p), reference_top_p(x, p))
+    assert top_p_filter(x, 0.85).nonzero().squeeze(1).tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("V", [3, 64, 4096])
+def test_top_k_bit_identical_to_topk_reference(V: int) -> None:
+    g = torch.Generator().manual_seed(V)
+    rows = random_rows(g, 40, V)
+    for dtype in (torch.float64, torch.float32):
+        x = rows.to(dtype)
+        for k in (1, 2, 3, 10, V - 1, V, V + 5):
+            assert torch.equal(top_k_filter(x, k).view(torch.int64), reference_top_k(x, k).view(torch.int64)), (V, dtype, k)
+    x3 = rows[:12].view(3, 4, V)
+    assert torch.equal(top_k_filter(x3, 2), reference_top_k(x3, 2))
+    assert torch.equal(top_k_filter(x3[0, 0], 2), reference_top_k(x3[0, 0], 2))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the torch.sort / torch.topk path is taken on CUDA only")
+def test_cuda_path_bit_identical_to_reference_on_cuda() -> None:
+    g = torch.Generator().manual_seed(3)
+    x = random_rows(g, 64, 4096).cuda()
+    for strict in (True, False):
+        for p in (0.3, 0.9) + tuple(exact_p_values(x.cpu(), strict, g)[:5]):
+            assert torch.equal(top_p_filter(x, p, strict).view(torch.int64), reference_top_p(x, p, strict).view(torch.int64))
+    assert torch.equal(top_k_filter(x, 5), reference_top_k(x, 5))
+
+
+def test_device_independent_keep_mask_equals_the_cpu_one() -> None:
+    """_kept_by_sort (the stable index sort, used off CPU) and _kept_from_values (CPU) give the same mask."""
+    from dllm_lit.samplers.nucleus import _kept_by_sort, _kept_from_values
+
+    g = torch.Generator().manual_seed(11)
+    for V in (5, 300):
+        raw = random_rows(g, 80, V).to(torch.float32)
+        total = raw.to(torch.float64).sum(-1, keepdim=True)
+        q = raw / total
+        for strict in (True, False):
+            for p in (0.2, 0.9) + tuple(exact_p_values(raw.double(), strict, g)[:10]):
+                assert torch.equal(_kept_by_sort(q, p, strict), _kept_from_values(raw, total, q, p, strict))

@@ -45,10 +45,10 @@ Efficiency and randomness.  Neither the remask decision nor the unmask decision 
 denoiser's token distribution, so each step first decides, with one uniform per position, which
 masked positions unmask (stream TOKEN, slot 0 - the same uniforms as :class:`MDLM`) and which
 unmasked positions are remasked (stream REMASK, slot 0), then queries the denoiser only at the
-k unmasking positions (O(k V)) and draws their tokens by the float64 inverse CDF (stream TOKEN,
-slot 1, as MDLM).  Hence with sigma = 0 and ``top_p = 1`` (cap/rescale with eta = 0) ReMDM
-reproduces ``MDLM(decoding="stepwise")`` draw for draw (MDLM's default "ordered" decoding has the
-same law but other draws).  A step costs O(B T) for the decisions (as stepwise MDLM) plus O(k V)
+k unmasking positions (O(k V), in row chunks) and draws their tokens by the float64 inverse
+CDF (stream TOKEN, slot 1, as MDLM).  Hence with sigma = 0 and ``top_p = 1`` (cap/rescale with
+eta = 0) ReMDM reproduces ``MDLM(decoding="stepwise")`` draw for draw (MDLM's default "ordered"
+decoding has the same law but other draws).  A step costs O(B T) for the decisions (as stepwise MDLM) plus O(k V)
 for the k decoded positions; conf adds an O(B T) weight sum.
 """
 from __future__ import annotations
@@ -57,8 +57,9 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical
+from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical, row_chunks
 from dllm_lit.samplers.nucleus import top_p_filter
 from dllm_lit.samplers.schedules import time_grid
 
@@ -163,7 +164,6 @@ class ReMDM(Sampler):
 
     # ------------------------------------------------------------------ sampling
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        den = self.denoiser
         B, T, M = indices.numel(), seq_len, self.mask_id
         dev = indices.device
         conf_variant = self.variant == "conf"
@@ -191,11 +191,8 @@ class ReMDM(Sampler):
                 else:
                     remask = ~masked & (u < sig)
             b, p = move.nonzero(as_tuple=True)
-            if b.numel():
-                probs = den.probs_at(z, b, p)  # conditioned on z_t, before any remask
-                if self.top_p < 1.0:
-                    probs = top_p_filter(probs, self.top_p)
-                tok = categorical(probs, uni.at(j, b, p, slot=1))
+            if b.numel():  # conditioned on z_t, before any remask
+                tok, tok_weight = self._decode(z, b, p, uni.at(j, b, p, slot=1), conf_variant)
             if remask is not None:
                 z.masked_fill_(remask, M)
                 if conf_variant:
@@ -203,7 +200,34 @@ class ReMDM(Sampler):
             if b.numel():
                 z[b, p] = tok
                 if conf_variant:
-                    q = probs.to(torch.float64)
-                    psi = q.gather(1, tok[:, None]).squeeze(1) / q.sum(-1)
-                    weight[b, p] = torch.exp(-psi)
-        return argmax_fill(den, z)
+                    weight[b, p] = tok_weight
+        return argmax_fill(self.denoiser, z)
+
+    def _decode(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor, u: torch.Tensor,
+                with_weight: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Tokens drawn at the masked positions (b, p) of z from the nucleus-filtered posterior (inverse CDF
+        with uniforms ``u``), and with ``with_weight`` their conf weights exp(-psi), psi = q(token) / sum q.
+
+        Rows are independent, so they go in chunks of ``row_chunks`` rows (temporaries stay small).  A
+        :class:`LocalDenoiser` is asked for each chunk's rows from the neighbours (every queried position is
+        masked, so the one-hot rows of ``probs_at`` are never needed); any other denoiser answers all rows at once.
+        """
+        den = self.denoiser
+        local = isinstance(den, LocalDenoiser)
+        if local:
+            left, right = nearest_revealed(z, self.mask_id)
+            a, c = left[b, p].long(), right[b, p].long()
+        else:
+            probs_all = den.probs_at(z, b, p)
+        tok = torch.empty_like(b)
+        weight = torch.empty(b.shape, dtype=torch.float64, device=b.device) if with_weight else None
+        for sl in row_chunks(b.numel(), den.vocab_size):
+            probs = den.probs_from_neighbours(z, b[sl], p[sl], a[sl], c[sl]) if local else probs_all[sl]
+            if self.top_p < 1.0:
+                probs = top_p_filter(probs, self.top_p)
+            tok[sl] = categorical(probs, u[sl])
+            if with_weight:
+                q = probs.to(torch.float64)
+                psi = q.gather(1, tok[sl, None]).squeeze(1) / q.sum(-1)
+                weight[sl] = torch.exp(-psi)
+        return tok, weight
