@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import resource
 import sys
 import tempfile
 import time
@@ -65,8 +66,9 @@ def build(config: str, args: argparse.Namespace, out: str) -> DllmCLI:
 _SHARED: dict = {}
 
 
-def run_config(config: str, args: argparse.Namespace) -> tuple[str, float, float, dict, str | None]:
-    """Run one config (the chain and oracle are built once per process): (name, wall s, cpu s, kl by steps, set-up line)."""
+def run_config(config: str, args: argparse.Namespace) -> tuple[str, float, float, dict, str | None, float]:
+    """Run one config (the chain and oracle are built once per process):
+    (name, wall s, cpu s, kl by steps, set-up line, the process's peak resident memory so far in GB)."""
     setup = None
     with tempfile.TemporaryDirectory() as out:
         cli = build(config, args, out)
@@ -84,7 +86,8 @@ def run_config(config: str, args: argparse.Namespace) -> tuple[str, float, float
         t0, c0 = time.perf_counter(), time.process_time()
         predict(cli.model, cli.datamodule, writer, trainer=cli.trainer, reference=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        return cli.model.name, wall, cpu, {r["steps"]: r["kl"] for r in writer.rows}, setup
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+        return cli.model.name, wall, cpu, {r["steps"]: r["kl"] for r in writer.rows}, setup, peak
 
 
 def main() -> None:
@@ -111,11 +114,11 @@ def main() -> None:
     grid_start = time.perf_counter()
 
     def report(result) -> None:
-        name, wall, cpu, rows, setup = result
+        name, wall, cpu, rows, setup, peak = result
         if setup:
             print(setup)
         kl[name] = rows
-        print(f"{name:>18s}: {wall:7.1f} s wall {cpu:7.1f} s cpu", flush=True)
+        print(f"{name:>18s}: {wall:7.1f} s wall {cpu:7.1f} s cpu  (process peak RSS {peak:.1f} GB)", flush=True)
 
     if args.jobs == 1:
         for config in args.configs:
