@@ -115,11 +115,24 @@ def tempered_draw(probs: torch.Tensor, u: torch.Tensor, temperature: float, *,
 
 
 def argmax_fill(denoiser, z: torch.Tensor) -> torch.Tensor:
-    """Fill every remaining MASK with argmax_v p(x0 = v | z), all positions in parallel (MDLM's noise removal)."""
+    """Fill every remaining MASK with argmax_v p(x0 = v | z), all positions in parallel (MDLM's noise removal).
+
+    A :class:`~dllm_lit.denoisers.LocalDenoiser` answers in row chunks (bounded memory; every position
+    still conditions on the unfilled z); any other denoiser is queried once."""
+    from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed
+
     b, p = (z == denoiser.mask_id).nonzero(as_tuple=True)
-    if b.numel():
-        z = z.clone()
-        z[b, p] = denoiser.probs_at(z, b, p).argmax(-1)
+    if b.numel() == 0:
+        return z
+    if isinstance(denoiser, LocalDenoiser):
+        neighbours = nearest_revealed(z, denoiser.mask_id)
+        tok = torch.empty_like(b)
+        for sl in row_chunks(b.numel(), denoiser.vocab_size):
+            tok[sl] = denoiser.probs_at(z, b[sl], p[sl], neighbours).argmax(-1)
+    else:
+        tok = denoiser.probs_at(z, b, p).argmax(-1)
+    z = z.clone()
+    z[b, p] = tok
     return z
 
 
