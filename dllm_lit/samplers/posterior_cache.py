@@ -73,7 +73,7 @@ class PosteriorCache:
         self.left: torch.Tensor | None = None
         self.right: torch.Tensor | None = None
         self.z: torch.Tensor | None = None
-        self.law = law
+        self.law = law if self.local else None  # draw() reads rows from the stored neighbours
         self.bound = bound
 
     @staticmethod
