@@ -62,10 +62,15 @@ class LocalDenoiser(Denoiser):
         (callers may then compute one row per distinct key), or None when no such key is known."""
         return None
 
+    @property
+    def has_max_prob_bound(self) -> bool:
+        """Whether :meth:`max_prob_bound` gives bounds (False unless a subclass provides them)."""
+        return False
+
     def max_prob_bound(self, x_left: torch.Tensor, d_left: torch.Tensor,
                        x_right: torch.Tensor, d_right: torch.Tensor) -> torch.Tensor | None:
         """Float64 upper bounds on max_v of the rows :meth:`probs_given_neighbours` returns, computed without
-        those rows (O(1) per query), or None when the denoiser knows no such bound."""
+        those rows (O(1) per query), or None when the denoiser knows no such bound (see :attr:`has_max_prob_bound`)."""
         return None
 
     def probs_from_neighbours(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor,

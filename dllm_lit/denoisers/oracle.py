@@ -76,6 +76,8 @@ class OracleDenoiser(LocalDenoiser):
         self.mixing_residual = built.residual
         # table[2 (d-1) V + x] = P'^d(x, .), table[(2d-1) V + w] = P'^d(., w), then pi and ones
         self.register_buffer("table", built.table, persistent=False)
+        #: per-row maxima, column minima at depth D and a lower bound of pi, built by max_prob_bound on first use
+        self.register_buffer("_row_max", None, persistent=False)
         self.requires_grad_(False)
         self.eval()
 
@@ -123,6 +125,10 @@ class OracleDenoiser(LocalDenoiser):
     #: the products and the row sum (at most ~V 2^-24 relative for V up to a few thousand)
     BOUND_SLACK = 1e-3
 
+    @property
+    def has_max_prob_bound(self) -> bool:
+        return self.certified
+
     def max_prob_bound(self, x_left, d_left, x_right, d_right) -> torch.Tensor | None:
         """Upper bounds on max_v gamma(v) without computing gamma: with L = P'^a(x_left, .), R = P'^b(., x_right)
         (distances capped at D, as :meth:`probs_given_neighbours`),
@@ -139,11 +145,13 @@ class OracleDenoiser(LocalDenoiser):
         if not self.certified:
             return None
         V, D = self.vocab_size, self.depth
-        if getattr(self, "_row_max", None) is None:
-            self._row_max = self.table.amax(1).to(torch.float64)
-            self._col_min_depth = self.table[(2 * D - 1) * V:2 * D * V].amin(1).to(torch.float64)
+        if self._row_max is None:  # once, on first use (one pass over the table); buffers follow .to(device)
             tol = float(self.chain.stationary_tol)
-            self._pi_low = (self.chain.stationary.to(torch.float64) - tol).clamp(min=0.0).to(self.table.device)
+            self.register_buffer("_row_max", self.table.amax(1).to(torch.float64), persistent=False)
+            self.register_buffer("_col_min_depth", self.table[(2 * D - 1) * V:2 * D * V].amin(1).to(torch.float64),
+                                 persistent=False)
+            self.register_buffer("_pi_low", (self.chain.stationary.to(torch.float64) - tol).clamp(min=0.0)
+                                 .to(self.table.device), persistent=False)
         has_left, has_right = d_left > 0, d_right > 0
         a, b = d_left.long().clamp(1, D), d_right.long().clamp(1, D)
         xl, xr = x_left.long().clamp(0, V - 1), x_right.long().clamp(0, V - 1)

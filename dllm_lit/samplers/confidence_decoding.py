@@ -112,10 +112,7 @@ def in_sub_batches(run: Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tens
 
 def has_max_prob_bound(denoiser) -> bool:
     """Whether ``denoiser`` is a :class:`LocalDenoiser` that bounds max_v p(x0 = v | z) without posterior rows."""
-    if not isinstance(denoiser, LocalDenoiser):
-        return False
-    e = torch.zeros(0, dtype=torch.long, device=next(iter(denoiser.buffers()), torch.zeros(0)).device)
-    return denoiser.max_prob_bound(e, e, e, e) is not None
+    return isinstance(denoiser, LocalDenoiser) and denoiser.has_max_prob_bound
 
 
 def cache_width(denoiser, widths: Widths, fresh: tuple[str, ...] = ()) -> int:
@@ -134,8 +131,8 @@ class BlockPosteriors:
     recomputes them with ``probs_at`` at the listed positions.  Same values either way.
     ``row0``: index of the state's first row in the caller's batch (:attr:`StepView.b` adds it).
     ``law``: the proposal law (posterior rows -> unnormalised law), for :meth:`PosteriorCache.draw`.  With a
-    ``law`` and a denoiser that bounds max_v p without rows (:meth:`~dllm_lit.denoisers.LocalDenoiser.max_prob_bound`), the feature ``bound`` is that bound,
-    refreshed from the neighbours alone, and no row features are computed at refresh.
+    ``law`` and a denoiser that bounds max_v p without rows (:func:`has_max_prob_bound`), the feature
+    ``bound`` is that bound, refreshed from the neighbours alone, and no row features are computed at refresh.
     """
 
     def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features, widths: Widths,

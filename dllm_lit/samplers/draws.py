@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import rng
+from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed
 
 __all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "sharpen", "tempered_draw",
-           "tempered_law", "drawn_log_prob", "argmax_fill", "StepUniforms", "row_chunks",
+           "tempered_law", "drawn_log_prob", "argmax_fill", "masked_posterior_chunks", "StepUniforms", "row_chunks",
            "ROW_CHUNK_ELEMENTS"]
 
 #: rows x V elements per chunk of posterior rows processed at once (4 MB of float64): temporaries
@@ -114,23 +115,27 @@ def tempered_draw(probs: torch.Tensor, u: torch.Tensor, temperature: float, *,
     return tok, drawn_log_prob(law, tok)
 
 
+def masked_posterior_chunks(denoiser, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor):
+    """Yield (slice, rows): p(x0 | z) at the masked positions (b[slice], p[slice]) of z, every row conditioned
+    on z as given.  A :class:`~dllm_lit.denoisers.LocalDenoiser` answers from the nearest revealed neighbours in
+    chunks of :func:`row_chunks` rows (bounded memory, no one-hot rows); any other denoiser is queried once."""
+    if not isinstance(denoiser, LocalDenoiser):
+        yield slice(0, b.numel()), denoiser.probs_at(z, b, p)
+        return
+    left, right = nearest_revealed(z, denoiser.mask_id)
+    a, c = left[b, p].long(), right[b, p].long()
+    for sl in row_chunks(b.numel(), denoiser.vocab_size):
+        yield sl, denoiser.probs_from_neighbours(z, b[sl], p[sl], a[sl], c[sl])
+
+
 def argmax_fill(denoiser, z: torch.Tensor) -> torch.Tensor:
-    """Fill every remaining MASK with argmax_v p(x0 = v | z), all positions in parallel (MDLM's noise removal).
-
-    A :class:`~dllm_lit.denoisers.LocalDenoiser` answers in row chunks (bounded memory; every position
-    still conditions on the unfilled z); any other denoiser is queried once."""
-    from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed
-
+    """Fill every remaining MASK with argmax_v p(x0 = v | z), all positions in parallel (MDLM's noise removal)."""
     b, p = (z == denoiser.mask_id).nonzero(as_tuple=True)
     if b.numel() == 0:
         return z
-    if isinstance(denoiser, LocalDenoiser):
-        neighbours = nearest_revealed(z, denoiser.mask_id)
-        tok = torch.empty_like(b)
-        for sl in row_chunks(b.numel(), denoiser.vocab_size):
-            tok[sl] = denoiser.probs_at(z, b[sl], p[sl], neighbours).argmax(-1)
-    else:
-        tok = denoiser.probs_at(z, b, p).argmax(-1)
+    tok = torch.empty_like(b)
+    for sl, rows in masked_posterior_chunks(denoiser, z, b, p):
+        tok[sl] = rows.argmax(-1)
     z = z.clone()
     z[b, p] = tok
     return z

@@ -11,16 +11,16 @@ O(masked V).  For any denoiser that is not a :class:`~dllm_lit.denoisers.LocalDe
 masked position is recomputed at every refresh, which is what the sampler would do without the cache.
 
 The cached values are exactly those a fresh query would give (same neighbours, same arithmetic),
-so samplers produce identical draws with and without the cache (tested).
+so samplers produce identical draws with and without the cache (tested).  When the denoiser names
+a key per neighbourhood (:meth:`~dllm_lit.denoisers.LocalDenoiser.neighbour_keys`), the features
+are computed once per distinct key among the positions to refresh (the oracle: positions farther
+than its certified depth from both neighbours share one posterior).
 
 Bounds instead of rows.  A rule that only needs, at refresh, an upper bound of max_v p(x0_i = v | z)
 (LLaDA's low-confidence remasking at temperature > 0 draws proposals only where the bound can reach the
 k-th confidence) takes it from :meth:`~dllm_lit.denoisers.LocalDenoiser.max_prob_bound` when the denoiser
 has one: O(1) per refreshed position and no posterior row at all.  :meth:`PosteriorCache.draw` computes
-rows only at the positions drawn from, and tightens their bound to the exact row maximum.  When the denoiser names
-a key per neighbourhood (:meth:`~dllm_lit.denoisers.LocalDenoiser.neighbour_keys`), the features
-are computed once per distinct key among the positions to refresh (the oracle: positions farther
-than its certified depth from both neighbours share one posterior).
+rows only at the positions drawn from, and tightens their bound to the exact row maximum.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
-from dllm_lit.samplers.draws import categorical_from_cdf, row_chunks
+from dllm_lit.samplers.draws import categorical, row_chunks
 
 __all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS"]
 
@@ -95,11 +95,7 @@ class PosteriorCache:
         if self.local:
             left, right = nearest_revealed(z, M)
             l_blk, r_blk = left[:, lo:hi], right[:, lo:hi]
-            if self.left is None:
-                need = masked
-            else:
-                changed = (l_blk != self.left) | (r_blk != self.right)
-                need = masked & changed
+            need = masked if self.left is None else masked & ((l_blk != self.left) | (r_blk != self.right))
             self.left, self.right = l_blk, r_blk
         else:
             need = masked
@@ -177,13 +173,13 @@ class PosteriorCache:
         drawn by the float64 inverse CDF of ``law(posterior row)`` with uniforms ``u``, and each proposal's
         posterior probability: exactly ``categorical(law(rows), u)`` and ``rows[tok]``.  With a ``bound``
         feature, the drawn positions' bound becomes the exact row maximum (valid until a neighbour changes)."""
-        if self.law is None or not self.local:
+        if self.law is None:
             raise ValueError("PosteriorCache.draw needs a proposal law and a LocalDenoiser")
         tok = torch.empty_like(b)
         prob = torch.empty(b.shape, dtype=self.den.output_dtype, device=b.device)
         for sl in row_chunks(b.numel(), self.den.vocab_size):
             rows = self.posterior(b[sl], p[sl])
-            t = categorical_from_cdf(self.law(rows).to(torch.float64).cumsum(-1), u[sl])
+            t = categorical(self.law(rows), u[sl])
             tok[sl] = t
             prob[sl] = rows.gather(1, t[:, None]).squeeze(1)
             if self.bound is not None:

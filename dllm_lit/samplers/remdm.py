@@ -57,9 +57,8 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical, row_chunks
+from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical, masked_posterior_chunks
 from dllm_lit.samplers.nucleus import top_p_filter
 from dllm_lit.samplers.schedules import time_grid
 
@@ -208,21 +207,12 @@ class ReMDM(Sampler):
         """Tokens drawn at the masked positions (b, p) of z from the nucleus-filtered posterior (inverse CDF
         with uniforms ``u``), and with ``with_weight`` their conf weights exp(-psi), psi = q(token) / sum q.
 
-        Rows are independent, so they go in chunks of ``row_chunks`` rows (temporaries stay small).  A
-        :class:`LocalDenoiser` is asked for each chunk's rows from the neighbours (every queried position is
-        masked, so the one-hot rows of ``probs_at`` are never needed); any other denoiser answers all rows at once.
+        Rows are independent, so a :class:`LocalDenoiser` answers in row chunks (temporaries stay small; see
+        :func:`~dllm_lit.samplers.draws.masked_posterior_chunks`).
         """
-        den = self.denoiser
-        local = isinstance(den, LocalDenoiser)
-        if local:
-            left, right = nearest_revealed(z, self.mask_id)
-            a, c = left[b, p].long(), right[b, p].long()
-        else:
-            probs_all = den.probs_at(z, b, p)
         tok = torch.empty_like(b)
         weight = torch.empty(b.shape, dtype=torch.float64, device=b.device) if with_weight else None
-        for sl in row_chunks(b.numel(), den.vocab_size):
-            probs = den.probs_from_neighbours(z, b[sl], p[sl], a[sl], c[sl]) if local else probs_all[sl]
+        for sl, probs in masked_posterior_chunks(self.denoiser, z, b, p):
             if self.top_p < 1.0:
                 probs = top_p_filter(probs, self.top_p)
             tok[sl] = categorical(probs, u[sl])
