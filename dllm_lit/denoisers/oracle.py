@@ -34,6 +34,7 @@ import torch
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.denoisers.oracle_cache import load_or_build
 from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.reductions import fixed_order_sum
 
 __all__ = ["OracleDenoiser"]
 
@@ -95,14 +96,15 @@ class OracleDenoiser(LocalDenoiser):
         lf, rf = self.table[r_idx], self.table[c_idx]
         if not self.certified:
             lf, rf = self._beyond_cache(lf, rf, has_left, has_right, d_left, d_right)
+        # normalisers by a fixed-order sum: a row's float32 value is the same on every device and in any batch
         if self.strictly_positive:  # every P'^d > 0: the product never vanishes, normalise in place
             g = lf.mul_(rf)
-            return g.div_(g.sum(-1, keepdim=True))
+            return g.div_(fixed_order_sum(g, keepdim=True))
         g = lf * rf
-        s = g.sum(-1, keepdim=True)
+        s = fixed_order_sum(g, keepdim=True)
         bad = s <= 0  # unreachable right neighbour: left-only law
         g = torch.where(bad, lf, g)
-        return g.div_(torch.where(bad, lf.sum(-1, keepdim=True), s))
+        return g.div_(torch.where(bad, fixed_order_sum(lf, keepdim=True), s))
 
     def _table_rows(self, x_left, d_left, x_right, d_right) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows of the power table holding the left factor P'^d(x_left, .) and the right factor P'^d(., x_right)."""
