@@ -16,16 +16,21 @@ from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed
 
 __all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "sharpen", "tempered_draw",
            "tempered_law", "drawn_log_prob", "argmax_fill", "masked_posterior_chunks", "StepUniforms", "row_chunks",
-           "ROW_CHUNK_ELEMENTS"]
+           "ROW_CHUNK_ELEMENTS", "ROW_CHUNK_ELEMENTS_ACCELERATOR"]
 
-#: rows x V elements per chunk of posterior rows processed at once (4 MB of float64): temporaries
+#: rows x V elements per chunk of posterior rows processed at once on the CPU (4 MB of float64): temporaries
 #: stay in cache and below the allocator's mmap threshold, so they are reused instead of page-faulted
 ROW_CHUNK_ELEMENTS = 2**19
+#: the same on an accelerator (256 MB of float64): there every chunk costs a round of kernel launches, so
+#: chunks are as large as memory comfortably allows
+ROW_CHUNK_ELEMENTS_ACCELERATOR = 2**25
 
 
-def row_chunks(n: int, width: int) -> list[slice]:
-    """Slices covering range(n) in chunks of about ROW_CHUNK_ELEMENTS / width rows (row-wise work is unchanged)."""
-    step = max(1, ROW_CHUNK_ELEMENTS // max(1, width))
+def row_chunks(n: int, width: int, device: torch.device | None = None) -> list[slice]:
+    """Slices covering range(n) in chunks of about ROW_CHUNK_ELEMENTS / width rows (ROW_CHUNK_ELEMENTS_ACCELERATOR
+    on a ``device`` other than the CPU).  Row-wise work gives the same numbers in any chunking."""
+    budget = ROW_CHUNK_ELEMENTS if device is None or torch.device(device).type == "cpu" else ROW_CHUNK_ELEMENTS_ACCELERATOR
+    step = max(1, budget // max(1, width))
     return [slice(i, min(n, i + step)) for i in range(0, n, step)]
 
 
@@ -124,7 +129,7 @@ def masked_posterior_chunks(denoiser, z: torch.Tensor, b: torch.Tensor, p: torch
         return
     left, right = nearest_revealed(z, denoiser.mask_id)
     a, c = left[b, p].long(), right[b, p].long()
-    for sl in row_chunks(b.numel(), denoiser.vocab_size):
+    for sl in row_chunks(b.numel(), denoiser.vocab_size, b.device):
         yield sl, denoiser.probs_from_neighbours(z, b[sl], p[sl], a[sl], c[sl])
 
 

@@ -104,7 +104,7 @@ def decode_in_order(denoiser, z: torch.Tensor, decode_step: torch.Tensor, num_st
         if fast:  # the step's positions see only earlier steps: rows are independent, done in chunks
             a, c = prev[b, p], nxt[b, p]
             tok = torch.empty_like(b)
-            for sl in row_chunks(k, V):
+            for sl in row_chunks(k, V, z.device):
                 probs = denoiser.probs_from_neighbours(z, b[sl], p[sl], a[sl], c[sl])
                 tok[sl] = _tokens(draw(j, b[sl], p[sl], probs), b[sl], p[sl], log_q)
             z[b, p] = tok

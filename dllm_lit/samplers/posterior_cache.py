@@ -124,7 +124,7 @@ class PosteriorCache:
                 rep.scatter_(0, inv, torch.arange(keys.numel(), device=keys.device))
                 order = torch.argsort(inv)
                 bounds = torch.searchsorted(inv[order], torch.arange(uniq.numel() + 1, device=keys.device))
-            for sl in row_chunks(rep.numel(), self.den.vocab_size):  # bounded temporaries
+            for sl in row_chunks(rep.numel(), self.den.vocab_size, rep.device):  # bounded temporaries
                 r = rep[sl]
                 probs = self.den.probs_given_neighbours(xl[r], d1[r], xr[r], d2[r])
                 if bounds is None:
@@ -177,7 +177,7 @@ class PosteriorCache:
             raise ValueError("PosteriorCache.draw needs a proposal law and a LocalDenoiser")
         tok = torch.empty_like(b)
         prob = torch.empty(b.shape, dtype=self.den.output_dtype, device=b.device)
-        for sl in row_chunks(b.numel(), self.den.vocab_size):
+        for sl in row_chunks(b.numel(), self.den.vocab_size, b.device):
             rows = self.posterior(b[sl], p[sl])
             t = categorical(self.law(rows), u[sl])
             tok[sl] = t
