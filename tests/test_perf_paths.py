@@ -167,3 +167,33 @@ def test_llada_uses_row_free_bounds_with_the_oracle() -> None:
     post = BlockPosteriors(oracle, 2, 0, 8, lambda p: {"pmax": p.amax(-1)}, {"probs": ((chain.vocab_size,), None),
                            "pmax": ((), None)}, torch.device("cpu"), fresh=("probs",), law=lambda p: p, bound="pmax")
     assert post.cache.features is None and post.cache.store["pmax"].dtype == torch.float64
+
+
+@pytest.mark.parametrize("name", ["dense", "eps0"])
+@pytest.mark.parametrize("lo,hi", [(0, 40), (3, 29)])
+def test_compact_block_keeps_the_nearest_revealed_neighbours(name, lo, hi) -> None:
+    """CompactBlock's incremental neighbours and bounds after every commit equal nearest_revealed and
+    max_prob_bound of the new state (revealed tokens before the block, masks and tokens after it)."""
+    from dllm_lit.denoisers.local import nearest_revealed, neighbour_distances
+    from dllm_lit.samplers.compact_decoding import CompactBlock
+    chain = _chains()[name]
+    oracle = OracleDenoiser(chain)
+    g = torch.Generator().manual_seed(3)
+    B, T, M, V = 6, 40, oracle.mask_id, chain.vocab_size
+    x = torch.randint(V, (B, T), generator=g)
+    x[:, lo:hi] = M
+    x[:, hi:][torch.rand(B, T - hi, generator=g) < 0.5] = M
+    block = CompactBlock(oracle, x, lo, hi, law=lambda p: p)
+    while block.n:
+        k = int(torch.randint(1, min(4, block.n) + 1, (1,), generator=g))
+        cols = torch.rand(B, block.n, generator=g).argsort(1)[:, :k].sort(1).values
+        block.commit(cols, torch.randint(V, (B, k), generator=g))
+        left, right = nearest_revealed(x, M)
+        rows = torch.arange(B)[:, None].expand_as(block.pos)
+        assert torch.equal(x[:, lo:hi] == M, torch.zeros_like(x[:, lo:hi], dtype=torch.bool).scatter(
+            1, block.pos - lo, True) if block.n else torch.zeros_like(x[:, lo:hi], dtype=torch.bool))
+        assert torch.equal(block.left, left[rows, block.pos].long())
+        assert torch.equal(block.right, right[rows, block.pos].long())
+        d1, d2 = neighbour_distances(block.pos, block.left, block.right, T)
+        ref = oracle.max_prob_bound(x[rows, block.left.clamp(min=0)], d1, x[rows, block.right.clamp(max=T - 1)], d2)
+        assert torch.equal(block.bound, ref.to(torch.float64))
