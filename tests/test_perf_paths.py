@@ -197,3 +197,35 @@ def test_compact_block_keeps_the_nearest_revealed_neighbours(name, lo, hi) -> No
         d1, d2 = neighbour_distances(block.pos, block.left, block.right, T)
         ref = oracle.max_prob_bound(x[rows, block.left.clamp(min=0)], d1, x[rows, block.right.clamp(max=T - 1)], d2)
         assert torch.equal(block.bound, ref.to(torch.float64))
+
+
+def test_revealed_neighbours_at_equals_nearest_revealed() -> None:
+    """The binary-search lookup at listed positions equals the full nearest_revealed scans (any position,
+    revealed or masked, rows without any revealed token, fully revealed rows)."""
+    from dllm_lit.denoisers.local import nearest_revealed, revealed_neighbours_at
+    g = torch.Generator().manual_seed(7)
+    M = 5
+    for frac in (0.0, 0.3, 0.9, 1.0):
+        z = torch.randint(M, (9, 33), generator=g)
+        z[torch.rand(z.shape, generator=g) < frac] = M
+        z[2] = M
+        left, right = nearest_revealed(z, M)
+        b, p = torch.randint(9, (200,), generator=g), torch.randint(33, (200,), generator=g)
+        a, c = revealed_neighbours_at(z, M, b, p)
+        assert torch.equal(a, left[b, p].long()) and torch.equal(c, right[b, p].long())
+
+
+def test_chunked_grid_hash_equals_one_pass(monkeypatch) -> None:
+    """uniform_from_hash on a full [B, T] hash grid gives the same uniforms in row chunks as in one pass."""
+    from dllm_lit import rng
+    from dllm_lit.samplers.draws import StepUniforms
+    uni = StepUniforms(11, torch.arange(37), 64)
+    rem = StepUniforms(11, torch.arange(37), 64, stream=rng.Stream.REMASK)
+    which = torch.rand(37, 301, generator=torch.Generator().manual_seed(2)) < 0.5
+    monkeypatch.setattr(rng, "HASH_CHUNK_ELEMENTS", 1000)  # chunks of 3 rows, a short last one
+    chunked = uni.grid_where(rem, which, 5, slot=1)
+    monkeypatch.setattr(rng, "HASH_CHUNK_ELEMENTS", 2**40)
+    assert torch.equal(chunked, uni.grid_where(rem, which, 5, slot=1))
+    pos = torch.arange(301)[None, :]
+    assert torch.equal(chunked, torch.where(which, rng.uniform(uni.keys[:, None], 5, pos, 1),
+                                            rng.uniform(rem.keys[:, None], 5, pos, 1)))
