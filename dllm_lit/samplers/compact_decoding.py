@@ -6,7 +6,8 @@ the same number of masked positions after each step.  :class:`CompactBlock` ther
 positions of the block as the columns of dense [B, n] tensors - their absolute positions (ascending), their
 nearest revealed neighbours and the score bounds - and drops the k committed columns after every step.
 All bookkeeping (neighbour scans, bound refresh, top-k) then costs O(B n) with n the masked count, instead
-of O(B L) over the whole block, and needs no [B, L] masks.
+of O(B L) over the whole block, and needs no [B, L] masks.  Posterior rows are computed once per distinct
+neighbourhood (most masked positions share a few hundred on the English chain).
 
 The steps are those of :func:`~dllm_lit.samplers.confidence_decoding.decode_blocks` with a ``bound``:
 proposals are drawn first at the columns of largest bound, then wherever the bound reaches the k-th largest
@@ -22,7 +23,7 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
-from dllm_lit.samplers.draws import categorical, row_chunks
+from dllm_lit.samplers.draws import ROW_CHUNK_ELEMENTS, categorical, categorical_from_stored_cdf, row_chunks
 
 __all__ = ["CompactBlock", "compact_applies"]
 
@@ -42,19 +43,23 @@ class CompactBlock:
     """The masked positions of block [lo, hi) of a [B, T] state x as the columns of [B, n] tensors.
 
     ``pos``: absolute positions (ascending per row); ``left`` / ``right``: nearest revealed positions
-    (-1 / T: none); ``bound``: float64 upper bounds of max_v p(x0 = v | x) (refreshed from the neighbours
-    where they changed, tightened to the exact row maximum where a row was drawn).  Acts as the ``post``
-    of a :class:`~dllm_lit.samplers.confidence_decoding.StepView` whose ``sel`` holds flat column indices
+    (-1 / T: none); ``bound``: float64 upper bounds of max_v p(x0 = v | x), refreshed where the neighbours
+    changed (with ``exact_bounds``, the exact row maximum when the distinct rows are few, else the denoiser's
+    row-free bound, then tightened to the row maximum where a row is drawn).  Acts as the ``post`` of a
+    :class:`~dllm_lit.samplers.confidence_decoding.StepView` whose ``sel`` holds flat column indices
     (``row * n + column``): proposals are then drawn by :meth:`draw_law`.
-    ``law``: posterior rows -> the unnormalised proposal law; ``row0``: the state's first row in the caller's batch.
+    ``law``: posterior rows -> the unnormalised proposal law; ``row0``: the state's first row in the caller's batch;
+    ``exact_bounds``: whether refreshed bounds may be exact row maxima (worth it where rows are cheap: exact bounds
+    make fewer draws).
     """
 
     names: frozenset[str] = frozenset()  #: no stored row features
     draws_law = True
 
     def __init__(self, den: LocalDenoiser, x: torch.Tensor, lo: int, hi: int,
-                 law: Callable[[torch.Tensor], torch.Tensor], row0: int = 0) -> None:
+                 law: Callable[[torch.Tensor], torch.Tensor], row0: int = 0, exact_bounds: bool = True) -> None:
         self.den, self.x, self.lo, self.hi, self.law, self.row0 = den, x, lo, hi, law, row0
+        self.exact_bounds = exact_bounds
         B = x.shape[0]
         left, right = nearest_revealed(x, den.mask_id)
         masked = x[:, lo:hi] == den.mask_id
@@ -71,10 +76,31 @@ class CompactBlock:
         return self.pos.shape[1]
 
     def _refresh(self, sel: torch.Tensor) -> None:
-        """Row-free bounds at the flat columns ``sel`` from their current neighbours."""
-        if sel.numel():
-            bound = self.den.max_prob_bound(*self._query(sel, torch.div(sel, self.n, rounding_mode="floor")))
-            self.bound.view(-1)[sel] = bound.to(torch.float64)
+        """Bounds at the flat columns ``sel`` from their current neighbours: with ``exact_bounds`` and few distinct
+        rows (:meth:`_distinct_rows`) the exact row maxima, else the denoiser's row-free bound."""
+        if sel.numel() == 0:
+            return
+        query = self._query(sel, torch.div(sel, self.n, rounding_mode="floor"))
+        distinct = self._distinct_rows(query) if self.exact_bounds else None
+        if distinct is None:
+            self.bound.view(-1)[sel] = self.den.max_prob_bound(*query).to(torch.float64)
+        else:
+            rows, inv = distinct
+            self.bound.view(-1)[sel] = rows.amax(-1).to(torch.float64).index_select(0, inv)
+
+    def _distinct_rows(self, query: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(rows, inv): one posterior row per distinct neighbourhood key among the queries, query i reading row
+        ``inv[i]`` (identical rows, by the contract of ``neighbour_keys``); None when the denoiser names no keys
+        or the distinct rows exceed one chunk of ``ROW_CHUNK_ELEMENTS``."""
+        keys = self.den.neighbour_keys(*query)
+        if keys is None:
+            return None
+        uniq, inv = torch.unique(keys, return_inverse=True)
+        if uniq.numel() * self.den.vocab_size > ROW_CHUNK_ELEMENTS:
+            return None
+        rep = torch.empty(uniq.numel(), dtype=torch.long, device=keys.device)
+        rep.scatter_(0, inv, torch.arange(keys.numel(), device=keys.device))  # one query per key
+        return self.den.probs_given_neighbours(*(q.index_select(0, rep) for q in query)), inv
 
     def _query(self, sel: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(x_left, d_left, x_right, d_right) of the flat columns ``sel`` (in rows ``rows``), the arguments of the
@@ -89,13 +115,21 @@ class CompactBlock:
     def draw_law(self, view, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Proposals at the columns ``view.sel`` (flat), drawn by the float64 inverse CDF of ``law(row)`` with
         uniforms ``u``, and their posterior probabilities (as :meth:`PosteriorCache.draw`); the drawn columns'
-        bounds become the exact row maxima."""
-        sel, rows_of = view.sel, view.rows
+        bounds become the exact row maxima.  With :meth:`_distinct_rows`, each distinct row is computed once and
+        drawn from by :func:`categorical_from_stored_cdf` (the same row, cdf and target: the same draws)."""
+        sel = view.sel
+        query = self._query(sel, view.rows)
+        distinct = self._distinct_rows(query)
+        flat_bound = self.bound.view(-1)
+        if distinct is not None:
+            rows, inv = distinct
+            tok = categorical_from_stored_cdf(self.law(rows).to(torch.float64).cumsum(-1), inv, u)
+            flat_bound[sel] = rows.amax(-1).to(torch.float64).index_select(0, inv)
+            return tok, rows.reshape(-1).index_select(0, inv * rows.shape[1] + tok)
         tok = torch.empty_like(sel)
         prob = torch.empty(sel.shape, dtype=self.den.output_dtype, device=sel.device)
-        flat_bound = self.bound.view(-1)
         for sl in row_chunks(sel.numel(), self.den.vocab_size):
-            rows = self.den.probs_given_neighbours(*self._query(sel[sl], rows_of[sl]))
+            rows = self.den.probs_given_neighbours(*(q[sl] for q in query))
             t = categorical(self.law(rows), u[sl])
             tok[sl] = t
             prob[sl] = rows.gather(1, t[:, None]).squeeze(1)

@@ -336,7 +336,8 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
         L = hi - lo
         if (bound is not None and schedule is not None and law is not None and use_cache and tie_rule != "random"
                 and compact_applies(den, x, lo, hi, schedule[blk])):
-            _decode_compact(CompactBlock(den, x, lo, hi, law, row0), schedule[blk], base, propose, score, tie_rule)
+            block = CompactBlock(den, x, lo, hi, law, row0, exact_bounds=den.vocab_size < ROUNDS_MIN_VOCAB)
+            _decode_compact(block, schedule[blk], base, propose, score, tie_rule)
             base += len(schedule[blk])
             continue
         post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width, row0, fresh, law,
