@@ -195,7 +195,8 @@ def test_compact_block_keeps_the_nearest_revealed_neighbours(name, lo, hi) -> No
         assert torch.equal(block.left, left[rows, block.pos].long())
         assert torch.equal(block.right, right[rows, block.pos].long())
         d1, d2 = neighbour_distances(block.pos, block.left, block.right, T)
-        ref = oracle.probs_given_neighbours(x[rows, block.left.clamp(min=0)], d1, x[rows, block.right.clamp(max=T - 1)], d2)
+        xl, xr = x[rows, block.left.clamp(min=0)], x[rows, block.right.clamp(max=T - 1)]
+        ref = oracle.probs_given_neighbours(xl, d1, xr, d2)
         assert torch.equal(block.bound, ref.amax(-1).to(torch.float64))  # few distinct rows: exact maxima
 
 

@@ -39,7 +39,8 @@ def nearest_revealed(z: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch
     return left, right
 
 
-def revealed_neighbours_at(z: torch.Tensor, mask_id: int, b: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def revealed_neighbours_at(z: torch.Tensor, mask_id: int, b: torch.Tensor,
+                           p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`nearest_revealed` (as int64) at the positions (b, p) only: a binary search of each flat index
     b T + p in the sorted flat indices of the revealed positions, O(B T) for that list plus O(n log(B T)),
     instead of two full scans over [B, T]."""

@@ -196,8 +196,9 @@ class StepView:
     """What a proposal, score or count rule sees at one step: the loaded posteriors ``post``, the positions
     it covers (rows ``rows`` of the state, absolute positions ``p``; without the cache also their indices
     ``sel`` among the loaded positions, None = all), their proposals ``tok`` and step index ``j`` (an int,
-    or a tensor per covered position).  ``tok_prob``: p_i(tok_i), when the proposal step computed it.  ``post`` may also be a
-    :class:`~dllm_lit.samplers.compact_decoding.CompactBlock`, ``sel`` then the covered flat columns."""
+    or a tensor per covered position).  ``tok_prob``: p_i(tok_i), when the proposal step computed it.
+    ``post`` may also be a :class:`~dllm_lit.samplers.compact_decoding.CompactBlock`, ``sel`` then the covered
+    flat columns."""
 
     post: BlockPosteriors | CompactBlock
     rows: torch.Tensor
@@ -313,6 +314,9 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     read instead of storing them (see :class:`PosteriorCache`).  ``law``: the proposal law; with it and a
     denoiser that bounds max_v p without rows, the ``bound`` feature comes from that bound (see
     :class:`BlockPosteriors`).  The batch runs in :func:`sub_batches` that fit the cache (identical draws).
+    With the cache, a ``bound``, a ``law``, a fixed schedule, tie rule "lowest" or "highest" and a local
+    denoiser with a row-free bound, a block whose sequences all hold the same number of masked positions is
+    decoded over those positions only (:mod:`~dllm_lit.samplers.compact_decoding`; identical draws).
     """
     B, dev = x.shape[0], x.device
     if width is None:
