@@ -92,11 +92,28 @@ def uniform(keys: torch.Tensor, step: int | torch.Tensor, position: torch.Tensor
     return uniform_from_hash(h, pos)
 
 
+#: elements hashed per chunk by :func:`uniform_from_hash` when ``h`` is a full grid: the chain of in-place
+#: SplitMix64 operations then runs on cache-resident memory (a [512, 1024] grid: about 2x faster on CPU)
+HASH_CHUNK_ELEMENTS = 2**17
+
+
 def uniform_from_hash(h: torch.Tensor, pos_slot: torch.Tensor | int) -> torch.Tensor:
     """The last stage of :func:`uniform`: ``(top53(mix(h ^ pos_slot)) + 0.5) / 2^53`` for the (key, step)
-    hash ``h`` and ``pos_slot = position * 16 + slot`` (broadcast), computed in place."""
-    x = mix64_(torch.bitwise_xor(h, pos_slot))
-    n = torch.bitwise_right_shift(x, 11).bitwise_and_((1 << 53) - 1)
+    hash ``h`` and ``pos_slot = position * 16 + slot`` (broadcast), computed in place; a 2-D ``h`` of the output's
+    shape is hashed in chunks of rows of about :data:`HASH_CHUNK_ELEMENTS` elements (elementwise: the same numbers)."""
+    x = torch.bitwise_xor(h, pos_slot)
+    if x.dim() != 2 or h.shape != x.shape or x.numel() <= HASH_CHUNK_ELEMENTS:
+        return _uniform_bits(x)
+    out = torch.empty(x.shape, dtype=torch.float64, device=x.device)
+    rows = max(1, HASH_CHUNK_ELEMENTS // x.shape[1])
+    for i in range(0, x.shape[0], rows):
+        out[i:i + rows] = _uniform_bits(x[i:i + rows])
+    return out
+
+
+def _uniform_bits(x: torch.Tensor) -> torch.Tensor:
+    """``(top53(mix(x)) + 0.5) / 2^53`` for a fresh int64 tensor ``x`` (mixed in place)."""
+    n = torch.bitwise_right_shift(mix64_(x), 11).bitwise_and_((1 << 53) - 1)
     return n.to(torch.float64).add_(0.5).mul_(2.0**-53)
 
 

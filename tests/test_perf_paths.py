@@ -167,3 +167,66 @@ def test_llada_uses_row_free_bounds_with_the_oracle() -> None:
     post = BlockPosteriors(oracle, 2, 0, 8, lambda p: {"pmax": p.amax(-1)}, {"probs": ((chain.vocab_size,), None),
                            "pmax": ((), None)}, torch.device("cpu"), fresh=("probs",), law=lambda p: p, bound="pmax")
     assert post.cache.features is None and post.cache.store["pmax"].dtype == torch.float64
+
+
+@pytest.mark.parametrize("name", ["dense", "eps0"])
+@pytest.mark.parametrize("lo,hi", [(0, 40), (3, 29)])
+def test_compact_block_keeps_the_nearest_revealed_neighbours(name, lo, hi) -> None:
+    """CompactBlock's incremental neighbours and bounds after every commit equal nearest_revealed and the
+    posterior row maxima of the new state (revealed tokens before the block, masks and tokens after it)."""
+    from dllm_lit.denoisers.local import nearest_revealed, neighbour_distances
+    from dllm_lit.samplers.compact_decoding import CompactBlock
+    chain = _chains()[name]
+    oracle = OracleDenoiser(chain)
+    g = torch.Generator().manual_seed(3)
+    B, T, M, V = 6, 40, oracle.mask_id, chain.vocab_size
+    x = torch.randint(V, (B, T), generator=g)
+    x[:, lo:hi] = M
+    x[:, hi:][torch.rand(B, T - hi, generator=g) < 0.5] = M
+    block = CompactBlock(oracle, x, lo, hi, law=lambda p: p)
+    while block.n:
+        k = int(torch.randint(1, min(4, block.n) + 1, (1,), generator=g))
+        cols = torch.rand(B, block.n, generator=g).argsort(1)[:, :k].sort(1).values
+        block.commit(cols, torch.randint(V, (B, k), generator=g))
+        left, right = nearest_revealed(x, M)
+        rows = torch.arange(B)[:, None].expand_as(block.pos)
+        assert torch.equal(x[:, lo:hi] == M, torch.zeros_like(x[:, lo:hi], dtype=torch.bool).scatter(
+            1, block.pos - lo, True) if block.n else torch.zeros_like(x[:, lo:hi], dtype=torch.bool))
+        assert torch.equal(block.left, left[rows, block.pos].long())
+        assert torch.equal(block.right, right[rows, block.pos].long())
+        d1, d2 = neighbour_distances(block.pos, block.left, block.right, T)
+        xl, xr = x[rows, block.left.clamp(min=0)], x[rows, block.right.clamp(max=T - 1)]
+        ref = oracle.probs_given_neighbours(xl, d1, xr, d2)
+        assert torch.equal(block.bound, ref.amax(-1).to(torch.float64))  # few distinct rows: exact maxima
+
+
+def test_revealed_neighbours_at_equals_nearest_revealed() -> None:
+    """The binary-search lookup at listed positions equals the full nearest_revealed scans (any position,
+    revealed or masked, rows without any revealed token, fully revealed rows)."""
+    from dllm_lit.denoisers.local import nearest_revealed, revealed_neighbours_at
+    g = torch.Generator().manual_seed(7)
+    M = 5
+    for frac in (0.0, 0.3, 0.9, 1.0):
+        z = torch.randint(M, (9, 33), generator=g)
+        z[torch.rand(z.shape, generator=g) < frac] = M
+        z[2] = M
+        left, right = nearest_revealed(z, M)
+        b, p = torch.randint(9, (200,), generator=g), torch.randint(33, (200,), generator=g)
+        a, c = revealed_neighbours_at(z, M, b, p)
+        assert torch.equal(a, left[b, p].long()) and torch.equal(c, right[b, p].long())
+
+
+def test_chunked_grid_hash_equals_one_pass(monkeypatch) -> None:
+    """uniform_from_hash on a full [B, T] hash grid gives the same uniforms in row chunks as in one pass."""
+    from dllm_lit import rng
+    from dllm_lit.samplers.draws import StepUniforms
+    uni = StepUniforms(11, torch.arange(37), 64)
+    rem = StepUniforms(11, torch.arange(37), 64, stream=rng.Stream.REMASK)
+    which = torch.rand(37, 301, generator=torch.Generator().manual_seed(2)) < 0.5
+    monkeypatch.setattr(rng, "HASH_CHUNK_ELEMENTS", 1000)  # chunks of 3 rows, a short last one
+    chunked = uni.grid_where(rem, which, 5, slot=1)
+    monkeypatch.setattr(rng, "HASH_CHUNK_ELEMENTS", 2**40)
+    assert torch.equal(chunked, uni.grid_where(rem, which, 5, slot=1))
+    pos = torch.arange(301)[None, :]
+    assert torch.equal(chunked, torch.where(which, rng.uniform(uni.keys[:, None], 5, pos, 1),
+                                            rng.uniform(rem.keys[:, None], 5, pos, 1)))

@@ -19,7 +19,7 @@ import torch
 
 from dllm_lit.denoisers.base import Denoiser, check_tokens
 
-__all__ = ["LocalDenoiser", "nearest_revealed", "neighbour_distances"]
+__all__ = ["LocalDenoiser", "nearest_revealed", "revealed_neighbours_at", "neighbour_distances"]
 
 
 def nearest_revealed(z: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,6 +36,26 @@ def nearest_revealed(z: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch
     if T > 1:
         left[:, 1:] = torch.where(revealed[:, :-1], pos[:, :-1], -1).cummax(dim=1).values
         right[:, :-1] = torch.where(revealed[:, 1:], pos[:, 1:], T).flip(1).cummin(dim=1).values.flip(1)
+    return left, right
+
+
+def revealed_neighbours_at(z: torch.Tensor, mask_id: int, b: torch.Tensor,
+                           p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`nearest_revealed` (as int64) at the positions (b, p) only: a binary search of each flat index
+    b T + p in the sorted flat indices of the revealed positions, O(B T) for that list plus O(n log(B T)),
+    instead of two full scans over [B, T]."""
+    T = z.shape[1]
+    revealed = (z != mask_id).view(-1).nonzero().squeeze(1)
+    row = b.long() * T
+    q = row + p.long()
+    if revealed.numel() == 0:
+        return torch.full_like(q, -1), torch.full_like(q, T)
+    i = torch.searchsorted(revealed, q)  # revealed[i - 1] < q
+    j = torch.searchsorted(revealed, q, right=True)  # revealed[j] > q
+    before = revealed[(i - 1).clamp(min=0)]
+    after = revealed[j.clamp(max=revealed.numel() - 1)]
+    left = torch.where((i > 0) & (before >= row), before - row, -1)
+    right = torch.where((j < revealed.numel()) & (after < row + T), after - row, T)
     return left, right
 
 

@@ -35,6 +35,7 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.local import LocalDenoiser
+from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, categorical_from_stored_cdf, \
     sharpen, tempered_law
 from dllm_lit.samplers.posterior_cache import PosteriorCache
@@ -170,6 +171,16 @@ class BlockPosteriors:
         v = self._feats[name] if sel is None else self._feats[name][sel]
         return v if k is None else v.gather(1, k[:, None]).squeeze(1)
 
+    @property
+    def draws_law(self) -> bool:
+        """Whether proposals are drawn by :meth:`draw_law` (a cache with a proposal law)."""
+        return self.cache is not None and self.cache.law is not None
+
+    def draw_law(self, view: "StepView", u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Proposals from the proposal law at the view's positions and their posterior probabilities
+        (:meth:`PosteriorCache.draw`)."""
+        return self.cache.draw(view.rows, view.p, u)
+
     def draw(self, u: torch.Tensor, name: str, b: torch.Tensor, p: torch.Tensor,
              sel: torch.Tensor | None = None) -> torch.Tensor:
         """Inverse-CDF draw (uniforms ``u``) from the stored float64 cdf ``name`` at positions (b, p) (see :meth:`get`)."""
@@ -185,9 +196,11 @@ class StepView:
     """What a proposal, score or count rule sees at one step: the loaded posteriors ``post``, the positions
     it covers (rows ``rows`` of the state, absolute positions ``p``; without the cache also their indices
     ``sel`` among the loaded positions, None = all), their proposals ``tok`` and step index ``j`` (an int,
-    or a tensor per covered position).  ``tok_prob``: p_i(tok_i), when the proposal step computed it."""
+    or a tensor per covered position).  ``tok_prob``: p_i(tok_i), when the proposal step computed it.
+    ``post`` may also be a :class:`~dllm_lit.samplers.compact_decoding.CompactBlock`, ``sel`` then the covered
+    flat columns."""
 
-    post: BlockPosteriors
+    post: BlockPosteriors | CompactBlock
     rows: torch.Tensor
     p: torch.Tensor
     j: int | torch.Tensor
@@ -233,9 +246,8 @@ def propose_tokens(view: StepView, temperature: float, tok_u: StepUniforms, cdf:
     u = view.uniforms(tok_u)
     if cdf in view.post.names:
         return view.post.draw(u, cdf, view.rows, view.p, view.sel)
-    cache = view.post.cache
-    if cache is not None and cache.law is not None:
-        tok, view.tok_prob = cache.draw(view.rows, view.p, u)
+    if view.post.draws_law:
+        tok, view.tok_prob = view.post.draw_law(view, u)
         return tok
     return categorical(tempered_law(view.get("probs"), temperature), u)
 
@@ -302,6 +314,9 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     read instead of storing them (see :class:`PosteriorCache`).  ``law``: the proposal law; with it and a
     denoiser that bounds max_v p without rows, the ``bound`` feature comes from that bound (see
     :class:`BlockPosteriors`).  The batch runs in :func:`sub_batches` that fit the cache (identical draws).
+    With the cache, a ``bound``, a ``law``, a fixed schedule, tie rule "lowest" or "highest" and a local
+    denoiser with a row-free bound, a block whose sequences all hold the same number of masked positions is
+    decoded over those positions only (:mod:`~dllm_lit.samplers.compact_decoding`; identical draws).
     """
     B, dev = x.shape[0], x.device
     if width is None:
@@ -323,6 +338,12 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
     base = 0
     for blk, (lo, hi) in enumerate(blocks):
         L = hi - lo
+        if (bound is not None and schedule is not None and law is not None and use_cache and tie_rule != "random"
+                and compact_applies(den, x, lo, hi, schedule[blk])):
+            block = CompactBlock(den, x, lo, hi, law, row0, exact_bounds=den.vocab_size < ROUNDS_MIN_VOCAB)
+            _decode_compact(block, schedule[blk], base, propose, score, tie_rule)
+            base += len(schedule[blk])
+            continue
         post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width, row0, fresh, law,
                                bound if schedule is not None else None)
         i = 0
@@ -378,6 +399,65 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             cc = sel[keep]
             x[rr, cc + lo] = proposal[rr, cc]
         base += len(schedule[blk]) if schedule is not None else 0
+
+
+def _decode_compact(block: CompactBlock, counts: list[int], base: int, propose, score, tie_rule: str) -> None:
+    """Decode ``block`` with ``counts[i]`` commits at step ``base + i``, as :func:`_score_bounded` and the stable
+    top-k of :func:`_decode` over the block's masked columns (identical commits; see
+    :mod:`~dllm_lit.samplers.compact_decoding`): after an uncapped round every bound that reaches the k-th
+    score has been drawn, so no further round is checked."""
+    B, dev = block.pos.shape[0], block.pos.device
+    V = block.den.vocab_size
+    rows = torch.arange(B, device=dev)
+    for i, k in enumerate(counts):
+        if k == 0:
+            continue
+        j, n = base + i, block.n
+        scores = torch.full((B, n), -torch.inf, dtype=torch.float64, device=dev)
+        proposal = torch.zeros((B, n), dtype=torch.long, device=dev)
+
+        def fill(sel: torch.Tensor) -> torch.Tensor:
+            view = StepView(block, torch.div(sel, n, rounding_mode="floor"), block.pos.view(-1).index_select(0, sel),
+                            j, block.lo, block.hi, sel)
+            view.tok = propose(view)
+            s = score(view)
+            scores.view(-1)[sel] = s
+            proposal.view(-1)[sel] = view.tok
+            return s
+
+        size = min(first_draws(k, V), n)
+        drawn = [(torch.topk(block.bound, size, dim=1).indices + (rows * n)[:, None]).view(-1)]
+        kth = torch.topk(fill(drawn[0]).view(B, size), k, dim=1).values[:, -1:]  # <= the final k-th score
+        capped = True
+        while capped:
+            cand = block.bound >= kth
+            for sel in drawn:
+                cand.view(-1)[sel] = False
+            if not bool(cand.any()):
+                break
+            size *= 4
+            capped = size < n and V >= ROUNDS_MIN_VOCAB
+            if capped:
+                cand &= topk_stable_mask(torch.where(cand, block.bound, -torch.inf), size)
+            drawn.append(cand.view(-1).nonzero().squeeze(1))
+            fill(drawn[-1])
+            if capped:
+                kth = torch.topk(scores, k, dim=1).values[:, -1:]
+        block.commit(*_commits(scores, proposal, k, tie_rule))
+
+
+def _commits(scores: torch.Tensor, proposal: torch.Tensor, k: int, tie_rule: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Columns [B, k] (ascending) of the stable top-k of ``scores`` [B, n] under ``tie_rule`` ("lowest" /
+    "highest") and their proposals: the columns of ``torch.topk`` when no row has more than k scores at or
+    above its k-th (no tie at the boundary, so the set is unique), else :func:`topk_stable_mask`."""
+    B = scores.shape[0]
+    top = torch.topk(scores, k, dim=1)
+    if bool(((scores >= top.values[:, -1:]).sum(1) == k).all()):
+        cols = top.indices.sort(1).values
+    else:
+        chosen = topk_stable_mask(scores, k) if tie_rule == "lowest" else topk_stable_mask(scores.flip(1), k).flip(1)
+        cols = chosen.nonzero()[:, 1].view(B, k)
+    return cols, proposal.gather(1, cols)
 
 
 def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int, k: int, bound: str,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import rng
-from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed
+from dllm_lit.denoisers.local import LocalDenoiser, revealed_neighbours_at
 
 __all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "sharpen", "tempered_draw",
            "tempered_law", "drawn_log_prob", "argmax_fill", "masked_posterior_chunks", "StepUniforms", "row_chunks",
@@ -127,8 +127,7 @@ def masked_posterior_chunks(denoiser, z: torch.Tensor, b: torch.Tensor, p: torch
     if not isinstance(denoiser, LocalDenoiser):
         yield slice(0, b.numel()), denoiser.probs_at(z, b, p)
         return
-    left, right = nearest_revealed(z, denoiser.mask_id)
-    a, c = left[b, p].long(), right[b, p].long()
+    a, c = revealed_neighbours_at(z.contiguous(), denoiser.mask_id, b, p)
     for sl in row_chunks(b.numel(), denoiser.vocab_size, b.device):
         yield sl, denoiser.probs_from_neighbours(z, b[sl], p[sl], a[sl], c[sl])
 
