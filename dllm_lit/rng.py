@@ -100,9 +100,10 @@ HASH_CHUNK_ELEMENTS = 2**17
 def uniform_from_hash(h: torch.Tensor, pos_slot: torch.Tensor | int) -> torch.Tensor:
     """The last stage of :func:`uniform`: ``(top53(mix(h ^ pos_slot)) + 0.5) / 2^53`` for the (key, step)
     hash ``h`` and ``pos_slot = position * 16 + slot`` (broadcast), computed in place; a 2-D ``h`` of the output's
-    shape is hashed in chunks of rows of about :data:`HASH_CHUNK_ELEMENTS` elements (elementwise: the same numbers)."""
+    shape is hashed on the CPU in chunks of rows of about :data:`HASH_CHUNK_ELEMENTS` elements (elementwise: the same
+    numbers)."""
     x = torch.bitwise_xor(h, pos_slot)
-    if x.dim() != 2 or h.shape != x.shape or x.numel() <= HASH_CHUNK_ELEMENTS:
+    if x.dim() != 2 or h.shape != x.shape or x.numel() <= HASH_CHUNK_ELEMENTS or x.device.type != "cpu":
         return _uniform_bits(x)
     out = torch.empty(x.shape, dtype=torch.float64, device=x.device)
     rows = max(1, HASH_CHUNK_ELEMENTS // x.shape[1])

@@ -30,10 +30,11 @@ __all__ = ["CompactBlock", "compact_applies"]
 
 
 def compact_applies(den, x: torch.Tensor, lo: int, hi: int, counts: list[int]) -> bool:
-    """Whether :func:`decode_compact` can decode block [lo, hi) of x with the commit counts ``counts``: a
-    :class:`LocalDenoiser` with a row-free max-probability bound, the same number n of masked positions in
-    every sequence, and at most n commits in all."""
-    if not (isinstance(den, LocalDenoiser) and den.has_max_prob_bound) or x.shape[0] == 0:
+    """Whether a :class:`CompactBlock` can decode block [lo, hi) of x with the commit counts ``counts``: x on the
+    CPU, a :class:`LocalDenoiser` with a row-free max-probability bound, the same number n of masked positions
+    in every sequence, and at most n commits in all.  On CUDA the dense path, a few large kernels per step
+    without host synchronisation, is faster (OWT-sized LLaDA grid on an H100: 20 s dense, 41 s compact)."""
+    if x.device.type != "cpu" or not (isinstance(den, LocalDenoiser) and den.has_max_prob_bound) or x.shape[0] == 0:
         return False
     n = (x[:, lo:hi] == den.mask_id).sum(1)
     return x.is_contiguous() and bool((n == n[0]).all()) and sum(counts) <= int(n[0])
@@ -128,7 +129,7 @@ class CompactBlock:
             return tok, rows.reshape(-1).index_select(0, inv * rows.shape[1] + tok)
         tok = torch.empty_like(sel)
         prob = torch.empty(sel.shape, dtype=self.den.output_dtype, device=sel.device)
-        for sl in row_chunks(sel.numel(), self.den.vocab_size):
+        for sl in row_chunks(sel.numel(), self.den.vocab_size, sel.device):
             rows = self.den.probs_given_neighbours(*(q[sl] for q in query))
             t = categorical(self.law(rows), u[sl])
             tok[sl] = t
