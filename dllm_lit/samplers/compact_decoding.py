@@ -28,7 +28,6 @@ from dllm_lit.samplers.draws import ROW_CHUNK_ELEMENTS, categorical, categorical
 __all__ = ["CompactBlock", "compact_applies"]
 
 
-
 def compact_applies(den, x: torch.Tensor, lo: int, hi: int, counts: list[int]) -> bool:
     """Whether a :class:`CompactBlock` can decode block [lo, hi) of x with the commit counts ``counts``: x on the
     CPU, a :class:`LocalDenoiser` with a row-free max-probability bound, the same number n of masked positions

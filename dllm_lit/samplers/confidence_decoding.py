@@ -273,7 +273,6 @@ Score = Callable[[StepView], torch.Tensor]
 Count = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-
 #: vocabularies from this size on make a posterior row costlier than a round of O(B L) bookkeeping
 ROUNDS_MIN_VOCAB = 256
 
