@@ -192,11 +192,11 @@ class MarkovChain:
         if self._topk_sparse_t is None:
             V, K = self.nbr_idx.shape
             rows = torch.arange(V).repeat_interleave(K)
-            coo = torch.sparse_coo_tensor(
-                torch.stack([self.nbr_idx.flatten(), rows]), self.nbr_prob.flatten(), (V, V), check_invariants=False
-            ).coalesce()
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+                # "sparse CSR support is in beta"; some torch releases also warn that invariant checks are off
+                warnings.simplefilter("ignore", UserWarning)
+                coo = torch.sparse_coo_tensor(torch.stack([self.nbr_idx.flatten(), rows]), self.nbr_prob.flatten(),
+                                              (V, V), check_invariants=False).coalesce()
                 self._topk_sparse_t = coo.to_sparse_csr()
         return self._topk_sparse_t
 
