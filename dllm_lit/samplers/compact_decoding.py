@@ -24,6 +24,7 @@ import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
 from dllm_lit.samplers.draws import ROW_CHUNK_ELEMENTS, categorical, categorical_from_stored_cdf, row_chunks
+from dllm_lit.samplers.posterior_cache import distinct_queries
 
 __all__ = ["CompactBlock", "compact_applies"]
 
@@ -95,11 +96,9 @@ class CompactBlock:
         keys = self.den.neighbour_keys(*query)
         if keys is None:
             return None
-        uniq, inv = torch.unique(keys, return_inverse=True)
-        if uniq.numel() * self.den.vocab_size > ROW_CHUNK_ELEMENTS:
+        rep, inv = distinct_queries(keys)
+        if rep.numel() * self.den.vocab_size > ROW_CHUNK_ELEMENTS:
             return None
-        rep = torch.empty(uniq.numel(), dtype=torch.long, device=keys.device)
-        rep.scatter_(0, inv, torch.arange(keys.numel(), device=keys.device))  # one query per key
         return self.den.probs_given_neighbours(*(q.index_select(0, rep) for q in query)), inv
 
     def _query(self, sel: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:

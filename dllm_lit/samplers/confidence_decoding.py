@@ -39,7 +39,7 @@ from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, categorical_from_stored_cdf, \
     sharpen, tempered_law
 from dllm_lit.samplers.posterior_cache import PosteriorCache
-from dllm_lit.samplers.selection import TIE_RULES, rank_positions, topk_stable_mask
+from dllm_lit.samplers.selection import TIE_RULES, rank_positions, topk_mask_by_rule, topk_stable_mask
 
 __all__ = ["BlockPosteriors", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
            "propose_tokens", "propose_step", "confidence", "posterior_entropy",
@@ -374,11 +374,8 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             if tie_rule == "random":
                 keys = tie_u.block(j if schedule is not None else taken, lo, hi, slot=TIE_SLOT)
             if schedule is not None and tie_rule != "random":
-                # the stable top-k set by a k-th-value threshold (no full sort); "highest" = mirrored "lowest"
-                if tie_rule == "lowest":
-                    sel = topk_stable_mask(scores, k)
-                else:
-                    sel = topk_stable_mask(scores.flip(1), k).flip(1)
+                # the stable top-k set by a k-th-value threshold (no full sort)
+                sel = topk_mask_by_rule(scores, k, tie_rule)
                 x[:, lo:hi] = torch.where(sel, proposal, x[:, lo:hi])
                 continue
             order = rank_positions(scores, tie_rule, keys)
@@ -454,8 +451,7 @@ def _commits(scores: torch.Tensor, proposal: torch.Tensor, k: int, tie_rule: str
     if bool(((scores >= top.values[:, -1:]).sum(1) == k).all()):
         cols = top.indices.sort(1).values
     else:
-        chosen = topk_stable_mask(scores, k) if tie_rule == "lowest" else topk_stable_mask(scores.flip(1), k).flip(1)
-        cols = chosen.nonzero()[:, 1].view(B, k)
+        cols = topk_mask_by_rule(scores, k, tie_rule).nonzero()[:, 1].view(B, k)
     return cols, proposal.gather(1, cols)
 
 

@@ -31,12 +31,22 @@ import torch
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
 from dllm_lit.samplers.draws import categorical, row_chunks
 
-__all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS"]
+__all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS", "distinct_queries"]
 
 #: largest B * T * (feature width) the cache allocates (about 1 GB of float64)
 DEFAULT_CACHE_ELEMENTS = 2**27
 
 Features = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+
+
+def distinct_queries(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rep, inv) for neighbourhood ``keys`` [n] (``LocalDenoiser.neighbour_keys``): ``rep[u]`` is one query
+    holding the u-th distinct key and ``inv[i]`` the distinct key of query i, so the rows of the ``rep`` queries,
+    read through ``inv``, are the rows of all n queries (equal keys give identical rows)."""
+    uniq, inv = torch.unique(keys, return_inverse=True)
+    rep = torch.empty(uniq.numel(), dtype=torch.long, device=keys.device)
+    rep.scatter_(0, inv, torch.arange(keys.numel(), device=keys.device))
+    return rep, inv
 
 
 class PosteriorCache:
@@ -119,11 +129,9 @@ class PosteriorCache:
             else:
                 # one posterior per distinct neighbourhood (e.g. every position of a long gap
                 # beyond the oracle's certified depth from both ends shares one)
-                uniq, inv = torch.unique(keys, return_inverse=True)
-                rep = torch.empty(uniq.numel(), dtype=torch.long, device=keys.device)
-                rep.scatter_(0, inv, torch.arange(keys.numel(), device=keys.device))
+                rep, inv = distinct_queries(keys)
                 order = torch.argsort(inv)
-                bounds = torch.searchsorted(inv[order], torch.arange(uniq.numel() + 1, device=keys.device))
+                bounds = torch.searchsorted(inv[order], torch.arange(rep.numel() + 1, device=keys.device))
             for sl in row_chunks(rep.numel(), self.den.vocab_size, rep.device):  # bounded temporaries
                 r = rep[sl]
                 probs = self.den.probs_given_neighbours(xl[r], d1[r], xr[r], d2[r])

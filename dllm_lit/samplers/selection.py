@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["transfer_schedule", "topk_stable", "topk_stable_mask", "TIE_RULES", "rank_positions"]
+__all__ = ["transfer_schedule", "topk_stable", "topk_stable_mask", "topk_mask_by_rule", "TIE_RULES", "rank_positions"]
 
 #: how equal scores are ordered when positions are ranked (upstream uses torch.topk / argsort, whose
 #: order among ties is implementation-defined): lowest position first, highest first, or uniformly
@@ -56,3 +56,13 @@ def topk_stable_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
     tie = scores == thr
     need = k - above.sum(1, keepdim=True)
     return above | (tie & (tie.cumsum(1) <= need))
+
+
+def topk_mask_by_rule(scores: torch.Tensor, k: int, tie_rule: str) -> torch.Tensor:
+    """Bool [B, n]: the k largest scores per row, equal scores at the boundary taken lowest column first
+    (``tie_rule`` "lowest") or highest first ("highest", the mirror image)."""
+    if tie_rule == "lowest":
+        return topk_stable_mask(scores, k)
+    if tie_rule == "highest":
+        return topk_stable_mask(scores.flip(1), k).flip(1)
+    raise ValueError(f"tie_rule must be 'lowest' or 'highest' here, got {tie_rule!r}")
