@@ -230,3 +230,130 @@ def test_chunked_grid_hash_equals_one_pass(monkeypatch) -> None:
     pos = torch.arange(301)[None, :]
     assert torch.equal(chunked, torch.where(which, rng.uniform(uni.keys[:, None], 5, pos, 1),
                                             rng.uniform(rem.keys[:, None], 5, pos, 1)))
+
+
+def test_nonzero_helpers_equal_torch_nonzero() -> None:
+    """flat_nonzero / nonzero_pairs (numpy on the CPU) list the same indices in the same order as torch.nonzero,
+    for empty, full, sparse, non-contiguous and zero-row masks."""
+    from dllm_lit.indices import flat_nonzero, nonzero_pairs
+    g = torch.Generator().manual_seed(3)
+    masks = [torch.rand(7, 13, generator=g) < f for f in (0.0, 0.01, 0.5, 1.0)]
+    masks += [(torch.rand(13, 7, generator=g) < 0.4).t(), torch.zeros(0, 5, dtype=torch.bool),
+              torch.rand(1, 1, generator=g) < 2]
+    for m in masks:
+        ref_b, ref_p = m.nonzero(as_tuple=True)
+        b, p = nonzero_pairs(m)
+        assert b.dtype == p.dtype == torch.int64
+        assert torch.equal(b, ref_b) and torch.equal(p, ref_p)
+        assert torch.equal(flat_nonzero(m), m.reshape(-1).nonzero().squeeze(1))
+    with pytest.raises(ValueError, match="2-D"):
+        nonzero_pairs(torch.ones(3, dtype=torch.bool))
+
+
+def test_uniform_count_below_is_exact() -> None:
+    """u(n) < thr <=> n < uniform_count_below(thr), checked at the boundary for thresholds at, between and around
+    representable uniforms (including n >= 2^52, where n + 0.5 rounds to even), 0, negatives, NaN, 1 and beyond."""
+    from dllm_lit import rng
+    top = 1 << 53
+    exact = rng._bits_to_uniform(torch.tensor([0, 1, 2, 3, 5, 2**51, 2**52 - 1, 2**52, 2**52 + 1, 2**52 + 2,
+                                               top - 3, top - 2, top - 1]))
+    g = torch.Generator().manual_seed(1)
+    thr = torch.cat([exact, torch.nextafter(exact, torch.zeros_like(exact)), torch.nextafter(exact, torch.ones_like(exact)),
+                     torch.tensor([0.0, -0.5, float("nan"), 1e-300, 2.0**-54, 2.0**-53, 1.5 * 2.0**-53, 0.5, 1.0 - 2.0**-53,
+                                   1.0 - 2.0**-54, 1.0, 1.5, float("inf"), float("-inf")]),
+                     torch.rand(2000, dtype=torch.float64, generator=g), torch.rand(200, dtype=torch.float64, generator=g) * 1e-12])
+    count = rng.uniform_count_below(thr)
+    assert count.dtype == torch.int64 and bool(((count >= 0) & (count <= top)).all())
+    below = rng._bits_to_uniform((count - 1).clamp(min=0)) < thr
+    at = rng._bits_to_uniform(count.clamp(max=top - 1)) < thr
+    assert bool(((count == 0) | below).all()), "u(N - 1) must be below the threshold"
+    assert bool(((count == top) | ~at).all()), "u(N) must not be below the threshold"
+    assert int(rng.uniform_count_below(torch.tensor(float("nan"), dtype=torch.float64))) == 0
+
+
+@pytest.mark.parametrize("chunk", [1000, 2**40])
+def test_bits_below_where_equals_float_comparison(chunk: int, monkeypatch) -> None:
+    """StepUniforms.below_where decides grid_where(...) < where(which, thr, thr_other) on the integer bits, identically
+    (in row chunks and in one pass), also for thresholds equal to the uniforms themselves (strict comparison)."""
+    from dllm_lit import rng
+    from dllm_lit.samplers.draws import StepUniforms
+    monkeypatch.setattr(rng, "HASH_CHUNK_ELEMENTS", chunk)
+    B, T = 37, 301
+    uni = StepUniforms(11, torch.arange(B), 64)
+    rem = StepUniforms(11, torch.arange(B), 64, stream=rng.Stream.REMASK)
+    g = torch.Generator().manual_seed(2)
+    which = torch.rand(B, T, generator=g) < 0.5
+    u = uni.grid_where(rem, which, 5)
+    col = torch.rand(B, 1, dtype=torch.float64, generator=g) * 0.1
+    col[::3, 0] = u[::3, 7]  # exactly a uniform of the row: that position must not fire
+    for thr, other in ((0.3, 0.02), (u[0, 0].item(), col), (0.0, 1.0), (1.0, 0.0), (0.7, col)):
+        other_t = other if isinstance(other, torch.Tensor) else torch.full((B, 1), other, dtype=torch.float64)
+        ref = u < torch.where(which, torch.tensor(thr, dtype=torch.float64), other_t)
+        assert torch.equal(uni.below_where(rem, which, 5, thr, other), ref)
+
+
+def _remdm_direct(sampler, indices: torch.Tensor, T: int, steps: int, seed: int) -> torch.Tensor:
+    """ReMDM's step written out directly (float64 uniform grids, full masks, the denoiser's general probs_at
+    query, one categorical per position): the reference of the sampler's fast step."""
+    from dllm_lit import rng
+    from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical
+    from dllm_lit.samplers.nucleus import top_p_filter
+    from dllm_lit.samplers.schedules import time_grid
+    B, M, den = indices.numel(), sampler.mask_id, sampler.denoiser
+    conf = sampler.variant == "conf"
+    z = torch.full((B, T), M, dtype=torch.long)
+    uni = StepUniforms(seed, indices, steps)
+    rem = StepUniforms(seed, indices, steps, stream=rng.Stream.REMASK)
+    weight = torch.zeros((B, T), dtype=torch.float64)
+    ts = time_grid(steps, sampler.t_min).tolist()
+    for j in range(steps):
+        m_t, m_s, sig = sampler.step_rates(ts[j], ts[j + 1])
+        masked = z == M
+        u = uni.grid_where(rem, masked, j)
+        move = masked & (u < (m_t - m_s + (0.0 if conf else sig) * (1.0 - m_t)) / m_t)
+        remask = torch.zeros_like(masked)
+        if sig > 0.0:
+            thr = weight * (sig / weight.sum(-1, keepdim=True).clamp_min(1e-300)) if conf else sig
+            remask = ~masked & (u < thr)
+        b, p = move.nonzero(as_tuple=True)
+        probs = den.probs_at(z, b, p)
+        if sampler.top_p < 1.0:
+            probs = top_p_filter(probs, sampler.top_p)
+        tok = categorical(probs, uni.at(j, b, p, slot=1))
+        q = probs.to(torch.float64)
+        psi = q.gather(1, tok[:, None]).squeeze(1) / q.sum(-1)
+        z[remask] = M
+        weight[remask] = 0.0
+        z[b, p] = tok
+        weight[b, p] = torch.exp(-psi)
+    return argmax_fill(den, z)
+
+
+@pytest.mark.parametrize("name", ["dense", "sparse_teleport", "eps0"])
+@pytest.mark.parametrize("kwargs", [dict(variant="conf", top_p=0.9), dict(variant="conf", top_p=1.0, eta_cap=0.05),
+                                    dict(variant="loop", eta=0.2, top_p=0.8), dict(variant="cap", eta=0.1),
+                                    dict(variant="rescale", eta=0.3, top_p=0.9)])
+def test_remdm_fast_step_equals_direct_step(name: str, kwargs: dict, monkeypatch) -> None:
+    """ReMDM's step (integer-bit decisions, conf remask candidates, one row per distinct neighbourhood) draws exactly
+    what the direct step draws; with the distinct-row path switched off as well."""
+    from dllm_lit.denoisers.local import LocalDenoiser
+    from dllm_lit.samplers import ReMDM
+    chain = _chains()[name]
+    sampler = ReMDM(OracleDenoiser(chain), **kwargs)
+    sampler.connect(chain)
+    idx = torch.arange(24) + 3
+    calls = []
+    distinct_rows = LocalDenoiser.distinct_rows
+
+    def spy(self, query, max_rows=None):
+        out = distinct_rows(self, query, max_rows)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(LocalDenoiser, "distinct_rows", spy)
+    for T, steps in ((40, 8), (64, 64), (30, 200)):
+        ref = _remdm_direct(sampler, idx, T, steps, 9)
+        assert torch.equal(sampler.generate(idx, T, steps, 9), ref)
+    assert any(calls), "the distinct-row path was never taken"
+    monkeypatch.setattr(LocalDenoiser, "distinct_rows", lambda self, query, max_rows=None: None)
+    assert torch.equal(sampler.generate(idx, 64, 64, 9), _remdm_direct(sampler, idx, 64, 64, 9))

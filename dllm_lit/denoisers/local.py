@@ -18,8 +18,9 @@ from abc import abstractmethod
 import torch
 
 from dllm_lit.denoisers.base import Denoiser, check_tokens
+from dllm_lit.indices import flat_nonzero
 
-__all__ = ["LocalDenoiser", "nearest_revealed", "revealed_neighbours_at", "neighbour_distances"]
+__all__ = ["LocalDenoiser", "nearest_revealed", "revealed_neighbours_at", "neighbour_distances", "distinct_queries"]
 
 
 def nearest_revealed(z: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,7 +50,7 @@ def revealed_neighbours_at(z: torch.Tensor, mask_id: int, b: torch.Tensor,
         left, right = nearest_revealed(z, mask_id)
         return left[b, p].long(), right[b, p].long()
     T = z.shape[1]
-    revealed = (z != mask_id).view(-1).nonzero().squeeze(1)
+    revealed = flat_nonzero(z != mask_id)
     row = b.long() * T
     q = row + p.long()
     if revealed.numel() == 0:
@@ -66,6 +67,16 @@ def revealed_neighbours_at(z: torch.Tensor, mask_id: int, b: torch.Tensor,
 def neighbour_distances(p: torch.Tensor, a: torch.Tensor, c: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Distances (d_left, d_right) from positions ``p`` to neighbours ``a`` (-1: none) and ``c`` (T: none); 0 = none."""
     return torch.where(a >= 0, p - a, 0), torch.where(c < seq_len, c - p, 0)
+
+
+def distinct_queries(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rep, inv) for neighbourhood ``keys`` [n] (:meth:`LocalDenoiser.neighbour_keys`): ``rep[u]`` is one query
+    holding the u-th distinct key and ``inv[i]`` the distinct key of query i, so the rows of the ``rep`` queries,
+    read through ``inv``, are the rows of all n queries (equal keys give identical rows)."""
+    uniq, inv = torch.unique(keys, return_inverse=True)
+    rep = torch.empty(uniq.numel(), dtype=torch.long, device=keys.device)
+    rep.scatter_(0, inv, torch.arange(keys.numel(), device=keys.device))
+    return rep, inv
 
 
 class LocalDenoiser(Denoiser):
@@ -97,12 +108,32 @@ class LocalDenoiser(Denoiser):
         those rows (O(1) per query), or None when the denoiser knows no such bound (see :attr:`has_max_prob_bound`)."""
         return None
 
+    def neighbour_query(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor, a: torch.Tensor,
+                        c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The arguments (x_left, d_left, x_right, d_right) of :meth:`probs_given_neighbours` for the masked
+        positions (b, p) of z with nearest revealed positions a (-1: none) and c (T: none)."""
+        T = z.shape[1]
+        d1, d2 = neighbour_distances(p, a, c, T)
+        return z[b, a.clamp(min=0)], d1, z[b, c.clamp(max=T - 1)], d2
+
     def probs_from_neighbours(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor,
                               a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         """:meth:`probs_given_neighbours` for masked positions (b, p) of z with neighbour indices a, c."""
-        T = z.shape[1]
-        d1, d2 = neighbour_distances(p, a, c, T)
-        return self.probs_given_neighbours(z[b, a.clamp(min=0)], d1, z[b, c.clamp(max=T - 1)], d2)
+        return self.probs_given_neighbours(*self.neighbour_query(z, b, p, a, c))
+
+    def distinct_rows(self, query: tuple[torch.Tensor, ...],
+                      max_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(rows, inv): one row of :meth:`probs_given_neighbours` per distinct :meth:`neighbour_keys` key among the
+        queries (x_left, d_left, x_right, d_right), query i reading row ``inv[i]``: the same rows as querying all,
+        at the cost of the distinct ones.  None when the denoiser names no keys or there are more than ``max_rows``
+        distinct keys."""
+        keys = self.neighbour_keys(*query)
+        if keys is None:
+            return None
+        rep, inv = distinct_queries(keys)
+        if max_rows is not None and rep.numel() > max_rows:
+            return None
+        return self.probs_given_neighbours(*(q.index_select(0, rep) for q in query)), inv
 
     def probs_at(self, z: torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor,
                  neighbours: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -136,11 +167,11 @@ class LocalDenoiser(Denoiser):
         flat = z.reshape(-1)
         masked = flat == self.mask_id
         out = torch.full((B * T, V), float("-inf"), dtype=self.output_dtype, device=z.device)
-        idx = masked.nonzero().squeeze(1)
+        idx = flat_nonzero(masked)
         if idx.numel():
             b, p = idx // T, idx % T
             out[idx] = self.probs_at(z, b, p).log_()
-        rev = (~masked).nonzero().squeeze(1)
+        rev = flat_nonzero(~masked)
         out[rev, flat[rev]] = 0.0
         return out.view(B, T, V)
 

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from dllm_lit.data.datamodule import MarkovDataModule
+from dllm_lit.indices import nonzero_pairs
 from dllm_lit.metrics.functional.bootstrap import bootstrap_ci
 from dllm_lit.metrics.functional.transition import transition_counts, transition_metrics_from_counts
 from dllm_lit.samplers.base import Sampler
@@ -55,7 +56,7 @@ def denoiser_error(denoiser, oracle, chain, num_sequences: int, seq_len: int, se
         idx = torch.arange(EVAL_BASE + start, EVAL_BASE + start + n)
         x = chain.sample(n, seq_len, seed=seed, start_index=int(idx[0])).to(device)
         z, _ = noise(x, idx.to(device), seed, M)
-        b, p = (z == M).nonzero(as_tuple=True)
+        b, p = nonzero_pairs(z == M)
         if b.numel() == 0:
             continue
         gamma = oracle.probs_at(z, b, p)

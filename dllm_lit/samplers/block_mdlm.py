@@ -42,6 +42,7 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.nucleus import check_top_p, top_p_filter
@@ -245,7 +246,7 @@ class BlockMDLM(Sampler):
                 else:
                     t, s = ts[j], ss[j]
                     move = masked & (uni.grid(g, T)[:, lo:hi] < ((t - s) / t if t > 0 else 2.0))
-                b, p = move.nonzero(as_tuple=True)
+                b, p = nonzero_pairs(move)
                 if b.numel() == 0:
                     continue
                 p = p + lo
@@ -255,7 +256,7 @@ class BlockMDLM(Sampler):
                 z[b, p] = out
                 nfe += torch.bincount(b, minlength=B).clamp(max=1).to(torch.float64)
             if fill:
-                b, p = (z[:, lo:hi] == M).nonzero(as_tuple=True)
+                b, p = nonzero_pairs(z[:, lo:hi] == M)
                 if b.numel():
                     p = p + lo
                     z[b, p] = den.probs_at(z, b, p).argmax(-1)  # log q = 0

@@ -23,8 +23,8 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
+from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.draws import ROW_CHUNK_ELEMENTS, categorical, categorical_from_stored_cdf, row_chunks
-from dllm_lit.samplers.posterior_cache import distinct_queries
 
 __all__ = ["CompactBlock", "compact_applies"]
 
@@ -65,7 +65,7 @@ class CompactBlock:
         left, right = nearest_revealed(x, den.mask_id)
         masked = x[:, lo:hi] == den.mask_id
         n = int(masked[0].sum()) if B else 0
-        self.pos = masked.nonzero()[:, 1].view(B, n) + lo
+        self.pos = nonzero_pairs(masked)[1].view(B, n) + lo
         self.left = left[:, lo:hi][masked].view(B, n).long()
         self.right = right[:, lo:hi][masked].view(B, n).long()
         self.bound = torch.empty(self.pos.shape, dtype=torch.float64, device=x.device)
@@ -90,16 +90,9 @@ class CompactBlock:
             self.bound.view(-1)[sel] = rows.amax(-1).to(torch.float64).index_select(0, inv)
 
     def _distinct_rows(self, query: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(rows, inv): one posterior row per distinct neighbourhood key among the queries, query i reading row
-        ``inv[i]`` (identical rows, by the contract of ``neighbour_keys``); None when the denoiser names no keys
+        """(rows, inv): :meth:`LocalDenoiser.distinct_rows` of the queries, None when the denoiser names no keys
         or the distinct rows exceed one chunk of ``ROW_CHUNK_ELEMENTS``."""
-        keys = self.den.neighbour_keys(*query)
-        if keys is None:
-            return None
-        rep, inv = distinct_queries(keys)
-        if rep.numel() * self.den.vocab_size > ROW_CHUNK_ELEMENTS:
-            return None
-        return self.den.probs_given_neighbours(*(q.index_select(0, rep) for q in query)), inv
+        return self.den.distinct_rows(query, max_rows=ROW_CHUNK_ELEMENTS // self.den.vocab_size)
 
     def _query(self, sel: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(x_left, d_left, x_right, d_right) of the flat columns ``sel`` (in rows ``rows``), the arguments of the
@@ -165,7 +158,7 @@ class CompactBlock:
         self._refresh(torch.cat([after, _ranges((base + before_start).view(-1)[alone], before_len.view(-1)[alone])]))
         keep = torch.ones_like(self.pos, dtype=torch.bool)
         keep.scatter_(1, cols, False)
-        keep = keep.nonzero()[:, 1].view(B, n - k)
+        keep = nonzero_pairs(keep)[1].view(B, n - k)
         self.pos, self.bound = self.pos.gather(1, keep), self.bound.gather(1, keep)
         self.left, self.right = self.left.gather(1, keep), self.right.gather(1, keep)
 

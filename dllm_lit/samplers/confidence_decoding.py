@@ -35,6 +35,7 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.local import LocalDenoiser
+from dllm_lit.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, categorical_from_stored_cdf, \
     sharpen, tempered_law
@@ -361,7 +362,7 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             if bound is not None and schedule is not None:
                 scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score)
             else:
-                b, p = masked.nonzero(as_tuple=True)
+                b, p = nonzero_pairs(masked)
                 p = p + lo
                 post.load(x, b, p)
                 view = StepView(post, b, p, j if schedule is not None else taken[b], lo, hi)
@@ -435,7 +436,7 @@ def _decode_compact(block: CompactBlock, counts: list[int], base: int, propose, 
             capped = size < n and V >= ROUNDS_MIN_VOCAB
             if capped:
                 cand &= topk_stable_mask(torch.where(cand, block.bound, -torch.inf), size)
-            drawn.append(cand.view(-1).nonzero().squeeze(1))
+            drawn.append(flat_nonzero(cand))
             fill(drawn[-1])
             if capped:
                 kth = torch.topk(scores, k, dim=1).values[:, -1:]
@@ -451,7 +452,7 @@ def _commits(scores: torch.Tensor, proposal: torch.Tensor, k: int, tie_rule: str
     if bool(((scores >= top.values[:, -1:]).sum(1) == k).all()):
         cols = top.indices.sort(1).values
     else:
-        cols = topk_mask_by_rule(scores, k, tie_rule).nonzero()[:, 1].view(B, k)
+        cols = nonzero_pairs(topk_mask_by_rule(scores, k, tie_rule))[1].view(B, k)
     return cols, proposal.gather(1, cols)
 
 
@@ -466,7 +467,7 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
         post.load(x, None, None)
         ub = torch.where(masked, post.cache.store[bound].to(torch.float64), -torch.inf)
     else:
-        b, p = masked.nonzero(as_tuple=True)
+        b, p = nonzero_pairs(masked)
         post.load(x, b, p + lo)
         ub = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
         ub[b, p] = post.get(bound, b, p + lo).to(torch.float64)
@@ -476,7 +477,7 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
     proposal = torch.zeros((B, L), dtype=torch.long, device=dev)
 
     def fill(where: torch.Tensor) -> None:
-        rb, q = where.nonzero(as_tuple=True)
+        rb, q = nonzero_pairs(where)
         view = StepView(post, rb, q + lo, j, lo, post.hi, None if index is None else index[rb, q])
         view.tok = propose(view)
         scores[rb, q] = score(view)

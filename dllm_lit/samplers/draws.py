@@ -13,9 +13,10 @@ import torch
 
 from dllm_lit import rng
 from dllm_lit.denoisers.local import LocalDenoiser, revealed_neighbours_at
+from dllm_lit.indices import nonzero_pairs
 
 __all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "sharpen", "tempered_draw",
-           "tempered_law", "drawn_log_prob", "argmax_fill", "masked_posterior_chunks", "StepUniforms", "row_chunks",
+           "tempered_law", "drawn_log_prob", "argmax_fill", "masked_posterior_chunks", "neighbour_queries", "StepUniforms", "row_chunks",
            "ROW_CHUNK_ELEMENTS", "ROW_CHUNK_ELEMENTS_ACCELERATOR"]
 
 #: rows x V elements per chunk of posterior rows processed at once on the CPU (4 MB of float64): temporaries
@@ -120,21 +121,30 @@ def tempered_draw(probs: torch.Tensor, u: torch.Tensor, temperature: float, *,
     return tok, drawn_log_prob(law, tok)
 
 
-def masked_posterior_chunks(denoiser, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor):
+def neighbour_queries(denoiser: LocalDenoiser, z: torch.Tensor, b: torch.Tensor,
+                      p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The neighbour queries (x_left, d_left, x_right, d_right) of the masked positions (b, p) of z."""
+    a, c = revealed_neighbours_at(z.contiguous(), denoiser.mask_id, b, p)
+    return denoiser.neighbour_query(z, b, p, a, c)
+
+
+def masked_posterior_chunks(denoiser, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor,
+                            query: tuple[torch.Tensor, ...] | None = None):
     """Yield (slice, rows): p(x0 | z) at the masked positions (b[slice], p[slice]) of z, every row conditioned
-    on z as given.  A :class:`~dllm_lit.denoisers.LocalDenoiser` answers from the nearest revealed neighbours in
-    chunks of :func:`row_chunks` rows (bounded memory, no one-hot rows); any other denoiser is queried once."""
+    on z as given.  A :class:`~dllm_lit.denoisers.LocalDenoiser` answers from the nearest revealed neighbours
+    (``query``: their :func:`neighbour_queries`, if already known) in chunks of :func:`row_chunks` rows (bounded
+    memory, no one-hot rows); any other denoiser is queried once."""
     if not isinstance(denoiser, LocalDenoiser):
         yield slice(0, b.numel()), denoiser.probs_at(z, b, p)
         return
-    a, c = revealed_neighbours_at(z.contiguous(), denoiser.mask_id, b, p)
+    query = neighbour_queries(denoiser, z, b, p) if query is None else query
     for sl in row_chunks(b.numel(), denoiser.vocab_size, b.device):
-        yield sl, denoiser.probs_from_neighbours(z, b[sl], p[sl], a[sl], c[sl])
+        yield sl, denoiser.probs_given_neighbours(*(q[sl] for q in query))
 
 
 def argmax_fill(denoiser, z: torch.Tensor) -> torch.Tensor:
     """Fill every remaining MASK with argmax_v p(x0 = v | z), all positions in parallel (MDLM's noise removal)."""
-    b, p = (z == denoiser.mask_id).nonzero(as_tuple=True)
+    b, p = nonzero_pairs(z == denoiser.mask_id)
     if b.numel() == 0:
         return z
     tok = torch.empty_like(b)
@@ -184,6 +194,21 @@ class StepUniforms:
         elsewhere - the same numbers (``rng.uniform``'s formula) at the cost of one grid instead of two."""
         h = torch.where(which, rng._absorb(self.keys, step)[:, None], rng._absorb(other.keys, step)[:, None])
         return _grid_uniforms(h, 0, which.shape[1], slot)
+
+    def below_where(self, other: "StepUniforms", which: torch.Tensor, step: int, threshold: float,
+                    other_threshold: float | torch.Tensor, slot: int = 0) -> torch.Tensor:
+        """Bool [B, T]: ``grid_where(other, which, step, slot) < where(which, threshold, other_threshold)``
+        (``other_threshold`` a float or a float64 [B, 1] column), decided on the uniforms' integer bits
+        (:func:`dllm_lit.rng.uniform_count_below`): the same decisions without forming the float64 grid."""
+        B, dev = which.shape[0], which.device
+
+        def counts(thr: float | torch.Tensor) -> torch.Tensor:
+            thr = thr if isinstance(thr, torch.Tensor) else torch.tensor([[float(thr)]], dtype=torch.float64, device=dev)
+            return rng.uniform_count_below(thr).expand(B, 1)
+
+        pos = torch.arange(which.shape[1], device=dev)[None, :] * 16 + int(slot)
+        return rng.bits_below_where(which, rng._absorb(self.keys, step)[:, None], rng._absorb(other.keys, step)[:, None],
+                                    counts(threshold), counts(other_threshold), pos)
 
     def at(self, step: int | torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor, slot: int = 0) -> torch.Tensor:
         """Float64 [n] uniforms at the listed (batch, position) pairs (``step``: an int or one per pair)."""

@@ -38,6 +38,7 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, confidence, in_sub_batches, proposal_features,
                                                    proposal_widths, propose_step)
@@ -122,7 +123,7 @@ class KLASS(Sampler):
             nxt = torch.zeros_like(prev)
             for s, k in enumerate(transfer_schedule(bl, S)):
                 masked = x[:, lo:hi] == M
-                b, q = masked.nonzero(as_tuple=True)
+                b, q = nonzero_pairs(masked)
                 if b.numel() == 0:
                     break
                 active = masked.any(1)

@@ -42,6 +42,7 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, confidence, in_sub_batches, proposal_features,
                                                    proposal_widths, propose_step)
@@ -105,7 +106,7 @@ class MaskGIT(Sampler):
         N = T
         for t in range(steps):
             masked = x == M
-            b, p = masked.nonzero(as_tuple=True)
+            b, p = nonzero_pairs(masked)
             if b.numel() == 0:
                 break
             view = propose_step(post, x, b, p, t, tau, tok_u)

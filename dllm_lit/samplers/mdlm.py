@@ -21,6 +21,7 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical, drawn_log_prob
 from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
@@ -98,7 +99,7 @@ class MDLM(Sampler):
             t, s = ts[j], ts[j + 1]
             u = uni.grid(j, T)
             move = (z == M) & (u < (t - s) / t)
-            b, p = move.nonzero(as_tuple=True)
+            b, p = nonzero_pairs(move)
             if b.numel() == 0:
                 continue
             nfe += move.any(1)

@@ -28,25 +28,16 @@ from collections.abc import Callable
 
 import torch
 
-from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
+from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries, nearest_revealed, neighbour_distances
+from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.draws import categorical, row_chunks
 
-__all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS", "distinct_queries"]
+__all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS"]
 
 #: largest B * T * (feature width) the cache allocates (about 1 GB of float64)
 DEFAULT_CACHE_ELEMENTS = 2**27
 
 Features = Callable[[torch.Tensor], dict[str, torch.Tensor]]
-
-
-def distinct_queries(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rep, inv) for neighbourhood ``keys`` [n] (``LocalDenoiser.neighbour_keys``): ``rep[u]`` is one query
-    holding the u-th distinct key and ``inv[i]`` the distinct key of query i, so the rows of the ``rep`` queries,
-    read through ``inv``, are the rows of all n queries (equal keys give identical rows)."""
-    uniq, inv = torch.unique(keys, return_inverse=True)
-    rep = torch.empty(uniq.numel(), dtype=torch.long, device=keys.device)
-    rep.scatter_(0, inv, torch.arange(keys.numel(), device=keys.device))
-    return rep, inv
 
 
 class PosteriorCache:
@@ -109,7 +100,7 @@ class PosteriorCache:
             self.left, self.right = l_blk, r_blk
         else:
             need = masked
-        b, p = need.nonzero(as_tuple=True)
+        b, p = nonzero_pairs(need)
         if b.numel() == 0:
             return
         if self.local:  # masked positions only: straight from the neighbours, no one-hot rows

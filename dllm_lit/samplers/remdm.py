@@ -57,8 +57,11 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.denoisers.local import LocalDenoiser
+from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical, masked_posterior_chunks
+from dllm_lit.samplers.draws import (ROW_CHUNK_ELEMENTS, StepUniforms, argmax_fill, categorical,
+                                   categorical_from_stored_cdf, masked_posterior_chunks, neighbour_queries)
 from dllm_lit.samplers.nucleus import top_p_filter
 from dllm_lit.samplers.schedules import time_grid
 
@@ -176,26 +179,28 @@ class ReMDM(Sampler):
             t, s = ts[j], ts[j + 1]
             m_t, m_s, sig = self.step_rates(t, s)
             masked = z == M
-            # one uniform per position: Stream.TOKEN where masked, Stream.REMASK where not
-            u = uni.grid_where(rem, masked, j)
-            # masked positions: unmask w.p. (m_t - m_s + sigma alpha_t) / m_t (sigma = 0 for conf)
+            # one uniform per position: Stream.TOKEN where masked, Stream.REMASK where not.  Masked positions
+            # unmask w.p. (m_t - m_s + sigma alpha_t) / m_t (sigma = 0 for conf); unmasked ones are remasked w.p.
+            # sigma (conf: sigma eta_i = weight_i scale, weight_i <= 1, so only where u < scale: candidates)
             sig_masked = 0.0 if conf_variant else sig
-            move = masked & (u < (m_t - m_s + sig_masked * (1.0 - m_t)) / m_t)
-            # unmasked positions: remask w.p. sigma (conf: sigma * eta_i, eta_i = weight_i / sum weight)
-            remask = None
-            if sig > 0.0:
-                if conf_variant:
-                    scale = sig / weight.sum(-1, keepdim=True).clamp_min(1e-300)
-                    remask = ~masked & (u < weight * scale)  # weight = 0 at masked positions
-                else:
-                    remask = ~masked & (u < sig)
-            b, p = move.nonzero(as_tuple=True)
+            scale = None
+            if sig > 0.0 and conf_variant:
+                scale = sig / weight.sum(-1, keepdim=True).clamp_min(1e-300)
+            fire = uni.below_where(rem, masked, j, (m_t - m_s + sig_masked * (1.0 - m_t)) / m_t,
+                                   scale if scale is not None else max(sig, 0.0))
+            b, p = nonzero_pairs(fire)
+            at_masked = masked[b, p]
+            rb, rp = b[~at_masked], p[~at_masked]  # remasked (conf: candidates)
+            b, p = b[at_masked], p[at_masked]  # unmasked
+            if scale is not None and rb.numel():
+                keep = rem.at(j, rb, rp) < weight[rb, rp] * scale[rb, 0]
+                rb, rp = rb[keep], rp[keep]
             if b.numel():  # conditioned on z_t, before any remask
                 tok, tok_weight = self._decode(z, b, p, uni.at(j, b, p, slot=1), conf_variant)
-            if remask is not None:
-                z.masked_fill_(remask, M)
+            if rb.numel():
+                z[rb, rp] = M
                 if conf_variant:
-                    weight.masked_fill_(remask, 0.0)  # conf = -inf
+                    weight[rb, rp] = 0.0  # conf = -inf
             if b.numel():
                 z[b, p] = tok
                 if conf_variant:
@@ -208,11 +213,27 @@ class ReMDM(Sampler):
         with uniforms ``u``), and with ``with_weight`` their conf weights exp(-psi), psi = q(token) / sum q.
 
         Rows are independent, so a :class:`LocalDenoiser` answers in row chunks (temporaries stay small; see
-        :func:`~dllm_lit.samplers.draws.masked_posterior_chunks`).
+        :func:`~dllm_lit.samplers.draws.masked_posterior_chunks`), or, when at most half the positions have
+        distinct neighbourhoods (:meth:`LocalDenoiser.distinct_rows`), once per distinct row: filtered and
+        cumulated once, drawn from by :func:`categorical_from_stored_cdf` (the same rows and targets, so the
+        same draws).
         """
+        den, n = self.denoiser, b.numel()
+        query = None
+        if isinstance(den, LocalDenoiser):
+            query = neighbour_queries(den, z, b, p)
+            distinct = den.distinct_rows(query, max_rows=min(n // 2, ROW_CHUNK_ELEMENTS // den.vocab_size))
+            if distinct is not None:
+                rows, inv = distinct
+                q = top_p_filter(rows, self.top_p) if self.top_p < 1.0 else rows.to(torch.float64)
+                tok = categorical_from_stored_cdf(q.cumsum(-1), inv, u)
+                if not with_weight:
+                    return tok, None
+                psi = q.reshape(-1).index_select(0, inv * q.shape[1] + tok) / q.sum(-1).index_select(0, inv)
+                return tok, torch.exp(-psi)
         tok = torch.empty_like(b)
         weight = torch.empty(b.shape, dtype=torch.float64, device=b.device) if with_weight else None
-        for sl, probs in masked_posterior_chunks(self.denoiser, z, b, p):
+        for sl, probs in masked_posterior_chunks(den, z, b, p, query):
             if self.top_p < 1.0:
                 probs = top_p_filter(probs, self.top_p)
             tok[sl] = categorical(probs, u[sl])

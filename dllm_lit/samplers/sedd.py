@@ -58,6 +58,7 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, sharpen, tempered_draw
 from dllm_lit.samplers.ordered_decoding import decode_in_order
@@ -194,7 +195,7 @@ class SEDD(Sampler):
         if PosteriorCache.fits(B, V + 2, length=T):
             return self._generate_tempered_cached(z, uni, ts, steps)
         for j in range(steps):
-            b, p = (z == M).nonzero(as_tuple=True)
+            b, p = nonzero_pairs(z == M)
             if b.numel() == 0:
                 break
             probs = den.probs_at(z, b, p)
@@ -205,7 +206,7 @@ class SEDD(Sampler):
             bm, pm = b[move], p[move]
             z[bm, pm] = categorical(token_law(probs[move], beta, tau), uni.at(j, bm, pm, slot=1))
         # final denoise step: leftover masks sampled proportional to s^beta (then ^(1/tau))
-        b, p = (z == M).nonzero(as_tuple=True)
+        b, p = nonzero_pairs(z == M)
         if b.numel():
             z[b, p] = categorical(token_law(den.probs_at(z, b, p), beta, tau), uni.at(steps, b, p, slot=1))
         return z
@@ -226,7 +227,7 @@ class SEDD(Sampler):
         cache = PosteriorCache(den, B, 0, T, self._tempered_features,
                                {"mass": ((), torch.float64), "cdf": ((V,), torch.float64)}, z.device)
         for j in range(steps):
-            b, p = (z == M).nonzero(as_tuple=True)
+            b, p = nonzero_pairs(z == M)
             if b.numel() == 0:
                 break
             cache.refresh(z)
@@ -235,7 +236,7 @@ class SEDD(Sampler):
             bm, pm = b[move], p[move]
             if bm.numel():
                 z[bm, pm] = categorical_from_cdf(cache.get("cdf", bm, pm), uni.at(j, bm, pm, slot=1))
-        b, p = (z == M).nonzero(as_tuple=True)
+        b, p = nonzero_pairs(z == M)
         if b.numel():
             cache.refresh(z)
             z[b, p] = categorical_from_cdf(cache.get("cdf", b, p), uni.at(steps, b, p, slot=1))
