@@ -10,9 +10,12 @@ Every config goes through the same parser and engine as ``cli.py predict`` (``Dl
 ``run=False``, then :func:`dllm_lit.engine.predict`), with one shared chain and oracle and the
 results writer's optional work switched off (no bootstrap, no files), so a timing is what the
 CLI spends sampling and computing the metrics.  The AR row (``configs/ar.yaml``) is exact chain
-sampling.  With ``--jobs J`` the configs run in J worker processes (each samples with one thread, as
-the CLI does; the oracle's power table is memory-mapped from the disk cache, so it is shared): the
-whole-grid time is then the wall time of the slowest worker.  Results do not depend on ``--jobs``.
+sampling.  The grid runs as work units: each config's large step counts (> 128) one unit each, its
+small ones together (every step count's samples depend only on the seed and the step count, not on
+what else runs).  With ``--jobs J`` the units run in J worker processes, largest first (each samples
+with one thread, as the CLI does; the oracle's power table is memory-mapped from the disk cache, so it
+is shared); the whole-grid time is then the wall time of the slowest worker.  Per config the script
+prints the summed wall and CPU time of its units.  Results do not depend on ``--jobs``.
 """
 from __future__ import annotations
 
@@ -27,12 +30,6 @@ from pathlib import Path
 
 import torch
 
-from dllm_lit import console
-
-from dllm_lit.cli import DllmCLI
-from dllm_lit.denoisers import OracleDenoiser
-from dllm_lit.engine import predict
-
 ROOT = Path(__file__).resolve().parents[1]
 #: slowest first, so that with --jobs the long ones start at once
 PAPER_CONFIGS = ["llada", "remdm_loop", "remdm_conf", "sedd", "mdlm_paper", "mdlm", "ar"]
@@ -40,10 +37,20 @@ PAPER_CONFIGS = ["llada", "remdm_loop", "remdm_conf", "sedd", "mdlm_paper", "mdl
 MODERN_CONFIGS = ["fast_dllm", "fast_dllm_factor", "dream_origin", "dream_maskgit_plus", "dream_topk_margin",
                   "dream_entropy", "eb_sampler", "pc_sampler", "fhs", "maskgit", "klass", "bd3"]
 STEPS = [8, 16, 32, 64, 128, 256, 512, 1024]
+#: step counts up to this share one work unit per config; larger ones get a unit each
+SMALL_STEPS = 128
 
 
-def build(config: str, args: argparse.Namespace, out: str) -> DllmCLI:
-    """Instantiate sampler, data module, trainer and results writer from ``config`` exactly as the CLI does."""
+def has_steps(config: str) -> bool:
+    """Whether a config's sampler takes step counts (every one but the exact AR baseline)."""
+    return Path(config).name != "ar.yaml"
+
+
+def build(config: str, args: argparse.Namespace, out: str, steps: list[int]):
+    """Instantiate sampler, data module, trainer and results writer from ``config`` exactly as the CLI does
+    (a ``DllmCLI``; the CLI, Lightning included, is imported here, in the workers: the parent only schedules)."""
+    from dllm_lit import console
+    from dllm_lit.cli import DllmCLI
     argv = ["--config", config]
     if args.synthetic:
         argv += ["--config", str(ROOT / "configs" / "data" / "synthetic.yaml")]
@@ -53,8 +60,8 @@ def build(config: str, args: argparse.Namespace, out: str) -> DllmCLI:
              "--trainer.accelerator", args.accelerator,
              "--results.bootstrap_resamples", "0", "--results.save_samples", "false", "--results.figures", "false",
              "--results.num_text_examples", "0", "--results.output_dir", out]
-    if "ar.yaml" not in config:
-        argv += ["--model.steps", str(args.steps)]
+    if has_steps(config):
+        argv += ["--model.steps", str(steps)]
     console.configure()
     argv0, sys.argv = sys.argv, sys.argv[:1]  # the benchmark's own flags are not the CLI's
     try:
@@ -66,12 +73,14 @@ def build(config: str, args: argparse.Namespace, out: str) -> DllmCLI:
 _SHARED: dict = {}
 
 
-def run_config(config: str, args: argparse.Namespace) -> tuple[str, float, float, dict, str | None, float]:
-    """Run one config (the chain and oracle are built once per process):
+def run_unit(config: str, steps: list[int], args: argparse.Namespace) -> tuple[str, float, float, dict, str | None, float]:
+    """Run one config at the step counts ``steps`` (the chain and oracle are built once per process):
     (name, wall s, cpu s, kl by steps, set-up line, the process's peak resident memory so far in GB)."""
+    from dllm_lit.denoisers import OracleDenoiser
+    from dllm_lit.engine import predict
     setup = None
     with tempfile.TemporaryDirectory() as out:
-        cli = build(config, args, out)
+        cli = build(config, args, out, steps)
         if "chain" not in _SHARED:
             t0 = time.perf_counter()
             chain = cli.datamodule.build_chain()
@@ -88,6 +97,22 @@ def run_config(config: str, args: argparse.Namespace) -> tuple[str, float, float
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
         return cli.model.name, wall, cpu, {r["steps"]: r["kl"] for r in writer.rows}, setup, peak
+
+
+def work_units(configs: list[str], steps: list[int]) -> list[tuple[str, list[int]]]:
+    """(config, step counts) units, largest first: every step count above SMALL_STEPS alone, the rest of a config
+    together (one unit for the AR config, which has no steps), in descending step count, ties in config order."""
+    units = []
+    for rank, config in enumerate(configs):
+        if not has_steps(config):
+            units.append((0, rank, config, []))
+            continue
+        small = [s for s in steps if s <= SMALL_STEPS]
+        units += [(s, rank, config, [s]) for s in steps if s > SMALL_STEPS]
+        if small:
+            units.append((sum(small), rank, config, small))
+    units.sort(key=lambda u: (-u[0], u[1]))
+    return [(config, unit_steps) for _, _, config, unit_steps in units]
 
 
 def main() -> None:
@@ -109,29 +134,44 @@ def main() -> None:
         names = PAPER_CONFIGS + (MODERN_CONFIGS if args.all else [])
         args.configs = [str(ROOT / "configs" / f"{c}.yaml") for c in names]
 
-    kl: dict[str, dict[int | None, float]] = {}
+    kl: dict[str, dict[int | None, float]] = {}  # by config
+    spent: dict[str, list[float]] = {}  # config -> [wall, cpu] summed over its units
+    names: dict[str, str] = {}
     print(f"N={args.num_sequences} T={args.seq_len} steps={args.steps} accelerator={args.accelerator} jobs={args.jobs}")
     grid_start = time.perf_counter()
+    units = work_units(args.configs, args.steps)
+    peak = 0.0
 
-    def report(result) -> None:
-        name, wall, cpu, rows, setup, peak = result
+    def report(config: str, result) -> None:
+        nonlocal peak
+        name, wall, cpu, rows, setup, unit_peak = result
         if setup:
-            print(setup)
-        kl[name] = rows
-        print(f"{name:>18s}: {wall:7.1f} s wall {cpu:7.1f} s cpu  (process peak RSS {peak:.1f} GB)", flush=True)
+            print(setup, flush=True)
+        names[config] = name
+        kl.setdefault(config, {}).update(rows)
+        spent.setdefault(config, [0.0, 0.0])
+        spent[config][0] += wall
+        spent[config][1] += cpu
+        peak = max(peak, unit_peak)
 
     if args.jobs == 1:
-        for config in args.configs:
-            report(run_config(config, args))
+        for config, steps in units:
+            report(config, run_unit(config, steps, args))
     else:
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for fut in [pool.submit(run_config, c, args) for c in args.configs]:
-                report(fut.result())
+            futures = [pool.submit(run_unit, config, steps, args) for config, steps in units]
+            for (config, _), fut in zip(units, futures):
+                report(config, fut.result())
+    for config in args.configs:
+        print(f"{names[config]:>18s}: {spent[config][0]:7.1f} s wall {spent[config][1]:7.1f} s cpu")
+    print(f"{'all units':>18s}: {sum(w for w, _ in spent.values()):7.1f} s wall {sum(c for _, c in spent.values()):7.1f} s cpu "
+          f"({len(units)} units; peak resident memory of a worker {peak:.1f} GB)")
     print(f"{'whole grid':>18s}: {time.perf_counter() - grid_start:7.1f} s")
     print()
     print("transition KL (nats) by sampler and steps; ar = exact chain samples")
     print(f"{'sampler':>18s} " + " ".join(f"{s:>8d}" for s in args.steps))
-    for name, row in kl.items():
+    for config in args.configs:
+        name, row = names[config], kl[config]
         if None in row:
             print(f"{name:>18s} " + " ".join(f"{row[None]:8.4f}" for _ in args.steps))
         else:

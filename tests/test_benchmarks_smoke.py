@@ -25,3 +25,25 @@ def test_grid_benchmark_runs() -> None:
     assert "whole grid" in out
     for name in ("mdlm", "mdlm_paper", "llada", "sedd", "remdm_conf", "remdm_loop"):
         assert any(line.split()[0] == name for line in out.splitlines() if line.strip()), name
+
+
+def _kl_table(out: str) -> list[str]:
+    lines = out.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("transition KL")):]
+
+
+def test_grid_units_and_jobs_give_the_same_table() -> None:
+    """Large step counts run as units of their own, in parallel workers; the KL table is the one-process table."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import grid
+    finally:
+        sys.path.pop(0)
+    units = grid.work_units(["configs/mdlm.yaml", "configs/ar.yaml", "configs/llada.yaml"], [8, 256, 1024, 16])
+    assert units == [("configs/mdlm.yaml", [1024]), ("configs/llada.yaml", [1024]), ("configs/mdlm.yaml", [256]),
+                     ("configs/llada.yaml", [256]), ("configs/mdlm.yaml", [8, 16]), ("configs/llada.yaml", [8, 16]),
+                     ("configs/ar.yaml", [])]
+    common = ["benchmarks/grid.py", "--num-sequences", "4", "--seq-len", "16", "--steps", "2", "130",
+              "--configs", "configs/mdlm.yaml", "configs/llada.yaml", "configs/ar.yaml"]
+    one, two = _run(*common), _run(*common, "--jobs", "2")
+    assert "5 units" in one and _kl_table(one) == _kl_table(two)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.draws import ROW_CHUNK_ELEMENTS, categorical, categorical_from_stored_cdf, row_chunks
 
 __all__ = ["CompactBlock", "compact_applies"]
@@ -158,7 +158,7 @@ class CompactBlock:
         self._refresh(torch.cat([after, _ranges((base + before_start).view(-1)[alone], before_len.view(-1)[alone])]))
         keep = torch.ones_like(self.pos, dtype=torch.bool)
         keep.scatter_(1, cols, False)
-        keep = nonzero_pairs(keep)[1].view(B, n - k)
+        keep = flat_nonzero(keep).view(B, n - k) - base  # every row keeps n - k columns
         self.pos, self.bound = self.pos.gather(1, keep), self.bound.gather(1, keep)
         self.left, self.right = self.left.gather(1, keep), self.right.gather(1, keep)
 

@@ -424,7 +424,9 @@ def _decode_compact(block: CompactBlock, counts: list[int], base: int, propose, 
 
         size = min(first_draws(k, V), n)
         drawn = [(torch.topk(block.bound, size, dim=1).indices + (rows * n)[:, None]).view(-1)]
-        kth = torch.topk(fill(drawn[0]).view(B, size), k, dim=1).values[:, -1:]  # <= the final k-th score
+        first = fill(drawn[0]).view(B, size)
+        # <= the final k-th score
+        kth = first.amax(1, keepdim=True) if k == 1 else torch.topk(first, k, dim=1).values[:, -1:]
         capped = True
         while capped:
             cand = block.bound >= kth
@@ -445,9 +447,15 @@ def _decode_compact(block: CompactBlock, counts: list[int], base: int, propose, 
 
 def _commits(scores: torch.Tensor, proposal: torch.Tensor, k: int, tie_rule: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Columns [B, k] (ascending) of the stable top-k of ``scores`` [B, n] under ``tie_rule`` ("lowest" /
-    "highest") and their proposals: the columns of ``torch.topk`` when no row has more than k scores at or
-    above its k-th (no tie at the boundary, so the set is unique), else :func:`topk_stable_mask`."""
-    B = scores.shape[0]
+    "highest") and their proposals: for k = 1 the first (last) maximum; else the columns of ``torch.topk`` when no
+    row has more than k scores at or above its k-th (no tie at the boundary, so the set is unique), else
+    :func:`topk_stable_mask`."""
+    B, n = scores.shape
+    if k == 1 and tie_rule in ("lowest", "highest"):
+        # argmax returns the first maximal index (documented): the stable top-1, mirrored for "highest"
+        col = scores.argmax(1) if tie_rule == "lowest" else (n - 1) - scores.flip(1).argmax(1)
+        cols = col[:, None]
+        return cols, proposal.gather(1, cols)
     top = torch.topk(scores, k, dim=1)
     if bool(((scores >= top.values[:, -1:]).sum(1) == k).all()):
         cols = top.indices.sort(1).values
