@@ -357,3 +357,21 @@ def test_remdm_fast_step_equals_direct_step(name: str, kwargs: dict, monkeypatch
     assert any(calls), "the distinct-row path was never taken"
     monkeypatch.setattr(LocalDenoiser, "distinct_rows", lambda self, query, max_rows=None: None)
     assert torch.equal(sampler.generate(idx, 64, 64, 9), _remdm_direct(sampler, idx, 64, 64, 9))
+
+
+@pytest.mark.parametrize("tie_rule", ["lowest", "highest"])
+def test_commits_equal_the_stable_topk(tie_rule: str) -> None:
+    """The commits of a compact LLaDA step (argmax rounds for small k, topk with a tie pass above) are the stable
+    top-k columns under the tie rule, also with many ties and with rows holding fewer than k finite scores."""
+    from dllm_lit.samplers.confidence_decoding import _commits
+    from dllm_lit.samplers.selection import topk_mask_by_rule
+    g = torch.Generator().manual_seed(4)
+    for n in (1, 3, 17):
+        for k in range(1, min(n, 7) + 1):
+            for _ in range(20):
+                scores = torch.randint(0, 3, (5, n), generator=g).to(torch.float64) / 3
+                scores[torch.rand(5, n, generator=g) < 0.3] = -torch.inf
+                proposal = torch.randint(0, 9, (5, n), generator=g)
+                cols, tok = _commits(scores, proposal, k, tie_rule)
+                ref = topk_mask_by_rule(scores, k, tie_rule).nonzero()[:, 1].view(5, k)
+                assert torch.equal(cols, ref) and torch.equal(tok, proposal.gather(1, ref))

@@ -445,17 +445,32 @@ def _decode_compact(block: CompactBlock, counts: list[int], base: int, propose, 
         block.commit(*_commits(scores, proposal, k, tie_rule))
 
 
+#: up to this many commits per step, :func:`_commits` takes the stable top-k by k argmax rounds (no topk, no tie pass)
+ARGMAX_COMMITS = 4
+
+
 def _commits(scores: torch.Tensor, proposal: torch.Tensor, k: int, tie_rule: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Columns [B, k] (ascending) of the stable top-k of ``scores`` [B, n] under ``tie_rule`` ("lowest" /
-    "highest") and their proposals: for k = 1 the first (last) maximum; else the columns of ``torch.topk`` when no
+    "highest") and their proposals: for k <= ARGMAX_COMMITS by k rounds of first (last) maxima; else the columns of ``torch.topk`` when no
     row has more than k scores at or above its k-th (no tie at the boundary, so the set is unique), else
     :func:`topk_stable_mask`."""
     B, n = scores.shape
-    if k == 1 and tie_rule in ("lowest", "highest"):
-        # argmax returns the first maximal index (documented): the stable top-1, mirrored for "highest"
-        col = scores.argmax(1) if tie_rule == "lowest" else (n - 1) - scores.flip(1).argmax(1)
-        cols = col[:, None]
-        return cols, proposal.gather(1, cols)
+    if k <= ARGMAX_COMMITS and tie_rule in ("lowest", "highest"):
+        # argmax returns the first maximal index (documented): k rounds of it, each taking its column out, give
+        # the stable top-k (mirrored for "highest")
+        s = scores if tie_rule == "lowest" else scores.flip(1)
+        s = s.clone() if k > 1 else s
+        taken, finite = [], True
+        for r in range(k):
+            col = s.argmax(1, keepdim=True)
+            taken.append(col)
+            finite = finite and bool((s.gather(1, col) > -torch.inf).all())
+            if r + 1 < k:
+                s.scatter_(1, col, -torch.inf)
+        cols = torch.cat(taken, 1) if tie_rule == "lowest" else (n - 1) - torch.cat(taken, 1)
+        cols = cols.sort(1).values if k > 1 else cols
+        if finite:  # else a row has fewer than k finite scores (a taken column could come back): general path
+            return cols, proposal.gather(1, cols)
     top = torch.topk(scores, k, dim=1)
     if bool(((scores >= top.values[:, -1:]).sum(1) == k).all()):
         cols = top.indices.sort(1).values
