@@ -73,7 +73,8 @@ def build(config: str, args: argparse.Namespace, out: str, steps: list[int]):
 _SHARED: dict = {}
 
 
-def run_unit(config: str, steps: list[int], args: argparse.Namespace) -> tuple[str, float, float, dict, str | None, float]:
+def run_unit(config: str, steps: list[int],
+             args: argparse.Namespace) -> tuple[str, float, float, dict, str | None, float]:
     """Run one config at the step counts ``steps`` (the chain and oracle are built once per process):
     (name, wall s, cpu s, kl by steps, set-up line, the process's peak resident memory so far in GB)."""
     from dllm_lit.denoisers import OracleDenoiser
@@ -164,7 +165,8 @@ def main() -> None:
                 report(config, fut.result())
     for config in args.configs:
         print(f"{names[config]:>18s}: {spent[config][0]:7.1f} s wall {spent[config][1]:7.1f} s cpu")
-    print(f"{'all units':>18s}: {sum(w for w, _ in spent.values()):7.1f} s wall {sum(c for _, c in spent.values()):7.1f} s cpu "
+    wall_sum, cpu_sum = sum(w for w, _ in spent.values()), sum(c for _, c in spent.values())
+    print(f"{'all units':>18s}: {wall_sum:7.1f} s wall {cpu_sum:7.1f} s cpu "
           f"({len(units)} units; peak resident memory of a worker {peak:.1f} GB)")
     print(f"{'whole grid':>18s}: {time.perf_counter() - grid_start:7.1f} s")
     print()

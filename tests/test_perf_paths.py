@@ -258,10 +258,11 @@ def test_uniform_count_below_is_exact() -> None:
     exact = rng._bits_to_uniform(torch.tensor([0, 1, 2, 3, 5, 2**51, 2**52 - 1, 2**52, 2**52 + 1, 2**52 + 2,
                                                top - 3, top - 2, top - 1]))
     g = torch.Generator().manual_seed(1)
+    special = torch.tensor([0.0, -0.5, float("nan"), 1e-300, 2.0**-54, 2.0**-53, 1.5 * 2.0**-53, 0.5, 1.0 - 2.0**-53,
+                            1.0 - 2.0**-54, 1.0, 1.5, float("inf"), float("-inf")])
     thr = torch.cat([exact, torch.nextafter(exact, torch.zeros_like(exact)), torch.nextafter(exact, torch.ones_like(exact)),
-                     torch.tensor([0.0, -0.5, float("nan"), 1e-300, 2.0**-54, 2.0**-53, 1.5 * 2.0**-53, 0.5, 1.0 - 2.0**-53,
-                                   1.0 - 2.0**-54, 1.0, 1.5, float("inf"), float("-inf")]),
-                     torch.rand(2000, dtype=torch.float64, generator=g), torch.rand(200, dtype=torch.float64, generator=g) * 1e-12])
+                     special, torch.rand(2000, dtype=torch.float64, generator=g),
+                     torch.rand(200, dtype=torch.float64, generator=g) * 1e-12])
     count = rng.uniform_count_below(thr)
     assert count.dtype == torch.int64 and bool(((count >= 0) & (count <= top)).all())
     below = rng._bits_to_uniform((count - 1).clamp(min=0)) < thr

@@ -451,9 +451,9 @@ ARGMAX_COMMITS = 4
 
 def _commits(scores: torch.Tensor, proposal: torch.Tensor, k: int, tie_rule: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Columns [B, k] (ascending) of the stable top-k of ``scores`` [B, n] under ``tie_rule`` ("lowest" /
-    "highest") and their proposals: for k <= ARGMAX_COMMITS by k rounds of first (last) maxima; else the columns of ``torch.topk`` when no
-    row has more than k scores at or above its k-th (no tie at the boundary, so the set is unique), else
-    :func:`topk_stable_mask`."""
+    "highest") and their proposals: for k <= ARGMAX_COMMITS by k rounds of first (last) maxima; else the columns
+    of ``torch.topk`` when no row has more than k scores at or above its k-th (no tie at the boundary, so the set
+    is unique), else :func:`topk_stable_mask`."""
     B, n = scores.shape
     if k <= ARGMAX_COMMITS and tie_rule in ("lowest", "highest"):
         # argmax returns the first maximal index (documented): k rounds of it, each taking its column out, give

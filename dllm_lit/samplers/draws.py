@@ -16,7 +16,8 @@ from dllm_lit.denoisers.local import LocalDenoiser, revealed_neighbours_at
 from dllm_lit.indices import nonzero_pairs
 
 __all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "sharpen", "tempered_draw",
-           "tempered_law", "drawn_log_prob", "argmax_fill", "masked_posterior_chunks", "neighbour_queries", "StepUniforms", "row_chunks",
+           "tempered_law", "drawn_log_prob", "argmax_fill", "masked_posterior_chunks", "neighbour_queries",
+           "StepUniforms", "row_chunks",
            "ROW_CHUNK_ELEMENTS", "ROW_CHUNK_ELEMENTS_ACCELERATOR"]
 
 #: rows x V elements per chunk of posterior rows processed at once on the CPU (4 MB of float64): temporaries
@@ -203,12 +204,13 @@ class StepUniforms:
         B, dev = which.shape[0], which.device
 
         def counts(thr: float | torch.Tensor) -> torch.Tensor:
-            thr = thr if isinstance(thr, torch.Tensor) else torch.tensor([[float(thr)]], dtype=torch.float64, device=dev)
+            if not isinstance(thr, torch.Tensor):
+                thr = torch.tensor([[float(thr)]], dtype=torch.float64, device=dev)
             return rng.uniform_count_below(thr).expand(B, 1)
 
         pos = torch.arange(which.shape[1], device=dev)[None, :] * 16 + int(slot)
-        return rng.bits_below_where(which, rng._absorb(self.keys, step)[:, None], rng._absorb(other.keys, step)[:, None],
-                                    counts(threshold), counts(other_threshold), pos)
+        h_self, h_other = rng._absorb(self.keys, step)[:, None], rng._absorb(other.keys, step)[:, None]
+        return rng.bits_below_where(which, h_self, h_other, counts(threshold), counts(other_threshold), pos)
 
     def at(self, step: int | torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor, slot: int = 0) -> torch.Tensor:
         """Float64 [n] uniforms at the listed (batch, position) pairs (``step``: an int or one per pair)."""
