@@ -77,6 +77,10 @@ def test_llada_cache_dedupe_and_sub_batches_are_exact(name, tau, block, monkeypa
                         staticmethod(lambda B, w, budget=3 * T * width, length=1: B * length * w <= budget))
     sub = s.sample(7, T, steps, seed=4)
     assert torch.equal(direct, cached) and torch.equal(direct, sub)
+    # compact columns without the per-run rows memoised by neighbourhood key (rows once per distinct key per step)
+    from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+    monkeypatch.setattr(NeighbourhoodRows, "applies", classmethod(lambda cls, den: False))
+    assert torch.equal(direct, s.sample(7, T, steps, seed=4))
 
 
 def test_step_uniform_grids_equal_rng_uniform() -> None:
@@ -335,29 +339,67 @@ def _remdm_direct(sampler, indices: torch.Tensor, T: int, steps: int, seed: int)
                                     dict(variant="loop", eta=0.2, top_p=0.8), dict(variant="cap", eta=0.1),
                                     dict(variant="rescale", eta=0.3, top_p=0.9)])
 def test_remdm_fast_step_equals_direct_step(name: str, kwargs: dict, monkeypatch) -> None:
-    """ReMDM's step (integer-bit decisions, conf remask candidates, one row per distinct neighbourhood) draws exactly
-    what the direct step draws; with the distinct-row path switched off as well."""
+    """ReMDM's step (integer-bit decisions, conf remask candidates, rows memoised by neighbourhood key) draws exactly
+    what the direct step draws; so it does with rows computed once per distinct key per step instead, and per
+    position."""
     from dllm_lit.denoisers.local import LocalDenoiser
     from dllm_lit.samplers import ReMDM
+    from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
     chain = _chains()[name]
     sampler = ReMDM(OracleDenoiser(chain), **kwargs)
     sampler.connect(chain)
     idx = torch.arange(24) + 3
-    calls = []
-    distinct_rows = LocalDenoiser.distinct_rows
+    refs = {(T, steps): _remdm_direct(sampler, idx, T, steps, 9) for T, steps in ((40, 8), (64, 64), (30, 200))}
+    calls = {"memo": 0, "distinct": 0}
+    slots, distinct_rows = NeighbourhoodRows.slots, LocalDenoiser.distinct_rows
 
-    def spy(self, query, max_rows=None):
+    def spy_slots(self, query):
+        calls["memo"] += 1
+        return slots(self, query)
+
+    def spy_distinct(self, query, max_rows=None):
         out = distinct_rows(self, query, max_rows)
-        calls.append(out is not None)
+        calls["distinct"] += out is not None
         return out
 
-    monkeypatch.setattr(LocalDenoiser, "distinct_rows", spy)
-    for T, steps in ((40, 8), (64, 64), (30, 200)):
-        ref = _remdm_direct(sampler, idx, T, steps, 9)
+    monkeypatch.setattr(NeighbourhoodRows, "slots", spy_slots)
+    monkeypatch.setattr(LocalDenoiser, "distinct_rows", spy_distinct)
+    for (T, steps), ref in refs.items():
         assert torch.equal(sampler.generate(idx, T, steps, 9), ref)
-    assert any(calls), "the distinct-row path was never taken"
+    if NeighbourhoodRows.applies(sampler.denoiser):  # a small key range (dense, eps0; not the sparse chain's)
+        assert calls["memo"] and not calls["distinct"]
+    monkeypatch.setattr(NeighbourhoodRows, "applies", classmethod(lambda cls, den: False))
+    for (T, steps), ref in refs.items():
+        assert torch.equal(sampler.generate(idx, T, steps, 9), ref)
+    assert calls["distinct"], "the distinct-row path was never taken"
     monkeypatch.setattr(LocalDenoiser, "distinct_rows", lambda self, query, max_rows=None: None)
-    assert torch.equal(sampler.generate(idx, 64, 64, 9), _remdm_direct(sampler, idx, 64, 64, 9))
+    assert torch.equal(sampler.generate(idx, 64, 64, 9), refs[(64, 64)])
+
+
+def test_neighbourhood_rows_are_the_direct_rows(monkeypatch) -> None:
+    """NeighbourhoodRows answers queries met over several calls (new keys, known keys, growing tables) with the rows
+    and derived features of direct probs_given_neighbours calls; it refuses denoisers without a small key range."""
+    from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+    chain = _chains()["dense"]
+    den = OracleDenoiser(chain)
+    assert NeighbourhoodRows.applies(den) and not NeighbourhoodRows.applies(object())
+    from dllm_lit.samplers import neighbourhood_rows
+    with monkeypatch.context() as m:
+        m.setattr(neighbourhood_rows, "MAX_KEYS", den.neighbour_key_count() - 1)  # a key range too large to map
+        assert not NeighbourhoodRows.applies(den)
+    memo = NeighbourhoodRows(den, lambda rows: {"rows": rows, "cdf": rows.to(torch.float64).cumsum(-1)})
+    g = torch.Generator().manual_seed(8)
+    V = den.vocab_size
+    for n in (5, 300, 1, 2000):
+        query = (torch.randint(V, (n,), generator=g), torch.randint(0, 30, (n,), generator=g),
+                 torch.randint(V, (n,), generator=g), torch.randint(0, 30, (n,), generator=g))
+        slot = memo.slots(query)
+        ref = den.probs_given_neighbours(*query)
+        assert torch.equal(memo.features["rows"].index_select(0, slot), ref)
+        assert torch.equal(memo.features["cdf"].index_select(0, slot), ref.to(torch.float64).cumsum(-1))
+    assert memo.size == int(torch.unique(memo.slot_of[memo.slot_of >= 0]).numel())
+    with pytest.raises(ValueError, match="neighbour_key_count"):
+        NeighbourhoodRows(object(), lambda rows: {})
 
 
 @pytest.mark.parametrize("tie_rule", ["lowest", "highest"])

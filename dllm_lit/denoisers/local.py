@@ -97,6 +97,10 @@ class LocalDenoiser(Denoiser):
         (callers may then compute one row per distinct key), or None when no such key is known."""
         return None
 
+    def neighbour_key_count(self) -> int | None:
+        """K such that every :meth:`neighbour_keys` key lies in [0, K), or None when unknown (or no keys)."""
+        return None
+
     @property
     def has_max_prob_bound(self) -> bool:
         """Whether :meth:`max_prob_bound` gives bounds (False unless a subclass provides them)."""

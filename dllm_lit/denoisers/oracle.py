@@ -123,6 +123,10 @@ class OracleDenoiser(LocalDenoiser):
         r_idx, c_idx = self._table_rows(x_left, d_left, x_right, d_right)
         return r_idx * self.table.shape[0] + c_idx
 
+    def neighbour_key_count(self) -> int | None:
+        """Keys are (left row, right row) of the power table: table rows squared (None without certified keys)."""
+        return self.table.shape[0] ** 2 if self.certified else None
+
     #: relative slack of :meth:`max_prob_bound` over the exact bound, covering float32 rounding of the table,
     #: the products and the row sum (at most ~V 2^-24 relative for V up to a few thousand)
     BOUND_SLACK = 1e-3

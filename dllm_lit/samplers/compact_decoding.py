@@ -25,6 +25,7 @@ import torch
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
 from dllm_lit.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.draws import ROW_CHUNK_ELEMENTS, categorical, categorical_from_stored_cdf, row_chunks
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 
 __all__ = ["CompactBlock", "compact_applies"]
 
@@ -69,6 +70,11 @@ class CompactBlock:
         self.left = left[:, lo:hi][masked].view(B, n).long()
         self.right = right[:, lo:hi][masked].view(B, n).long()
         self.bound = torch.empty(self.pos.shape, dtype=torch.float64, device=x.device)
+        self.memo = None
+        if exact_bounds and NeighbourhoodRows.applies(den):  # rows by key for the whole block: cdf, maximum, row
+            self.memo = NeighbourhoodRows(den, lambda rows: {"cdf": law(rows).to(torch.float64).cumsum(-1),
+                                                             "max": rows.amax(-1).to(torch.float64), "rows": rows},
+                                          device=x.device)
         self._refresh(torch.arange(B * n, device=x.device))
 
     @property
@@ -82,6 +88,10 @@ class CompactBlock:
         if sel.numel() == 0:
             return
         query = self._query(sel, torch.div(sel, self.n, rounding_mode="floor"))
+        if self.memo is not None:
+            slot = self.memo.slots(query)  # first: it may add rows
+            self.bound.view(-1)[sel] = self.memo.features["max"].index_select(0, slot)
+            return
         distinct = self._distinct_rows(query) if self.exact_bounds else None
         if distinct is None:
             self.bound.view(-1)[sel] = self.den.max_prob_bound(*query).to(torch.float64)
@@ -111,8 +121,14 @@ class CompactBlock:
         drawn from by :func:`categorical_from_stored_cdf` (the same row, cdf and target: the same draws)."""
         sel = view.sel
         query = self._query(sel, view.rows)
-        distinct = self._distinct_rows(query)
         flat_bound = self.bound.view(-1)
+        if self.memo is not None:
+            slot = self.memo.slots(query)
+            f = self.memo.features
+            tok = categorical_from_stored_cdf(f["cdf"], slot, u)
+            flat_bound[sel] = f["max"].index_select(0, slot)
+            return tok, f["rows"].view(-1).index_select(0, slot * self.den.vocab_size + tok)
+        distinct = self._distinct_rows(query)
         if distinct is not None:
             rows, inv = distinct
             tok = categorical_from_stored_cdf(self.law(rows).to(torch.float64).cumsum(-1), inv, u)

@@ -62,6 +62,7 @@ from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import (ROW_CHUNK_ELEMENTS, StepUniforms, argmax_fill, categorical,
                                    categorical_from_stored_cdf, masked_posterior_chunks, neighbour_queries)
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.nucleus import top_p_filter
 from dllm_lit.samplers.schedules import time_grid
 
@@ -174,6 +175,7 @@ class ReMDM(Sampler):
         rem = StepUniforms(seed, indices, steps, stream=rng.Stream.REMASK)
         # conf: softmax weights exp(conf_i) = exp(-psi_i), stored at decode time (0 while masked)
         weight = torch.zeros((B, T), dtype=torch.float64, device=dev) if conf_variant else None
+        memo = self._row_memo(conf_variant) if dev.type == "cpu" and NeighbourhoodRows.applies(self.denoiser) else None
         ts = time_grid(steps, self.t_min).tolist()
         for j in range(steps):
             t, s = ts[j], ts[j + 1]
@@ -196,7 +198,7 @@ class ReMDM(Sampler):
                 keep = rem.at(j, rb, rp) < weight[rb, rp] * scale[rb, 0]
                 rb, rp = rb[keep], rp[keep]
             if b.numel():  # conditioned on z_t, before any remask
-                tok, tok_weight = self._decode(z, b, p, uni.at(j, b, p, slot=1), conf_variant)
+                tok, tok_weight = self._decode(z, b, p, uni.at(j, b, p, slot=1), conf_variant, memo)
             if rb.numel():
                 z[rb, rp] = M
                 if conf_variant:
@@ -207,22 +209,43 @@ class ReMDM(Sampler):
                     weight[b, p] = tok_weight
         return argmax_fill(self.denoiser, z)
 
-    def _decode(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor, u: torch.Tensor,
-                with_weight: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _row_memo(self, with_weight: bool) -> NeighbourhoodRows:
+        """Per-run memo of the nucleus-filtered rows by neighbourhood key: their float64 cdf and, for conf, the
+        rows and their sums (the psi of a drawn token)."""
+        def derive(rows: torch.Tensor) -> dict[str, torch.Tensor]:
+            q = top_p_filter(rows, self.top_p) if self.top_p < 1.0 else rows.to(torch.float64)
+            return {"cdf": q.cumsum(-1), "q": q, "q_sum": q.sum(-1)} if with_weight else {"cdf": q.cumsum(-1)}
+
+        return NeighbourhoodRows(self.denoiser, derive, device=torch.device("cpu"))
+
+    def _decode(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor, u: torch.Tensor, with_weight: bool,
+                memo: NeighbourhoodRows | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Tokens drawn at the masked positions (b, p) of z from the nucleus-filtered posterior (inverse CDF
         with uniforms ``u``), and with ``with_weight`` their conf weights exp(-psi), psi = q(token) / sum q.
 
-        Rows are independent, so a :class:`LocalDenoiser` answers in row chunks (temporaries stay small; see
-        :func:`~dllm_lit.samplers.draws.masked_posterior_chunks`), or, when at most half the positions have
-        distinct neighbourhoods (:meth:`LocalDenoiser.distinct_rows`), once per distinct row: filtered and
-        cumulated once, drawn from by :func:`categorical_from_stored_cdf` (the same rows and targets, so the
-        same draws).
+        With ``memo`` (on the CPU, a denoiser with a small key range) each neighbourhood's filtered row and cdf are
+        computed once per run (:class:`NeighbourhoodRows`) and drawn from by :func:`categorical_from_stored_cdf`;
+        else, on the CPU, when at most half the positions have distinct neighbourhoods
+        (:meth:`LocalDenoiser.distinct_rows`), once per step; else rows are computed per position, in row chunks
+        (temporaries stay small; see :func:`~dllm_lit.samplers.draws.masked_posterior_chunks`).  The same rows,
+        cdfs and targets every way, so the same draws.
         """
         den, n = self.denoiser, b.numel()
         query = None
+        if memo is not None:
+            slot = memo.slots(neighbour_queries(den, z, b, p))
+            tok = categorical_from_stored_cdf(memo.features["cdf"], slot, u)
+            if not with_weight:
+                return tok, None
+            V = den.vocab_size
+            q, q_sum = memo.features["q"], memo.features["q_sum"]
+            psi = q.view(-1).index_select(0, slot * V + tok) / q_sum.index_select(0, slot)
+            return tok, torch.exp(-psi)
         if isinstance(den, LocalDenoiser):
             query = neighbour_queries(den, z, b, p)
-            distinct = den.distinct_rows(query, max_rows=min(n // 2, ROW_CHUNK_ELEMENTS // den.vocab_size))
+            distinct = None
+            if z.device.type == "cpu":
+                distinct = den.distinct_rows(query, max_rows=min(n // 2, ROW_CHUNK_ELEMENTS // den.vocab_size))
             if distinct is not None:
                 rows, inv = distinct
                 q = top_p_filter(rows, self.top_p) if self.top_p < 1.0 else rows.to(torch.float64)

@@ -1,0 +1,80 @@
+"""Posterior rows memoised by neighbourhood key for one sampling run.
+
+A :class:`~dllm_lit.denoisers.LocalDenoiser` that names neighbourhood keys (``neighbour_keys``) returns the same
+row for equal keys.  When its keys lie in a small range (``neighbour_key_count``; the English chain's oracle:
+1190^2 keys), a run can keep one row per key it has met, with whatever the sampler derives from the row (its
+proposal law's cdf, the nucleus-filtered row, the row maximum), and answer a step's queries by a lookup of the
+keys instead of a sort for distinct keys and fresh rows: on the English chain a step's ~10^4 queries meet a few
+hundred keys, nearly all of them met before.  Rows are computed by the same ``probs_given_neighbours`` call and
+the derived features are row-wise, so they are the numbers the direct computation gives, and so are the draws.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries
+
+__all__ = ["NeighbourhoodRows", "MAX_KEYS"]
+
+#: the key range up to which a run keeps a dense key -> slot map (int64: 8 bytes per key)
+MAX_KEYS = 1 << 22
+
+
+class NeighbourhoodRows:
+    """Rows of ``den`` and the features ``derive(rows)`` (a dict of tensors with one leading entry per row), one per
+    neighbourhood key met, for one run.  :meth:`slots` maps queries to their rows' slots (computing the new keys'
+    rows); ``features[name]`` is the table of a feature, read at those slots."""
+
+    def __init__(self, den: LocalDenoiser, derive: Callable[[torch.Tensor], dict[str, torch.Tensor]],
+                 device: torch.device | None = None) -> None:
+        count = self.key_count(den)
+        if count is None:
+            raise ValueError("NeighbourhoodRows needs a LocalDenoiser whose neighbour_key_count is at most "
+                             f"{MAX_KEYS}; check NeighbourhoodRows.applies(denoiser) first")
+        self.den, self.derive = den, derive
+        self.slot_of = torch.full((count,), -1, dtype=torch.long, device=device)
+        self.features: dict[str, torch.Tensor] = {}
+        self.size = 0
+
+    @staticmethod
+    def key_count(den) -> int | None:
+        """The denoiser's key range when rows can be memoised by key (a LocalDenoiser with at most MAX_KEYS keys)."""
+        if not isinstance(den, LocalDenoiser):
+            return None
+        count = den.neighbour_key_count()
+        return count if count is not None and count <= MAX_KEYS else None
+
+    @classmethod
+    def applies(cls, den) -> bool:
+        """Whether :class:`NeighbourhoodRows` can serve ``den``."""
+        return cls.key_count(den) is not None
+
+    def slots(self, query: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Slots (int64 [n]) of the rows of the queries (x_left, d_left, x_right, d_right); rows of keys not met
+        before are computed (one per new key) and their features appended."""
+        keys = self.den.neighbour_keys(*query)
+        slot = self.slot_of.index_select(0, keys)
+        new = slot < 0
+        if bool(new.any()):
+            idx = new.nonzero().squeeze(1)
+            rep, inv = distinct_queries(keys.index_select(0, idx))
+            rows = self.den.probs_given_neighbours(*(q.index_select(0, idx.index_select(0, rep)) for q in query))
+            self._append(self.derive(rows))
+            self.slot_of[keys.index_select(0, idx.index_select(0, rep))] = torch.arange(
+                self.size - rep.numel(), self.size, device=keys.device)
+            slot = self.slot_of.index_select(0, keys)
+        return slot
+
+    def _append(self, values: dict[str, torch.Tensor]) -> None:
+        n = next(iter(values.values())).shape[0]
+        for name, v in values.items():
+            table = self.features.get(name)
+            if table is None or table.shape[0] < self.size + n:
+                grown = torch.empty((max(2 * (self.size + n), 64), *v.shape[1:]), dtype=v.dtype, device=v.device)
+                if table is not None:
+                    grown[: self.size] = table[: self.size]
+                self.features[name] = table = grown
+            table[self.size: self.size + n] = v
+        self.size += n
