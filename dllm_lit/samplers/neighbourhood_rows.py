@@ -4,8 +4,9 @@ A :class:`~dllm_lit.denoisers.LocalDenoiser` that names neighbourhood keys (``ne
 row for equal keys.  When its keys lie in a small range (``neighbour_key_count``; the English chain's oracle:
 1190^2 keys), a run can keep one row per key it has met, with whatever the sampler derives from the row (its
 proposal law's cdf, the nucleus-filtered row, the row maximum), and answer a step's queries by a lookup of the
-keys instead of a sort for distinct keys and fresh rows: on the English chain a step's ~10^4 queries meet a few
-hundred keys, nearly all of them met before.  Rows are computed by the same ``probs_given_neighbours`` call and
+keys instead of a sort for distinct keys and fresh rows.  On the English chain (N = 512, T = 1024, 1024 steps)
+LLaDA's compact columns ask about 15,000 queries per call and meet 2,670 keys in the whole run, ReMDM-loop about
+5,000 per step and 49,517 keys (most of them in the early steps' long gaps), out of 1.4 million.  Rows are computed by the same ``probs_given_neighbours`` call and
 the derived features are row-wise, so they are the numbers the direct computation gives, and so are the draws.
 """
 from __future__ import annotations
