@@ -25,7 +25,7 @@ import torch
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
 from dllm_lit.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.draws import ROW_CHUNK_ELEMENTS, categorical, categorical_from_stored_cdf, row_chunks
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
 
 __all__ = ["CompactBlock", "compact_applies"]
 
@@ -70,11 +70,9 @@ class CompactBlock:
         self.left = left[:, lo:hi][masked].view(B, n).long()
         self.right = right[:, lo:hi][masked].view(B, n).long()
         self.bound = torch.empty(self.pos.shape, dtype=torch.float64, device=x.device)
-        self.memo = None
-        if exact_bounds and NeighbourhoodRows.applies(den):  # rows by key for the whole block: cdf, maximum, row
-            self.memo = NeighbourhoodRows(den, lambda rows: {"cdf": law(rows).to(torch.float64).cumsum(-1),
-                                                             "max": rows.amax(-1).to(torch.float64), "rows": rows},
-                                          device=x.device)
+        self.memo = None  # with exact bounds and a small key range: rows by key for the whole block
+        if exact_bounds and NeighbourhoodRows.applies(den):
+            self.memo = NeighbourhoodRows(den, self._row_features, device=x.device)
         self._refresh(torch.arange(B * n, device=x.device))
 
     @property
@@ -84,25 +82,27 @@ class CompactBlock:
 
     def _refresh(self, sel: torch.Tensor) -> None:
         """Bounds at the flat columns ``sel`` from their current neighbours: with ``exact_bounds`` and few distinct
-        rows (:meth:`_distinct_rows`) the exact row maxima, else the denoiser's row-free bound."""
+        rows (:meth:`_rows_by_key`) the exact row maxima, else the denoiser's row-free bound."""
         if sel.numel() == 0:
             return
         query = self._query(sel, torch.div(sel, self.n, rounding_mode="floor"))
-        if self.memo is not None:
-            slot = self.memo.slots(query)  # first: it may add rows
-            self.bound.view(-1)[sel] = self.memo.features["max"].index_select(0, slot)
-            return
-        distinct = self._distinct_rows(query) if self.exact_bounds else None
-        if distinct is None:
+        keyed = self._rows_by_key(query) if self.exact_bounds else None
+        if keyed is None:
             self.bound.view(-1)[sel] = self.den.max_prob_bound(*query).to(torch.float64)
         else:
-            rows, inv = distinct
-            self.bound.view(-1)[sel] = rows.amax(-1).to(torch.float64).index_select(0, inv)
+            f, index = keyed
+            self.bound.view(-1)[sel] = f["max"].index_select(0, index)
 
-    def _distinct_rows(self, query: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(rows, inv): :meth:`LocalDenoiser.distinct_rows` of the queries, None when the denoiser names no keys
-        or the distinct rows exceed one chunk of ``ROW_CHUNK_ELEMENTS``."""
-        return self.den.distinct_rows(query, max_rows=ROW_CHUNK_ELEMENTS // self.den.vocab_size)
+    def _row_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What the block needs of a posterior row: its proposal law's float64 cdf, its maximum, the row."""
+        return {"cdf": self.law(rows).to(torch.float64).cumsum(-1), "max": rows.amax(-1).to(torch.float64),
+                "rows": rows}
+
+    def _rows_by_key(self, query: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
+        """:func:`rows_by_key` of the queries: from the block's memo, else one row per distinct key (None when the
+        denoiser names no keys or the distinct rows exceed one chunk of ``ROW_CHUNK_ELEMENTS``)."""
+        return rows_by_key(self.den, query, self._row_features, self.memo,
+                           max_rows=ROW_CHUNK_ELEMENTS // self.den.vocab_size)
 
     def _query(self, sel: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(x_left, d_left, x_right, d_right) of the flat columns ``sel`` (in rows ``rows``), the arguments of the
@@ -117,23 +117,17 @@ class CompactBlock:
     def draw_law(self, view, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Proposals at the columns ``view.sel`` (flat), drawn by the float64 inverse CDF of ``law(row)`` with
         uniforms ``u``, and their posterior probabilities (as :meth:`PosteriorCache.draw`); the drawn columns'
-        bounds become the exact row maxima.  With :meth:`_distinct_rows`, each distinct row is computed once and
-        drawn from by :func:`categorical_from_stored_cdf` (the same row, cdf and target: the same draws)."""
+        bounds become the exact row maxima.  With :meth:`_rows_by_key`, each neighbourhood's row is computed once
+        and drawn from by :func:`categorical_from_stored_cdf` (the same row, cdf and target: the same draws)."""
         sel = view.sel
         query = self._query(sel, view.rows)
         flat_bound = self.bound.view(-1)
-        if self.memo is not None:
-            slot = self.memo.slots(query)
-            f = self.memo.features
-            tok = categorical_from_stored_cdf(f["cdf"], slot, u)
-            flat_bound[sel] = f["max"].index_select(0, slot)
-            return tok, f["rows"].view(-1).index_select(0, slot * self.den.vocab_size + tok)
-        distinct = self._distinct_rows(query)
-        if distinct is not None:
-            rows, inv = distinct
-            tok = categorical_from_stored_cdf(self.law(rows).to(torch.float64).cumsum(-1), inv, u)
-            flat_bound[sel] = rows.amax(-1).to(torch.float64).index_select(0, inv)
-            return tok, rows.reshape(-1).index_select(0, inv * rows.shape[1] + tok)
+        keyed = self._rows_by_key(query)
+        if keyed is not None:
+            f, index = keyed
+            tok = categorical_from_stored_cdf(f["cdf"], index, u)
+            flat_bound[sel] = f["max"].index_select(0, index)
+            return tok, f["rows"].reshape(-1).index_select(0, index * self.den.vocab_size + tok)
         tok = torch.empty_like(sel)
         prob = torch.empty(sel.shape, dtype=self.den.output_dtype, device=sel.device)
         for sl in row_chunks(sel.numel(), self.den.vocab_size, sel.device):

@@ -6,8 +6,10 @@ row for equal keys.  When its keys lie in a small range (``neighbour_key_count``
 proposal law's cdf, the nucleus-filtered row, the row maximum), and answer a step's queries by a lookup of the
 keys instead of a sort for distinct keys and fresh rows.  On the English chain (N = 512, T = 1024, 1024 steps)
 LLaDA's compact columns ask about 15,000 queries per call and meet 2,670 keys in the whole run, ReMDM-loop about
-5,000 per step and 49,517 keys (most of them in the early steps' long gaps), out of 1.4 million.  Rows are computed by the same ``probs_given_neighbours`` call and
-the derived features are row-wise, so they are the numbers the direct computation gives, and so are the draws.
+5,000 per step and 49,517 keys (most of them in the early steps' long gaps), out of 1.4 million.  Rows are
+computed by the same ``probs_given_neighbours`` call and the derived features are row-wise, so they are the numbers
+the direct computation gives, and so are the draws.  :func:`rows_by_key` falls back to one row per distinct key of
+the queries at hand when no memo is kept.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries
 
-__all__ = ["NeighbourhoodRows", "MAX_KEYS"]
+__all__ = ["NeighbourhoodRows", "MAX_KEYS", "rows_by_key"]
 
 #: the key range up to which a run keeps a dense key -> slot map (int64: 8 bytes per key)
 MAX_KEYS = 1 << 22
@@ -79,3 +81,20 @@ class NeighbourhoodRows:
                 self.features[name] = table = grown
             table[self.size: self.size + n] = v
         self.size += n
+
+
+def rows_by_key(den: LocalDenoiser, query: tuple[torch.Tensor, ...],
+                derive: Callable[[torch.Tensor], dict[str, torch.Tensor]], memo: NeighbourhoodRows | None = None,
+                max_rows: int | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
+    """(features, index): the features ``derive(rows)`` of one posterior row per neighbourhood key and, per query,
+    the index of its row - from the run's ``memo`` when given (its ``derive`` must be this one), else from the
+    queries' distinct keys (:meth:`LocalDenoiser.distinct_rows`; None when the denoiser names no keys or there are
+    more than ``max_rows`` distinct ones)."""
+    if memo is not None:
+        index = memo.slots(query)  # first: it may add rows
+        return memo.features, index
+    distinct = den.distinct_rows(query, max_rows)
+    if distinct is None:
+        return None
+    rows, inv = distinct
+    return derive(rows), inv

@@ -53,6 +53,8 @@ for the k decoded positions; conf adds an O(B T) weight sum.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from dllm_lit import checks, rng
@@ -62,7 +64,7 @@ from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import (ROW_CHUNK_ELEMENTS, StepUniforms, argmax_fill, categorical,
                                    categorical_from_stored_cdf, masked_posterior_chunks, neighbour_queries)
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
 from dllm_lit.samplers.nucleus import top_p_filter
 from dllm_lit.samplers.schedules import time_grid
 
@@ -175,7 +177,9 @@ class ReMDM(Sampler):
         rem = StepUniforms(seed, indices, steps, stream=rng.Stream.REMASK)
         # conf: softmax weights exp(conf_i) = exp(-psi_i), stored at decode time (0 while masked)
         weight = torch.zeros((B, T), dtype=torch.float64, device=dev) if conf_variant else None
-        memo = self._row_memo(conf_variant) if dev.type == "cpu" and NeighbourhoodRows.applies(self.denoiser) else None
+        memo = None
+        if dev.type == "cpu" and NeighbourhoodRows.applies(self.denoiser):
+            memo = NeighbourhoodRows(self.denoiser, self._row_features(conf_variant), device=dev)
         ts = time_grid(steps, self.t_min).tolist()
         for j in range(steps):
             t, s = ts[j], ts[j + 1]
@@ -189,7 +193,7 @@ class ReMDM(Sampler):
             if sig > 0.0 and conf_variant:
                 scale = sig / weight.sum(-1, keepdim=True).clamp_min(1e-300)
             fire = uni.below_where(rem, masked, j, (m_t - m_s + sig_masked * (1.0 - m_t)) / m_t,
-                                   scale if scale is not None else max(sig, 0.0))
+                                   scale if scale is not None else sig)
             b, p = nonzero_pairs(fire)
             at_masked = masked[b, p]
             rb, rp = b[~at_masked], p[~at_masked]  # remasked (conf: candidates)
@@ -209,50 +213,42 @@ class ReMDM(Sampler):
                     weight[b, p] = tok_weight
         return argmax_fill(self.denoiser, z)
 
-    def _row_memo(self, with_weight: bool) -> NeighbourhoodRows:
-        """Per-run memo of the nucleus-filtered rows by neighbourhood key: their float64 cdf and, for conf, the
-        rows and their sums (the psi of a drawn token)."""
+    def _row_features(self, with_weight: bool) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+        """Posterior rows -> what a draw needs of them: the nucleus-filtered row's float64 cdf and, for conf, the
+        filtered row and its sum (the psi of a drawn token)."""
         def derive(rows: torch.Tensor) -> dict[str, torch.Tensor]:
             q = top_p_filter(rows, self.top_p) if self.top_p < 1.0 else rows.to(torch.float64)
             return {"cdf": q.cumsum(-1), "q": q, "q_sum": q.sum(-1)} if with_weight else {"cdf": q.cumsum(-1)}
 
-        return NeighbourhoodRows(self.denoiser, derive, device=torch.device("cpu"))
+        return derive
 
     def _decode(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor, u: torch.Tensor, with_weight: bool,
                 memo: NeighbourhoodRows | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Tokens drawn at the masked positions (b, p) of z from the nucleus-filtered posterior (inverse CDF
         with uniforms ``u``), and with ``with_weight`` their conf weights exp(-psi), psi = q(token) / sum q.
 
-        With ``memo`` (on the CPU, a denoiser with a small key range) each neighbourhood's filtered row and cdf are
-        computed once per run (:class:`NeighbourhoodRows`) and drawn from by :func:`categorical_from_stored_cdf`;
-        else, on the CPU, when at most half the positions have distinct neighbourhoods
-        (:meth:`LocalDenoiser.distinct_rows`), once per step; else rows are computed per position, in row chunks
-        (temporaries stay small; see :func:`~dllm_lit.samplers.draws.masked_posterior_chunks`).  The same rows,
-        cdfs and targets every way, so the same draws.
+        On the CPU a :class:`LocalDenoiser`'s rows are filtered and cumulated once per neighbourhood key
+        (:func:`rows_by_key`): once per run with ``memo`` (a small key range), else once per step when at most half
+        the positions have distinct keys, and drawn from by :func:`categorical_from_stored_cdf`.  Otherwise rows
+        are computed per position, in row chunks (temporaries stay small; see
+        :func:`~dllm_lit.samplers.draws.masked_posterior_chunks`).  The same rows, cdfs and targets every way, so
+        the same draws.
         """
         den, n = self.denoiser, b.numel()
         query = None
-        if memo is not None:
-            slot = memo.slots(neighbour_queries(den, z, b, p))
-            tok = categorical_from_stored_cdf(memo.features["cdf"], slot, u)
-            if not with_weight:
-                return tok, None
-            V = den.vocab_size
-            q, q_sum = memo.features["q"], memo.features["q_sum"]
-            psi = q.view(-1).index_select(0, slot * V + tok) / q_sum.index_select(0, slot)
-            return tok, torch.exp(-psi)
         if isinstance(den, LocalDenoiser):
             query = neighbour_queries(den, z, b, p)
-            distinct = None
+            keyed = None
             if z.device.type == "cpu":
-                distinct = den.distinct_rows(query, max_rows=min(n // 2, ROW_CHUNK_ELEMENTS // den.vocab_size))
-            if distinct is not None:
-                rows, inv = distinct
-                q = top_p_filter(rows, self.top_p) if self.top_p < 1.0 else rows.to(torch.float64)
-                tok = categorical_from_stored_cdf(q.cumsum(-1), inv, u)
+                keyed = rows_by_key(den, query, self._row_features(with_weight), memo,
+                                    max_rows=min(n // 2, ROW_CHUNK_ELEMENTS // den.vocab_size))
+            if keyed is not None:
+                f, index = keyed
+                tok = categorical_from_stored_cdf(f["cdf"], index, u)
                 if not with_weight:
                     return tok, None
-                psi = q.reshape(-1).index_select(0, inv * q.shape[1] + tok) / q.sum(-1).index_select(0, inv)
+                q = f["q"]
+                psi = q.reshape(-1).index_select(0, index * q.shape[1] + tok) / f["q_sum"].index_select(0, index)
                 return tok, torch.exp(-psi)
         tok = torch.empty_like(b)
         weight = torch.empty(b.shape, dtype=torch.float64, device=b.device) if with_weight else None
