@@ -20,6 +20,7 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.engine.process_group import release_process_group
 from dllm_lit.markov.chain import MarkovChain
 
 if TYPE_CHECKING:
@@ -230,3 +231,7 @@ class Sampler(L.LightningModule, ABC):
 
     def configure_optimizers(self) -> None:  # sampling only: nothing to train
         return None
+
+    def teardown(self, stage: str) -> None:
+        """The run's last hook: release the DDP process group (see :mod:`dllm_lit.engine.process_group`)."""
+        release_process_group(self._trainer)

@@ -33,6 +33,7 @@ from torchmetrics import MeanMetric
 from dllm_lit import checks
 from dllm_lit.denoisers.checkpoint import CHECKPOINT_KEY, model_from_config
 from dllm_lit.denoisers.learned import FINGERPRINT_KEY, chain_fingerprint
+from dllm_lit.engine.process_group import release_process_group
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.training.objective import masked_kl, nelbo, noise, subs_log_probs
 
@@ -192,3 +193,7 @@ class DenoiserTraining(L.LightningModule):
             directory = self.hparams.export_dir or os.path.join(self.trainer.default_root_dir, "hf_denoiser")
             self.export(directory)
             print(f"exported the denoiser to {directory} (HFDenoiser model_name_or_path)")
+
+    def teardown(self, stage: str) -> None:
+        """The run's last hook: release the DDP process group (see :mod:`dllm_lit.engine.process_group`)."""
+        release_process_group(self._trainer)
