@@ -120,7 +120,14 @@ class DllmCLI(LightningCLI):
                              f"got {type(self.model).__name__} (train denoisers with fit)")
         writer = next((cb for cb in self.trainer.callbacks if isinstance(cb, ResultsWriter)), None)
         cfg = self.config[self.subcommand] if self.subcommand else self.config
-        connect(self.model, self.datamodule, writer, reference=bool(cfg["plan"]["reference"]))
+        if writer is not None:  # one live run per output folder: a second one is refused before any work
+            writer.claim_output(self.trainer)
+        try:
+            connect(self.model, self.datamodule, writer, reference=bool(cfg["plan"]["reference"]))
+        except BaseException:
+            if writer is not None:
+                writer.release_output()
+            raise
         self._threads = torch.get_num_threads()
         torch.set_num_threads(sampling_threads())  # the step loops: see dllm_lit.engine.threads
 

@@ -22,7 +22,7 @@ one ulp (docs/oracle.md).
 Disk cache.  ``load_or_build(..., cache_dir=...)`` keys the table by the chain's fingerprint
 (:func:`chain_fingerprint`) and the oracle's settings.  The table file is written atomically
 (:mod:`dllm_lit.atomic`) with a CRC-32 per block, then a small JSON record (depth, certified,
-residual, checksums) is written atomically: the record is the commit marker.  Processes on a node
+residual, checksums, and a SHA-256 over all of these) is written atomically: the record is the commit marker.  Processes on a node
 take an exclusive ``flock`` on ``<key>.lock`` before building, so one builds while the others wait
 and then read; readers memory-map the file (read-only pages shared by all processes on the node)
 and verify every block's CRC (in parallel threads) before use.  A record or file that fails any
@@ -293,6 +293,16 @@ def _read(path: Path, record: dict, V: int, dtype: torch.dtype) -> torch.Tensor 
     return table if ok else None
 
 
+def _record_digest(record: dict) -> str:
+    """SHA-256 of every field of a cache record but the digest itself: the flags (certified, residual,
+    strictly_positive, depth) are covered as well as the blocks' CRCs."""
+    return sha256_text(canonical_json({k: v for k, v in record.items() if k != "record_sha256"}))
+
+
+def _record_intact(record: dict) -> bool:
+    return record.get("record_sha256") == _record_digest(record)
+
+
 def _lock(path: Path):
     import fcntl
 
@@ -320,7 +330,7 @@ def load_or_build(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, d
     def cached() -> PowerTable | None:
         try:
             record = json.loads(meta.read_text())
-            if record.get("key") != key or record.get("vocab_size") != V:
+            if record.get("key") != key or record.get("vocab_size") != V or not _record_intact(record):
                 return None
             table = _read(data, record, V, dtype)
         except (OSError, ValueError, KeyError, TypeError):
@@ -364,6 +374,7 @@ def load_or_build(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, d
                   "mixing_tol": float(mixing_tol), "depth": info["depth"], "certified": info["certified"],
                   "residual": info["residual"] if math.isfinite(info["residual"]) else None,
                   "strictly_positive": _strictly_positive(chain), "product": method, "crc": info["crc"]}
+        record["record_sha256"] = _record_digest(record)
         atomic_write_text(meta, json.dumps(record))
         log.info("built the oracle's power tables (depth %d) in %.0f s", info["depth"], time.perf_counter() - started)
         hit = cached()
