@@ -19,6 +19,7 @@ The sampler class is chosen by ``model.class_path`` in the YAML; the chain by ``
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 
@@ -29,6 +30,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from dllm_lit import console
 from dllm_lit.cli_messages import condense_parser_error
 from dllm_lit.data.datamodule import MarkovDataModule
+from dllm_lit.engine.budget import check_steps_count, count_list_values
 from dllm_lit.engine.threads import sampling_threads
 from dllm_lit.engine.wiring import connect, connect_training
 from dllm_lit.experiments import COMMANDS
@@ -90,7 +92,9 @@ class DllmCLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the settings that would otherwise fail deep inside Lightning or torch."""
-        super().parse_arguments(parser, reset_switched_classes(sys.argv[1:] if args is None else args))
+        args = sys.argv[1:] if args is None else args
+        check_steps_arguments(args)
+        super().parse_arguments(parser, reset_switched_classes(args))
         cfg = self.config.get(self.config.get("subcommand")) if self.config.get("subcommand") else self.config
         check_environment(cfg)
 
@@ -120,14 +124,9 @@ class DllmCLI(LightningCLI):
                              f"got {type(self.model).__name__} (train denoisers with fit)")
         writer = next((cb for cb in self.trainer.callbacks if isinstance(cb, ResultsWriter)), None)
         cfg = self.config[self.subcommand] if self.subcommand else self.config
-        if writer is not None:  # one live run per output folder: a second one is refused before any work
+        connect(self.model, self.datamodule, writer, reference=bool(cfg["plan"]["reference"]))
+        if writer is not None:  # one live run per output folder: a second one is refused before it writes anything
             writer.claim_output(self.trainer)
-        try:
-            connect(self.model, self.datamodule, writer, reference=bool(cfg["plan"]["reference"]))
-        except BaseException:
-            if writer is not None:
-                writer.release_output()
-            raise
         self._threads = torch.get_num_threads()
         torch.set_num_threads(sampling_threads())  # the step loops: see dllm_lit.engine.threads
 
@@ -167,6 +166,23 @@ def reset_switched_classes(args):
         out.append(arg)
         i += 1
     return out
+
+
+def check_steps_arguments(args) -> None:
+    """A steps list longer than :data:`~dllm_lit.engine.budget.MAX_STEP_VALUES`, on the command line or as a
+    ``steps: [...]`` list in a ``--config`` file, is refused before parsing (parsing a million-entry list
+    alone took minutes and most of a GB)."""
+    if not isinstance(args, (list, tuple)):
+        return
+    for i, arg in enumerate(args):
+        key, eq, value = str(arg).partition("=")
+        value = value if eq else (str(args[i + 1]) if i + 1 < len(args) else "")
+        if key in ("--model.steps", "--model.init_args.steps"):
+            check_steps_count(key.lstrip("-"), count_list_values(value))
+        elif key == "--config" and os.path.isfile(value):
+            with open(value, errors="replace") as fh:
+                for found in re.finditer(r"\bsteps:\s*(\[[^\]]*\])", fh.read()):
+                    check_steps_count(f"steps in {value}", count_list_values(found.group(1)))
 
 
 def check_environment(cfg) -> None:
