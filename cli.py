@@ -1,5 +1,11 @@
 """dllm_lit command line: ``python cli.py predict --config configs/remdm_conf.yaml`` (see README)."""
-from dllm_lit.cli import main
+import sys
+
+try:
+    from dllm_lit.cli import console_main
+except KeyboardInterrupt:  # Ctrl-C while the libraries load: one line, no traceback
+    sys.stderr.write("stopped: interrupted by SIGINT during start-up, before any row was sampled\n")
+    raise SystemExit(130) from None
 
 if __name__ == "__main__":
-    main()
+    console_main()

@@ -63,5 +63,22 @@ def test_cli_refuses_a_malicious_checkpoint_in_one_line(tmp_path, capsys) -> Non
 def test_garbage_file_is_one_line(tmp_path) -> None:
     bad = tmp_path / "garbage.ckpt"
     bad.write_bytes(b"not a zip and not a pickle\n" * 10)
-    with pytest.raises(DenoiserLoadError, match=r"not a readable torch checkpoint \(\w+\)$"):
+    with pytest.raises(DenoiserLoadError, match=r"not a readable torch file \(UnpicklingError: .*\)$") as err:
         CheckpointDenoiser(str(bad))
+    assert "\n" not in str(err.value)
+
+
+def test_untrusted_chain_files_are_refused_in_one_line(tmp_path) -> None:
+    """The chain loaders (own artifact, the paper authors' file) name what they refused, in one line."""
+    from dllm_lit.markov import ChainError, load_chain
+    from dllm_lit.sources.paper_artifact import load_paper_artifact
+
+    evil, marker = tmp_path / "evil.pt", tmp_path / "marker.txt"
+    torch.save({"nbr_idx": torch.zeros(2, 1, dtype=torch.long), "payload": _WritesMarker(marker)}, evil)
+    for load, start in ((load_chain, f"cannot read chain artifact {evil}: it holds objects"),
+                        (load_paper_artifact, f"cannot read paper artifact {evil}: it holds objects")):
+        with pytest.raises(ChainError) as err:
+            load(evil)
+        message = str(err.value)
+        assert message.startswith(start) and "builtins.exec" in message and "\n" not in message
+    assert not marker.exists()

@@ -26,20 +26,12 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.learned import DenoiserLoadError, LearnedDenoiser
+from dllm_lit.safe_load import load_failure
 
 __all__ = ["CheckpointDenoiser", "CHECKPOINT_KEY", "model_from_config", "load_checkpoint"]
 
 #: entry of a Lightning checkpoint in which DenoiserTraining records what a denoiser needs
 CHECKPOINT_KEY = "dllm_lit"
-
-
-def _unsafe_globals(path: str) -> list[str]:
-    """The globals the pickle in ``path`` names that a weights-only load refuses (read from its opcodes, nothing runs)."""
-    try:
-        found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except Exception:  # noqa: BLE001 - a damaged file: the caller reports the load error itself
-        return []
-    return list(found)
 
 
 def load_checkpoint(path: str, trust_checkpoint: bool = False):
@@ -57,13 +49,9 @@ def load_checkpoint(path: str, trust_checkpoint: bool = False):
     try:
         return torch.load(path, map_location="cpu", weights_only=not trust_checkpoint)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a loadable checkpoint"
-        unsafe = [] if trust_checkpoint else _unsafe_globals(path)
-        if unsafe:
-            shown = ", ".join(unsafe[:3]) + (f" and {len(unsafe) - 3} more" if len(unsafe) > 3 else "")
-            raise DenoiserLoadError(
-                f"{prefix}: it holds objects a weights-only load refuses ({shown}), and unpickling them could run "
-                "code; if you trust the file, set trust_checkpoint: true") from None
-        raise DenoiserLoadError(f"{prefix}: not a readable torch checkpoint ({type(exc).__name__})") from None
+        why = load_failure(path, exc, weights_only=not trust_checkpoint)
+        hint = "; if you trust the file, set trust_checkpoint: true" if why.startswith("it holds") else ""
+        raise DenoiserLoadError(f"{prefix}: {why}{hint}") from None
 
 
 def model_from_config(config: dict):

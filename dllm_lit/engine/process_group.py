@@ -11,9 +11,21 @@ the run's last hook runs joins those threads from Python and the process exits c
 Only groups of processes that Lightning itself launched (``ddp``, ``ddp_spawn``, ``ddp_fork``:
 cluster environment :class:`~lightning.fabric.plugins.environments.LightningEnvironment`) are
 released; under an external launcher (``torchrun``, SLURM, ...) the group is left to the caller.
+
+:func:`watch_peers` guards the set-up of a ``ddp`` run (rank 0 starts the other ranks as child
+processes running the same command).  A daemon thread ends its process with one line on stderr when
+the rank 0 process that launched it has died (an orphaned rank would otherwise wait in
+``init_process_group`` for up to Lightning's 30-minute timeout), or when the process group is not
+set up within ``DLLM_LIT_DDP_SETUP_TIMEOUT`` seconds (default 300) of this process's own wiring.
+Lightning's own observer in rank 0 already ends the run when a child rank exits with an error.
 """
 from __future__ import annotations
 
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch.distributed as dist
@@ -21,7 +33,14 @@ import torch.distributed as dist
 if TYPE_CHECKING:
     import lightning as L
 
-__all__ = ["release_process_group"]
+__all__ = ["release_process_group", "watch_peers", "LAUNCHER_PID_ENV", "SETUP_TIMEOUT_ENV"]
+
+#: environment variable in which rank 0 passes its pid to the ranks it launches
+LAUNCHER_PID_ENV = "DLLM_LIT_LAUNCHER_PID"
+#: environment variable: seconds to wait for the process group to be set up (default 300)
+SETUP_TIMEOUT_ENV = "DLLM_LIT_DDP_SETUP_TIMEOUT"
+#: seconds between two checks of the watcher
+POLL_SECONDS = 1.0
 
 
 def release_process_group(trainer: "L.Trainer | None") -> bool:
@@ -36,3 +55,51 @@ def release_process_group(trainer: "L.Trainer | None") -> bool:
         return False
     dist.destroy_process_group()
     return True
+
+
+def _setup_timeout() -> float:
+    raw = os.environ.get(SETUP_TIMEOUT_ENV, "300")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{SETUP_TIMEOUT_ENV} must be a number of seconds > 0, got {raw!r}")
+    return value
+
+
+def watch_peers(trainer: "L.Trainer") -> Callable[[], None] | None:
+    """For a multi-process ``ddp`` run: start the watcher of the module docstring; returns a function that
+    stops it (None for a single-process run, or where Lightning spawns the ranks from this process)."""
+    if trainer.world_size <= 1 or getattr(trainer.strategy, "_start_method", "popen") != "popen":
+        return None
+    timeout = _setup_timeout()
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    if local_rank == 0:  # rank 0: the ranks it launches inherit its environment
+        os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+        launcher = None
+    stop = threading.Event()
+    started = time.monotonic()
+    joined = [False]  # the group was seen: once released at the end of the run, it is no set-up failure
+
+    def problem() -> str | None:
+        if launcher is not None and str(os.getppid()) != launcher:
+            return f"rank 0 (pid {launcher}), which launched this rank, has ended"
+        if joined[0] or dist.is_initialized():
+            joined[0] = True
+        elif time.monotonic() - started > timeout:
+            return (f"the process group was not set up within {timeout:g} s (a rank did not start or join); "
+                    f"set {SETUP_TIMEOUT_ENV} to wait longer")
+        return None
+
+    def run() -> None:
+        while not stop.wait(POLL_SECONDS):
+            found = problem()
+            if found is not None:
+                sys.stderr.write(f"error: {found}; stopping local rank {local_rank}\n")
+                sys.stderr.flush()
+                os._exit(1)
+
+    threading.Thread(target=run, name="dllm_lit-peer-watch", daemon=True).start()
+    return stop.set
