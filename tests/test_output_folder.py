@@ -1,7 +1,6 @@
 """One live run per output folder, leftovers of killed writes removed, samples.pt bytes stable, cache records sealed."""
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -94,21 +93,15 @@ def test_oracle_cache_record_flags_are_checksummed(tmp_path, monkeypatch, field,
     chain = synthetic_chain(30, 4, eps=1e-3, seed=0)
     ref = OracleDenoiser(chain, cache_dir=tmp_path)
     (meta,) = (tmp_path / "oracle").glob("*.json")
+    (data,) = (tmp_path / "oracle").glob("*.bin")
+    built = data.stat().st_ino
+    assert OracleDenoiser(chain, cache_dir=tmp_path) is not None and data.stat().st_ino == built  # a valid entry loads
     record = json.loads(meta.read_text())
     assert record[field] != value
     record[field] = value
     meta.write_text(json.dumps(record))
-    builds = []
-    real = oracle_cache._powers
-
-    def counted(*a, **k):
-        builds.append(1)
-        yield from real(*a, **k)
-
-    monkeypatch.setattr(oracle_cache, "_powers", counted)
     again = OracleDenoiser(chain, cache_dir=tmp_path)
-    assert builds == [1]  # the tampered record was not trusted
+    assert data.stat().st_ino != built  # the tampered record was not trusted: the table was built again
     assert (again.certified, again.strictly_positive, again.depth) == (ref.certified, ref.strictly_positive, ref.depth)
     assert torch.equal(again.table, ref.table)
-    assert hashlib.sha256(meta.read_bytes()).hexdigest() != ""  # rewritten, readable
     assert json.loads(meta.read_text())[field] == getattr(ref, "mixing_residual" if field == "residual" else field)
