@@ -13,11 +13,11 @@ cluster environment :class:`~lightning.fabric.plugins.environments.LightningEnvi
 released; under an external launcher (``torchrun``, SLURM, ...) the group is left to the caller.
 
 :func:`watch_peers` guards the set-up of a ``ddp`` run (rank 0 starts the other ranks as child
-processes running the same command).  A daemon thread ends its process with one line on stderr when
-the rank 0 process that launched it has died (an orphaned rank would otherwise wait in
-``init_process_group`` for up to Lightning's 30-minute timeout), or when the process group is not
-set up within ``DLLM_LIT_DDP_SETUP_TIMEOUT`` seconds (default 300) of this process's own wiring.
-Lightning's own observer in rank 0 already ends the run when a child rank exits with an error.
+processes running the same command).  Rank 0 hands its pid to the ranks it launches, which end with
+one line as soon as it has died (:mod:`dllm_lit.orphan`: an orphaned rank would otherwise wait in
+``init_process_group`` for up to Lightning's 30-minute timeout), and every rank ends with one line when
+the process group is not set up within ``DLLM_LIT_DDP_SETUP_TIMEOUT`` seconds (default 300) of its own
+wiring.  Lightning's own observer in rank 0 already ends the run when a child rank exits with an error.
 """
 from __future__ import annotations
 
@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
+from dllm_lit.orphan import LAUNCHER_PID_ENV, stop_watching_launcher, watch_launcher
+
 if TYPE_CHECKING:
     import lightning as L
 
-__all__ = ["release_process_group", "watch_peers", "LAUNCHER_PID_ENV", "SETUP_TIMEOUT_ENV"]
+__all__ = ["release_process_group", "watch_peers", "SETUP_TIMEOUT_ENV"]
 
-#: environment variable in which rank 0 passes its pid to the ranks it launches
-LAUNCHER_PID_ENV = "DLLM_LIT_LAUNCHER_PID"
 #: environment variable: seconds to wait for the process group to be set up (default 300)
 SETUP_TIMEOUT_ENV = "DLLM_LIT_DDP_SETUP_TIMEOUT"
 #: seconds between two checks of the watcher
@@ -74,32 +74,28 @@ def watch_peers(trainer: "L.Trainer") -> Callable[[], None] | None:
     if trainer.world_size <= 1 or getattr(trainer.strategy, "_start_method", "popen") != "popen":
         return None
     timeout = _setup_timeout()
-    launcher = os.environ.get(LAUNCHER_PID_ENV)
     local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
     if local_rank == 0:  # rank 0: the ranks it launches inherit its environment
         os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
-        launcher = None
+    else:
+        watch_launcher()  # started by cli.py already; here for Python use
     stop = threading.Event()
     started = time.monotonic()
-    joined = [False]  # the group was seen: once released at the end of the run, it is no set-up failure
-
-    def problem() -> str | None:
-        if launcher is not None and str(os.getppid()) != launcher:
-            return f"rank 0 (pid {launcher}), which launched this rank, has ended"
-        if joined[0] or dist.is_initialized():
-            joined[0] = True
-        elif time.monotonic() - started > timeout:
-            return (f"the process group was not set up within {timeout:g} s (a rank did not start or join); "
-                    f"set {SETUP_TIMEOUT_ENV} to wait longer")
-        return None
 
     def run() -> None:
         while not stop.wait(POLL_SECONDS):
-            found = problem()
-            if found is not None:
-                sys.stderr.write(f"error: {found}; stopping local rank {local_rank}\n")
+            if dist.is_initialized():  # set up: from here on, errors of the collectives end the run
+                return
+            if time.monotonic() - started > timeout:
+                sys.stderr.write(f"error: the process group was not set up within {timeout:g} s (a rank did not start "
+                                 f"or join); set {SETUP_TIMEOUT_ENV} to wait longer; stopping local rank {local_rank}\n")
                 sys.stderr.flush()
                 os._exit(1)
 
-    threading.Thread(target=run, name="dllm_lit-peer-watch", daemon=True).start()
-    return stop.set
+    threading.Thread(target=run, name="dllm_lit-setup-watch", daemon=True).start()
+
+    def stop_all() -> None:
+        stop.set()
+        stop_watching_launcher()
+
+    return stop_all
