@@ -19,6 +19,8 @@ The sampler class is chosen by ``model.class_path`` in the YAML; the chain by ``
 from __future__ import annotations
 
 import os
+import re
+import signal
 import sys
 import warnings
 
@@ -29,13 +31,15 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from dllm_lit import console
 from dllm_lit.cli_messages import condense_parser_error
 from dllm_lit.data.datamodule import MarkovDataModule
+from dllm_lit.engine.budget import check_steps_count, count_list_values
+from dllm_lit.engine.process_group import watch_peers
 from dllm_lit.engine.threads import sampling_threads
 from dllm_lit.engine.wiring import connect, connect_training
 from dllm_lit.experiments import COMMANDS
 from dllm_lit.results.writer import ResultsWriter, RunInterrupted
 from dllm_lit.samplers.base import Sampler
 
-__all__ = ["DllmCLI", "main", "DEFAULT_SEED"]
+__all__ = ["DllmCLI", "main", "console_main", "RunStopped", "DEFAULT_SEED"]
 
 #: the seed of every shipped config (the paper's runs used seed 123)
 DEFAULT_SEED = 123
@@ -90,7 +94,9 @@ class DllmCLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the settings that would otherwise fail deep inside Lightning or torch."""
-        super().parse_arguments(parser, reset_switched_classes(sys.argv[1:] if args is None else args))
+        args = sys.argv[1:] if args is None else args
+        check_steps_arguments(args)
+        super().parse_arguments(parser, reset_switched_classes(args))
         cfg = self.config.get(self.config.get("subcommand")) if self.config.get("subcommand") else self.config
         check_environment(cfg)
 
@@ -106,6 +112,8 @@ class DllmCLI(LightningCLI):
 
     def after_predict(self) -> None:
         """One table of the run's rows and where its files are."""
+        if getattr(self, "_stop_watch", None) is not None:
+            self._stop_watch()
         torch.set_num_threads(getattr(self, "_threads", torch.get_num_threads()))
         writer = next((cb for cb in self.trainer.callbacks if isinstance(cb, ResultsWriter)), None)
         if writer is None or not self.trainer.is_global_zero or not getattr(writer, "rows", None):
@@ -121,8 +129,11 @@ class DllmCLI(LightningCLI):
         writer = next((cb for cb in self.trainer.callbacks if isinstance(cb, ResultsWriter)), None)
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         connect(self.model, self.datamodule, writer, reference=bool(cfg["plan"]["reference"]))
+        if writer is not None:  # one live run per output folder: a second one is refused before it writes anything
+            writer.claim_output(self.trainer)
         self._threads = torch.get_num_threads()
         torch.set_num_threads(sampling_threads())  # the step loops: see dllm_lit.engine.threads
+        self._stop_watch = watch_peers(self.trainer)  # a multi-process run: an orphaned rank ends in one line
 
     def before_fit(self) -> None:
         """Wire a training run: the chain's vocabulary and length build the model; data serves the chain."""
@@ -160,6 +171,23 @@ def reset_switched_classes(args):
         out.append(arg)
         i += 1
     return out
+
+
+def check_steps_arguments(args) -> None:
+    """A steps list longer than :data:`~dllm_lit.engine.budget.MAX_STEP_VALUES`, on the command line or as a
+    ``steps: [...]`` list in a ``--config`` file, is refused before parsing (parsing a million-entry list
+    alone took minutes and most of a GB)."""
+    if not isinstance(args, (list, tuple)):
+        return
+    for i, arg in enumerate(args):
+        key, eq, value = str(arg).partition("=")
+        value = value if eq else (str(args[i + 1]) if i + 1 < len(args) else "")
+        if key in ("--model.steps", "--model.init_args.steps"):
+            check_steps_count(key.lstrip("-"), count_list_values(value))
+        elif key == "--config" and os.path.isfile(value):
+            with open(value, errors="replace") as fh:
+                for found in re.finditer(r"\bsteps:\s*(\[[^\]]*\])", fh.read()):
+                    check_steps_count(f"steps in {value}", count_list_values(found.group(1)))
 
 
 def check_environment(cfg) -> None:
@@ -220,7 +248,37 @@ def main(args=None) -> DllmCLI:
         return exit_on_user_error(DllmCLI, args=args)
     except RunInterrupted as exc:  # SIGINT / SIGTERM: finished rows are on disk
         print(f"stopped: {exc}", file=sys.stderr)
-        raise SystemExit(128 + exc.signum) from None
+        raise RunStopped(128 + exc.signum) from None
+
+
+class RunStopped(SystemExit):
+    """The exit of a run stopped by SIGINT / SIGTERM after its finished rows were committed."""
+
+
+def console_main() -> None:
+    """The command-line entry point (``python cli.py``): :func:`main`, plus
+
+    * Ctrl-C before the run's own signal handling starts (parsing, wiring) ends with one line, no traceback;
+    * after an interrupted run the process exits at once: the interpreter's teardown of a large heap took
+      14-18 s after an interrupted LLaDA run, so atexit handlers run, the streams are flushed and the process
+      ends with ``os._exit`` (committed files are already on disk, written atomically).
+    """
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("stopped: interrupted by SIGINT during start-up, before any row was sampled", file=sys.stderr)
+        _exit_now(128 + signal.SIGINT)
+    except RunStopped as exc:
+        _exit_now(int(exc.code))
+
+
+def _exit_now(code: int) -> None:
+    import atexit
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def exit_on_user_error(fn, *args, **kwargs):
@@ -236,4 +294,4 @@ def exit_on_user_error(fn, *args, **kwargs):
 
 
 if __name__ == "__main__":
-    main()
+    console_main()

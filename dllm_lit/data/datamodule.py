@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ __all__ = ["MarkovDataModule", "PredictWork", "WorkShards", "IDLE"]
 class PredictWork(Dataset):
     """Items {"row", "index": LongTensor[chunk], "seq_len", "seed"} of a plan's work list."""
 
-    def __init__(self, items: list[WorkItem], seq_len: int, seed: int) -> None:
+    def __init__(self, items: Sequence[WorkItem], seq_len: int, seed: int) -> None:
         self.items = items
         self.seq_len, self.seed = seq_len, seed
 
@@ -56,8 +57,8 @@ class WorkShards(DistributedSampler):
 
     def __init__(self, dataset: PredictWork, num_replicas: int, rank: int) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False, drop_last=False)
-        own = list(range(rank, len(dataset), num_replicas))
-        self.own = own if own else [len(dataset)]
+        own = range(rank, len(dataset), num_replicas)
+        self.own = own if len(own) else range(len(dataset), len(dataset) + 1)
 
     def __iter__(self):
         return iter(self.own)

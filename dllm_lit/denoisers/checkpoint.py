@@ -12,7 +12,11 @@ weights and serves it through :class:`~dllm_lit.denoisers.learned.LearnedDenoise
           class_path: dllm_lit.denoisers.CheckpointDenoiser
           init_args: {path: outputs/denoiser/checkpoints/last.ckpt}
 
-A ``.ckpt`` is a pickle: load only checkpoints you trust (as with ``LightningModule.load_from_checkpoint``).
+A ``.ckpt`` is a pickle, and unpickling can run arbitrary code.  It is therefore loaded with
+``torch.load(weights_only=True)``: only tensors, dtypes, containers, numbers and strings are rebuilt
+(all that a checkpoint of ``DenoiserTraining`` holds), and a file that names any other class is
+refused with one line before any of it runs.  ``trust_checkpoint: true`` (the counterpart of
+``trust_remote_code``) is the only way to unpickle such a file in full; set it only for a file you trust.
 """
 from __future__ import annotations
 
@@ -22,11 +26,32 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.learned import DenoiserLoadError, LearnedDenoiser
+from dllm_lit.safe_load import load_failure
 
-__all__ = ["CheckpointDenoiser", "CHECKPOINT_KEY", "model_from_config"]
+__all__ = ["CheckpointDenoiser", "CHECKPOINT_KEY", "model_from_config", "load_checkpoint"]
 
 #: entry of a Lightning checkpoint in which DenoiserTraining records what a denoiser needs
 CHECKPOINT_KEY = "dllm_lit"
+
+
+def load_checkpoint(path: str, trust_checkpoint: bool = False):
+    """``torch.load`` of a ``.ckpt`` on the CPU, weights only unless ``trust_checkpoint``.
+
+    The weights-only unpickler rebuilds tensors, dtypes, dicts (``OrderedDict`` too), lists, tuples, numbers and
+    strings, and refuses every other class before anything runs.  That is all a checkpoint of
+    :class:`~dllm_lit.training.DenoiserTraining` holds: Lightning stores its hyper-parameters as a plain dict
+    and ``transformers`` configs enter it as ``config.to_dict()``, so no class needs to be allow-listed.
+
+    Raises :class:`DenoiserLoadError` with one line: the file names classes outside the allow-list (listed,
+    with the opt-in), or it is not a readable torch checkpoint.
+    """
+    prefix = f"cannot load the denoiser checkpoint {path!r}"
+    try:
+        return torch.load(path, map_location="cpu", weights_only=not trust_checkpoint)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a loadable checkpoint"
+        why = load_failure(path, exc, weights_only=not trust_checkpoint)
+        hint = "; if you trust the file, set trust_checkpoint: true" if why.startswith("it holds") else ""
+        raise DenoiserLoadError(f"{prefix}: {why}{hint}") from None
 
 
 def model_from_config(config: dict):
@@ -44,24 +69,24 @@ class CheckpointDenoiser(LearnedDenoiser):
     Args:
         path: the ``.ckpt`` file.
         batch_size, allow_other_chain, cpu_threads: as :class:`~dllm_lit.denoisers.HFDenoiser`.
+        trust_checkpoint: unpickle the file in full (it may then run code); by default only weights, plain
+            containers, numbers and strings are loaded (see the module docstring).
     """
 
     def __init__(self, path: str, batch_size: int = 64, allow_other_chain: bool = False,
-                 cpu_threads: int | None = 1) -> None:
+                 cpu_threads: int | None = 1, trust_checkpoint: bool = False) -> None:
         super().__init__(mask_token_id=None, batch_size=batch_size, allow_other_chain=allow_other_chain,
                          cpu_threads=cpu_threads)
         self.path = str(checks.nonempty_str("path", path))
         self.source = repr(self.path)
+        self.trust_checkpoint = checks.boolean("trust_checkpoint", trust_checkpoint)
         prefix = f"cannot load the denoiser checkpoint {self.path!r}"
         if not os.path.isfile(self.path):
             raise DenoiserLoadError(f"{prefix}: no such file" + (" (a directory: use HFDenoiser for a save_pretrained "
                                                                   "export)" if os.path.isdir(self.path) else ""))
-        try:
-            ckpt = torch.load(self.path, map_location="cpu", weights_only=False)
-        except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a checkpoint"
-            raise DenoiserLoadError(f"{prefix}: not a readable torch checkpoint ({type(exc).__name__})") from None
+        ckpt = load_checkpoint(self.path, self.trust_checkpoint)
         info = ckpt.get(CHECKPOINT_KEY) if isinstance(ckpt, dict) else None
-        if not isinstance(info, dict) or "model_config" not in info:
+        if not isinstance(info, dict) or not isinstance(info.get("model_config"), dict):
             raise DenoiserLoadError(f"{prefix}: not a checkpoint of dllm_lit.training.DenoiserTraining "
                                     f"(no {CHECKPOINT_KEY!r} entry)")
         self.model = model_from_config(info["model_config"])

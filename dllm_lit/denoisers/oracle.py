@@ -14,9 +14,12 @@ Certified depth.  Since every row of P'^(d+1) is a convex combination of rows of
 r_d = max_{v,w} |P'^d(v, w) / pi(w) - 1| is non-increasing in d.  D is the first depth with
 r_D <= mixing_tol; then for d >= D, P'^d = (1 + O(mixing_tol)) 1 pi^T entrywise and the cached
 P'^D is used, which changes each posterior probability by at most ~2 mixing_tol (default 1e-8).
-If the chain does not mix that well within the memory budget ``max_cache_bytes`` (or has
-transient states, pi(w) = 0), the cache stops at the budget and longer distances are computed
-exactly by repeated multiplication with cached powers (a slower, exact fallback).
+If the chain does not mix that well within the memory budget ``max_cache_bytes``, the cache stops
+at the budget and longer distances are computed exactly by repeated multiplication with cached
+powers (a slower, exact fallback).  A chain whose powers never converge - transient states
+(pi(w) = 0), a periodic or a reducible kernel, found by :func:`~dllm_lit.markov.structure.chain_structure`
+when the oracle is built - gets the same exact fallback with a table of at most 64 powers, and one
+warning that names what is wrong with the chain.
 
 Zero-probability evidence: if P'^(i-a)(x_a, .) * P'^(b-i)(., x_b) vanishes, the right neighbour
 is unreachable and gamma_i is the left-only law P'^(i-a)(x_a, .) (pi with no left neighbour) -
@@ -27,6 +30,7 @@ synchronisation (cummax / cummin scans), on CPU or CUDA.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -34,6 +38,7 @@ import torch
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.denoisers.oracle_cache import load_or_build
 from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.markov.structure import chain_structure
 from dllm_lit.reductions import fixed_order_sum
 
 __all__ = ["OracleDenoiser"]
@@ -69,7 +74,11 @@ class OracleDenoiser(LocalDenoiser):
         self.chain = chain
         self.vocab_size = chain.vocab_size
         self.mixing_tol = float(mixing_tol)
+        structure = chain_structure(chain)
         built = load_or_build(chain, self.mixing_tol, int(max_cache_bytes), dtype, cache_dir)
+        if not structure.ergodic:
+            warnings.warn(f"the chain's powers never converge ({structure.problems()}): the oracle keeps "
+                          f"{built.depth} of them and multiplies longer distances out exactly (slower)", stacklevel=2)
         #: P' > 0 entrywise (e.g. a teleport with full-support nu): no evidence has probability zero
         self.strictly_positive = built.strictly_positive
         self.depth = built.depth

@@ -22,7 +22,7 @@ one ulp (docs/oracle.md).
 Disk cache.  ``load_or_build(..., cache_dir=...)`` keys the table by the chain's fingerprint
 (:func:`chain_fingerprint`) and the oracle's settings.  The table file is written atomically
 (:mod:`dllm_lit.atomic`) with a CRC-32 per block, then a small JSON record (depth, certified,
-residual, checksums) is written atomically: the record is the commit marker.  Processes on a node
+residual, checksums, and a SHA-256 over all of these) is written atomically: the record is the commit marker.  Processes on a node
 take an exclusive ``flock`` on ``<key>.lock`` before building, so one builds while the others wait
 and then read; readers memory-map the file (read-only pages shared by all processes on the node)
 and verify every block's CRC (in parallel threads) before use.  A record or file that fails any
@@ -48,6 +48,7 @@ import torch
 from dllm_lit.atomic import atomic_write, atomic_write_text
 from dllm_lit.hashing import canonical_json, sha256_text
 from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.markov.structure import chain_structure
 
 log = logging.getLogger("dllm_lit.oracle")
 
@@ -81,6 +82,19 @@ class PowerTable:
 def max_depth_for(vocab_size: int, max_cache_bytes: int, dtype: torch.dtype) -> int:
     itemsize = torch.finfo(dtype).bits // 8
     return max(1, int(max_cache_bytes // (2 * vocab_size * vocab_size * itemsize)) - 1)
+
+
+#: table depth for a chain whose powers never converge (transient states, periodic or reducible): distances
+#: beyond it are multiplied out exactly by the oracle, so a deeper table would only cost memory and build time
+NON_ERGODIC_MAX_DEPTH = 64
+
+
+def depth_limit(chain: MarkovChain, max_cache_bytes: int, dtype: torch.dtype) -> int:
+    """The deepest table the build may write: the memory budget's depth, capped at
+    :data:`NON_ERGODIC_MAX_DEPTH` when :func:`~dllm_lit.markov.structure.chain_structure` finds that the
+    chain's powers never converge to 1 pi^T (no depth would ever be certified)."""
+    depth = max_depth_for(chain.vocab_size, max_cache_bytes, dtype)
+    return depth if chain_structure(chain).ergodic else min(depth, NON_ERGODIC_MAX_DEPTH)
 
 
 #: the sparse product is used from this vocabulary size on (below it a dense power takes milliseconds) ...
@@ -233,7 +247,7 @@ def _strictly_positive(chain: MarkovChain) -> bool:
 def build_power_table(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, dtype: torch.dtype) -> PowerTable:
     """Build the table in memory."""
     blocks, depth, certified, resid = [], 0, False, math.inf
-    max_depth = max_depth_for(chain.vocab_size, max_cache_bytes, dtype)
+    max_depth = depth_limit(chain, max_cache_bytes, dtype)
     factors = _sparse_kernel(chain)
     with _strip_threads(factors) as pool:
         for d, strips, resid, certified in _powers(chain, mixing_tol, max_depth, factors, pool):
@@ -244,9 +258,12 @@ def build_power_table(chain: MarkovChain, mixing_tol: float, max_cache_bytes: in
     return PowerTable(table, depth, certified, resid, _strictly_positive(chain))
 
 
-def table_key(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, dtype: torch.dtype) -> str:
+def table_key(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, dtype: torch.dtype,
+              max_depth: int | None = None) -> str:
+    if max_depth is None:
+        max_depth = depth_limit(chain, max_cache_bytes, dtype)
     settings = {"format": FORMAT_VERSION, "chain": chain_fingerprint(chain), "mixing_tol": float(mixing_tol),
-                "max_depth": max_depth_for(chain.vocab_size, max_cache_bytes, dtype), "dtype": str(dtype)}
+                "max_depth": max_depth, "dtype": str(dtype)}
     return sha256_text(canonical_json(settings))
 
 
@@ -276,6 +293,16 @@ def _read(path: Path, record: dict, V: int, dtype: torch.dtype) -> torch.Tensor 
     return table if ok else None
 
 
+def _record_digest(record: dict) -> str:
+    """SHA-256 of every field of a cache record but the digest itself: the flags (certified, residual,
+    strictly_positive, depth) are covered as well as the blocks' CRCs."""
+    return sha256_text(canonical_json({k: v for k, v in record.items() if k != "record_sha256"}))
+
+
+def _record_intact(record: dict) -> bool:
+    return record.get("record_sha256") == _record_digest(record)
+
+
 def _lock(path: Path):
     import fcntl
 
@@ -296,13 +323,14 @@ def load_or_build(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, d
         return build_power_table(chain, mixing_tol, max_cache_bytes, dtype)
     root = Path(cache_dir) / "oracle"
     root.mkdir(parents=True, exist_ok=True)
-    key = table_key(chain, mixing_tol, max_cache_bytes, dtype)
+    max_depth = depth_limit(chain, max_cache_bytes, dtype)
+    key = table_key(chain, mixing_tol, max_cache_bytes, dtype, max_depth)
     data, meta = root / f"{key}.bin", root / f"{key}.json"
 
     def cached() -> PowerTable | None:
         try:
             record = json.loads(meta.read_text())
-            if record.get("key") != key or record.get("vocab_size") != V:
+            if record.get("key") != key or record.get("vocab_size") != V or not _record_intact(record):
                 return None
             table = _read(data, record, V, dtype)
         except (OSError, ValueError, KeyError, TypeError):
@@ -328,7 +356,6 @@ def load_or_build(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, d
                  "load them)", V, method, root)
 
         def write(fh: IO[bytes]) -> None:
-            max_depth = max_depth_for(V, max_cache_bytes, dtype)
             blk = None
             with _strip_threads(factors) as pool:
                 for d, strips, resid, certified in _powers(chain, mixing_tol, max_depth, factors, pool):
@@ -347,6 +374,7 @@ def load_or_build(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, d
                   "mixing_tol": float(mixing_tol), "depth": info["depth"], "certified": info["certified"],
                   "residual": info["residual"] if math.isfinite(info["residual"]) else None,
                   "strictly_positive": _strictly_positive(chain), "product": method, "crc": info["crc"]}
+        record["record_sha256"] = _record_digest(record)
         atomic_write_text(meta, json.dumps(record))
         log.info("built the oracle's power tables (depth %d) in %.0f s", info["depth"], time.perf_counter() - started)
         hit = cached()

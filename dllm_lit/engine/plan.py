@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from dllm_lit import checks
 if TYPE_CHECKING:
     from dllm_lit.samplers.base import Sampler
 
-__all__ = ["Row", "RunPlan", "WorkItem", "REFERENCE_NAME", "jsonable", "row_label", "sampler_settings"]
+__all__ = ["Row", "RunPlan", "WorkItem", "WorkList", "REFERENCE_NAME", "jsonable", "row_label", "sampler_settings"]
 
 #: row name of the exact chain samples (the AR baseline)
 REFERENCE_NAME = "ar"
@@ -133,6 +134,37 @@ class WorkItem:
     end: int
 
 
+class WorkList(Sequence):
+    """The work items of some rows, each row cut into chunks of ``chunk_size`` sequences: item k is computed
+    when asked for, so a list of millions of items costs no memory."""
+
+    def __init__(self, rows: list[int], num_sequences: int, chunk_size: int) -> None:
+        self.rows, self.num_sequences, self.chunk_size = rows, num_sequences, chunk_size
+        self.per_row = -(-num_sequences // chunk_size)
+
+    def __len__(self) -> int:
+        return len(self.rows) * self.per_row
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(f"work item {k} of {len(self)}")
+        row, chunk = divmod(k, self.per_row)
+        start = chunk * self.chunk_size
+        return WorkItem(self.rows[row], start, min(start + self.chunk_size, self.num_sequences))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    def __repr__(self) -> str:
+        return f"WorkList(rows={self.rows}, num_sequences={self.num_sequences}, chunk_size={self.chunk_size})"
+
+
 @dataclass
 class RunPlan:
     """Rows of one run and its shared settings (N, T, seed, chunking)."""
@@ -168,14 +200,13 @@ class RunPlan:
             rows = [Row(REFERENCE_NAME, None, ref, reference=True)] + rows
         return cls(rows, num_sequences, seq_len, seed, chunk_size)
 
-    def work(self) -> list[WorkItem]:
-        """Every (row, chunk) item, rows in order."""
-        return [WorkItem(i, start, min(start + self.chunk_size, self.num_sequences))
-                for i in range(len(self.rows)) for start in range(0, self.num_sequences, self.chunk_size)]
+    def work(self) -> "WorkList":
+        """Every (row, chunk) item, rows in order (computed on access, not stored)."""
+        return WorkList(list(range(len(self.rows))), self.num_sequences, self.chunk_size)
 
-    def pending_work(self) -> list[WorkItem]:
+    def pending_work(self) -> "WorkList":
         """The work items of the rows not yet :attr:`done`, rows in plan order."""
-        return [it for it in self.work() if it.row not in self.done]
+        return WorkList([i for i in range(len(self.rows)) if i not in self.done], self.num_sequences, self.chunk_size)
 
     def describe(self) -> dict[str, Any]:
         """N, T, seed and the rows' names, labels and steps, for run metadata."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dllm_lit.engine.budget import check_run_fits
 from dllm_lit.engine.plan import RunPlan
 from dllm_lit.engine.threads import sampling_thread_count
 
@@ -27,8 +28,16 @@ __all__ = ["connect", "connect_training", "predict"]
 
 def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "ResultsWriter | None" = None,
             reference: bool = True) -> RunPlan:
-    """Wire one run; returns its plan.  ``reference`` adds the exact-chain-samples row (AR baseline)."""
+    """Wire one run; returns its plan.  ``reference`` adds the exact-chain-samples row (AR baseline).
+
+    A run whose memory estimate exceeds the machine's is refused first (:mod:`dllm_lit.engine.budget`).
+    """
+    own = sampler.rows()
+    rows = len(own) + (1 if reference and not any(r.reference for r in own) else 0)
+    sizes = (datamodule.num_sequences, datamodule.seq_len)
+    check_run_fits(*sizes, 1, rows, datamodule.chunk_size, posterior_rows=False)  # before the chain is built
     chain = datamodule.build_chain()
+    check_run_fits(*sizes, chain.vocab_size, rows, datamodule.chunk_size, posterior_rows=sampler.requires_denoiser)
     sampler.connect(chain, cache_dir=datamodule.cache_dir)
     plan = RunPlan.build(sampler, datamodule.num_sequences, datamodule.seq_len, datamodule.seed,
                          datamodule.chunk_size, reference=reference)

@@ -22,6 +22,7 @@ import torch
 from dllm_lit.atomic import atomic_torch_save
 from dllm_lit.hashing import sha256_tensors
 from dllm_lit.markov.chain import ChainError, MarkovChain
+from dllm_lit.safe_load import load_failure
 
 __all__ = ["save_chain", "load_chain", "ARTIFACT_FORMAT", "ARTIFACT_VERSION", "READABLE_VERSIONS"]
 
@@ -81,7 +82,7 @@ def load_chain(path: str | Path) -> MarkovChain:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # corrupt pickle / truncated file
-        raise ChainError(f"cannot read chain artifact {path}: {exc}") from exc
+        raise ChainError(f"cannot read chain artifact {path}: {load_failure(path, exc)}") from None
     if not isinstance(payload, dict) or payload.get("format") != ARTIFACT_FORMAT:
         raise ChainError(f"{path} is not a dllm_lit chain artifact (format field {payload.get('format') if isinstance(payload, dict) else None!r}); "
                          "use dllm_lit.sources.load_paper_artifact for the paper authors' files")

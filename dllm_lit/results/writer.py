@@ -53,6 +53,7 @@ from dllm_lit.atomic import atomic_torch_save, atomic_write_text
 from dllm_lit.engine.plan import jsonable
 from dllm_lit.metrics.bootstrap import SequenceBootstrapper
 from dllm_lit.results import registry
+from dllm_lit.results.output_folder import lock_output_folder, remove_leftovers, unlock_output_folder
 
 __all__ = ["ResultsWriter", "RunInterrupted", "atomic_write_text", "load_metrics", "SAMPLES_FORMAT",
            "METRICS_FORMAT", "METRICS_VERSION", "FIGURE_FORMATS"]
@@ -192,6 +193,7 @@ class ResultsWriter(Callback):
         self.meta: dict[str, Any] = {}
         self.plan = None
         self._signal_state: dict[str, Any] | None = None
+        self._folder_lock: tuple[Path, Any] | None = None
 
     def connect(self, plan, chain, decoder=None, reference_samples=None, run_info: dict[str, Any] | None = None) -> None:
         """Wire the run: its plan (rows, N, T, seed), the chain, the text decoder and the MAUVE references.
@@ -259,8 +261,7 @@ class ResultsWriter(Callback):
             return
         if self.plan is None:
             raise ValueError("the results writer is not wired: call dllm_lit.engine.connect(...) before predict")
-        self.out = Path(self.output_dir or trainer.default_root_dir)
-        self._check_writable(self.out)
+        self.out = self.claim_output(trainer)
         self._check_mauve()
         self._package = _package_info()
         self._distributed = trainer.world_size > 1
@@ -294,6 +295,33 @@ class ResultsWriter(Callback):
             self._finalize(trainer)
             return
         self._install_signal_handlers()
+
+    def claim_output(self, trainer: L.Trainer) -> Path:
+        """The output folder, checked writable and locked for this run (one live run per folder, see
+        :mod:`dllm_lit.results.output_folder`), with a killed run's temporary files removed.  Called by
+        :meth:`setup`, and by the CLI before the trainer starts, so a refused run writes nothing."""
+        from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+        out = Path(self.output_dir or trainer.default_root_dir)
+        if self._folder_lock is not None and self._folder_lock[0] == out:
+            return out
+        self.release_output()
+        self._check_writable(out)
+        if getattr(rank_zero_only, "rank", 0) == 0:  # the process that writes the files (launcher rank, set from env)
+            self._folder_lock = (out, lock_output_folder(out))
+            remove_leftovers(out)
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_folder_lock"] = None  # an open lock file stays with the process that took it (ddp_spawn pickles us)
+        return state
+
+    def release_output(self) -> None:
+        """Release the output folder's lock (at the end of the run, or when it fails)."""
+        held, self._folder_lock = self._folder_lock, None
+        if held is not None:
+            unlock_output_folder(held[1])
 
     @staticmethod
     def _check_writable(out: Path) -> None:
@@ -438,9 +466,11 @@ class ResultsWriter(Callback):
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "predict":
             self._restore_signal_handlers()
+            self.release_output()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._restore_signal_handlers()  # Lightning calls no teardown hook after an exception
+        self.release_output()
 
     # ------------------------------------------------------------------ accumulation
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -624,9 +654,11 @@ class ResultsWriter(Callback):
 
     def _write_samples(self, rows: list[dict[str, Any]], samples: list[torch.Tensor | None], out: Path) -> None:
         if self.save_samples:
+            # the row fields pass through JSON, as rows kept by a resume do: the pickle then shares no object a
+            # fresh row would (a label that is the sampler's name), so the bytes are the same after a resume
+            heads = json.loads(json.dumps([{k: r[k] for k in ("sampler", "label", "steps", "seed")} for r in rows]))
             payload = {"format": SAMPLES_FORMAT, "version": 1,
-                       "rows": [{"sampler": r["sampler"], "label": r["label"], "steps": r["steps"], "seed": r["seed"],
-                                 "samples": x} for r, x in zip(rows, samples)]}
+                       "rows": [{**head, "samples": x} for head, x in zip(heads, samples)]}
             atomic_torch_save(payload, out / "samples.pt")
         decoder = self.decoder if self.num_text_examples else None
         if decoder is not None:

@@ -20,6 +20,7 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.engine.budget import check_steps_count
 from dllm_lit.engine.process_group import release_process_group
 from dllm_lit.markov.chain import MarkovChain
 
@@ -62,6 +63,8 @@ class Sampler(L.LightningModule, ABC):
         if denoiser is not None and not isinstance(denoiser, Denoiser):
             raise ValueError(f"denoiser must be a dllm_lit.denoisers.Denoiser (or null for the exact oracle), "
                              f"got {type(denoiser).__name__}")
+        if isinstance(steps, (list, tuple)):
+            check_steps_count("steps", len(steps))
         self.steps_grid: list[int] = checks.integer_list("steps", steps)
         self.denoiser = denoiser
         self.chain: MarkovChain | None = getattr(denoiser, "chain", None)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from dllm_lit.markov import ChainError, MarkovChain
+from dllm_lit.safe_load import load_failure
 from dllm_lit.sources.base import ChainSource, IdDecoder, TextDecoder
 
 __all__ = ["PaperArtifact", "load_paper_artifact", "load_reference_samples"]
@@ -62,7 +63,7 @@ def load_paper_artifact(path: str | Path, trust_pickle: bool = False) -> tuple[M
         d = torch.load(path, map_location="cpu", weights_only=not trust_pickle)
     except Exception as exc:
         hint = "" if trust_pickle else " (if the file is from a trusted source, retry with trust_pickle=True)"
-        raise ChainError(f"cannot read paper artifact {path}: {exc}{hint}") from exc
+        raise ChainError(f"cannot read paper artifact {path}: {load_failure(path, exc, not trust_pickle)}{hint}") from None
     if not isinstance(d, dict):
         raise ChainError(f"{path}: expected a dict artifact, got {type(d).__name__}")
     eps = float(_first(d, "eps", "teleport_eps") or 0.0)
