@@ -9,9 +9,9 @@ Formulas, sources and what is exact: ``docs/theory.md``.
 """
 from dllm_lit.theory.information import (ChainInformation, dual_total_correlation, information_curve,
                                          pair_information, total_correlation)
-from dllm_lit.theory.schedules import (binomial_rounds_kl, optimal_schedule, round_sizes_kl, schedule_kl_curve,
+from dllm_lit.theory.schedules import (binomial_rounds_kl, blocks_kl, optimal_schedule, round_sizes_kl, schedule_kl_curve,
                                        uniform_rounds)
 
 __all__ = ["ChainInformation", "pair_information", "information_curve", "total_correlation",
            "dual_total_correlation", "round_sizes_kl", "binomial_rounds_kl", "optimal_schedule",
-           "uniform_rounds", "schedule_kl_curve"]
+           "uniform_rounds", "schedule_kl_curve", "blocks_kl"]

@@ -31,7 +31,7 @@ import numpy as np
 
 from dllm_lit.theory.information import _log_binom
 
-__all__ = ["uniform_rounds", "round_sizes_kl", "binomial_rounds_kl", "optimal_schedule", "schedule_kl_curve"]
+__all__ = ["uniform_rounds", "round_sizes_kl", "binomial_rounds_kl", "optimal_schedule", "schedule_kl_curve", "blocks_kl"]
 
 
 def uniform_rounds(length: int, steps: int) -> list[int]:
@@ -117,3 +117,22 @@ def schedule_kl_curve(Z: np.ndarray, steps: Sequence[int], schedule: str = "unif
     if schedule == "optimal":
         return [optimal_schedule(Z, s)[1] / L for s in steps]
     raise ValueError(f"schedule must be 'uniform' or 'optimal', got {schedule!r}")
+
+
+def blocks_kl(info, blocks: Sequence[tuple[int, bool, str, Sequence[float]]]) -> float:
+    """E KL in nats of a sequence decoded block by block, left to right (a whole sequence: one block).
+
+    ``info``: a :class:`~dllm_lit.theory.information.ChainInformation`; each block is ``(length,
+    left_revealed, kind, values)`` with ``kind`` "sizes" (fixed round sizes, a uniformly random order) or
+    "weights" (per-position round probabilities, :func:`binomial_rounds_kl`).  Earlier blocks are fully
+    revealed, so a later block sees only its left neighbour (Markov property): the KL adds over blocks."""
+    total = 0.0
+    for length, left, kind, values in blocks:
+        Z = info.curve(length, left)
+        if kind == "sizes":
+            total += round_sizes_kl(Z, [int(v) for v in values])
+        elif kind == "weights":
+            total += binomial_rounds_kl(Z, values)
+        else:
+            raise ValueError(f"block kind must be 'sizes' or 'weights', got {kind!r}")
+    return total
