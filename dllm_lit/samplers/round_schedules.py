@@ -24,6 +24,10 @@ SCHEDULES = ("uniform", "optimal")
 THEORY_MAX_VOCAB = 512
 
 
+#: optimal round sizes by (chain fingerprint, length, steps, left_revealed), computed once per process
+_OPTIMAL: dict[tuple[str, int, int, bool], list[int]] = {}
+
+
 def check_schedule(value: Any) -> str | list[int]:
     """``"uniform"``, ``"optimal"`` or a non-empty list of integers >= 0; anything else: one-line ValueError."""
     if isinstance(value, str) and value in SCHEDULES:
@@ -43,10 +47,13 @@ def round_counts(schedule: str | list[int], chain, length: int, steps: int, left
         if chain is None or chain.vocab_size > THEORY_MAX_VOCAB:
             raise ValueError(f"schedule='optimal' needs a chain with at most {THEORY_MAX_VOCAB} tokens "
                              f"(the exact theory), got {None if chain is None else chain.vocab_size}")
-        from dllm_lit.theory import optimal_schedule
+        key = (chain.fingerprint, int(length), int(steps), bool(left_revealed))
+        if key not in _OPTIMAL:
+            from dllm_lit.theory import optimal_schedule
 
-        sizes, _ = optimal_schedule(chain_information(chain).curve(length, left_revealed), steps)
-        return sizes + [0] * (steps - len(sizes))
+            sizes, _ = optimal_schedule(chain_information(chain).curve(length, left_revealed), steps)
+            _OPTIMAL[key] = sizes + [0] * (steps - len(sizes))
+        return list(_OPTIMAL[key])
     if len(schedule) != steps or sum(schedule) != length:
         raise ValueError(f"schedule {schedule} must have one round size per step ({steps}) summing to the "
                          f"positions decoded ({length}), got {len(schedule)} sizes summing to {sum(schedule)}")
