@@ -57,7 +57,7 @@ def round_sizes_kl(Z: np.ndarray, sizes: Sequence[int]) -> float:
         if k:
             kl += C[s + k] - C[s] - k * Z[s + 1]
             s += k
-    return float(kl)
+    return max(float(kl), 0.0)  # exact 0 for one-position rounds (float rounding)
 
 
 def binomial_rounds_kl(Z: np.ndarray, weights: Sequence[float]) -> float:
