@@ -86,3 +86,23 @@ def test_schedule_checked_for_the_run(chain):
         s.sample(2, 5, steps=2, seed=0)
     with pytest.raises(ValueError, match="needs remasking='random'"):
         LLaDA(schedule="optimal")
+
+
+def test_report_table_and_figures(tmp_path):
+    from dllm_lit.experiments.report import theory_table
+    from dllm_lit.results.figures import plot_forward_kl
+
+    rows = [{"label": "ar", "steps": None, "seq_kl_fwd": None, "seq_kl_fwd_theory": None},
+            {"label": "mdlm_paper", "steps": 8, "nfe": 8.0, "seq_kl_fwd": 0.07, "seq_kl_fwd_ci": [0.066, 0.071],
+             "seq_kl_fwd_theory": 0.068},
+            {"label": "mdlm_paper", "steps": 16, "nfe": 16.0, "seq_kl_fwd": 0.03, "seq_kl_fwd_ci": [0.029, 0.031],
+             "seq_kl_fwd_theory": 0.033},
+            {"label": "mdlm", "steps": 8, "nfe": 7.9, "seq_kl_fwd": 0.05, "seq_kl_fwd_ci": [0.04, 0.06],
+             "seq_kl_fwd_theory": None}]
+    table = theory_table(rows)
+    assert table.count("\n") == 4 and "| yes |" in table and "| no |" in table and "`mdlm`" not in table
+    assert theory_table(rows[:1]) == ""
+    for x in ("steps", "nfe"):
+        (png,) = plot_forward_kl(rows, tmp_path / f"fwd_{x}", x)
+        assert png.read_bytes()[:4] == b"\x89PNG"
+    assert plot_forward_kl(rows[:1], tmp_path / "none") == []
