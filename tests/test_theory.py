@@ -177,3 +177,32 @@ def test_bad_schedules_are_refused():
         round_sizes_kl(Z, [1, 1])
     with pytest.raises(ValueError, match="sum to 1"):
         binomial_rounds_kl(Z, [0.5, 0.2])
+
+
+def test_step_total_correlation_matches_enumeration():
+    from dllm_lit.theory.step_correlation import chain_powers, step_total_correlation
+
+    P, pi = _chain(10)
+    T = 7
+    p = _joint(P, pi, T)
+    powers = chain_powers(P, T)
+    rng = np.random.default_rng(0)
+    for revealed, committed in [((), (0, 1, 2)), ((3,), (0, 2, 4, 6)), ((1, 5), (0, 2, 3, 6)), ((0, 6), (2, 3, 4)),
+                                ((2,), (3,))]:
+        x = tuple(int(v) for v in rng.integers(0, 3, size=T))
+        z = np.full(T, -1)
+        for r in revealed:
+            z[r] = x[r]
+        # enumeration: condition the joint on x_R, then TC of the committed positions
+        cond = p.copy()
+        for r in revealed:
+            idx = [slice(None)] * T
+            idx[r] = [k for k in range(3) if k != x[r]]
+            cond[tuple(idx)] = 0.0
+        cond /= cond.sum()
+        joint = _marg(cond, tuple(committed))
+        tc = sum(_H(_marg(cond, (i,))) for i in committed) - _H(joint.reshape(-1))
+        hs = [_H(_marg(cond, (i,))) for i in committed]
+        got = step_total_correlation(powers, pi, z, np.array(committed))
+        assert abs(got[0] - tc) < TOL and abs(got[1] - sum(hs)) < TOL and abs(got[2] - max(hs)) < TOL
+        assert got[0] <= got[1] - got[2] + TOL  # the EB bound
