@@ -90,6 +90,8 @@ def optimal_schedule(Z: np.ndarray, rounds: int) -> tuple[list[int], float]:
     m = min(int(rounds), L)
     if m < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if m == L:  # one position per round: exact sampling, KL 0
+        return [1] * L, 0.0
     C = _cum(Z)
     a = np.arange(L + 1)
     cost = C[None, :] - C[:, None] - (a[None, :] - a[:, None]) * np.append(Z[1:], 0.0)[:, None]
