@@ -77,11 +77,14 @@ class ForwardSequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
         return {"seq_kl_fwd": _mean_or_none(u, T), "seq_kl_fwd_theory": _mean_or_none(theory, 1)}
 
     def sequence_statistics(self) -> dict[str, Tensor]:
+        """Per-sequence u in gathered order, with T (read while synchronised: an idle process saw none)."""
         with synced_cat_states(self, _STATES) as s:
-            return {"u": s["u"].cpu()}
+            u, T = s["u"].cpu(), int(self.length)
+        return {"u": u, "length": torch.full_like(u, float(T))}
 
     def resampling_statistic(self, statistics: Mapping[str, Tensor]):
-        u, T = statistics["u"].to(torch.float64), int(self.length)
+        u = statistics["u"].to(torch.float64)
+        T = int(statistics["length"][0]) if u.numel() else 1
         ok = u.numel() > 0 and bool(torch.isfinite(u).all())
 
         def stat(weights: Tensor) -> dict[str, Tensor]:
