@@ -35,6 +35,7 @@ def test_reference_samples_are_the_reference_row(chain):
     (lambda: MDLMPaper(schedule="optimal"), 6, 2),
     (lambda: LLaDA(remasking="random", temperature=1.0, block_length=3), 6, 2),
     (lambda: BlockMDLM(block_size=3), 6, 3),
+    (lambda: LLaDA(remasking="random", temperature=1.0, block_length=3, schedule=[2, 1]), 6, 4),
 ])
 def test_forward_kl_matches_the_exact_prediction(chain, make, T, steps):
     sampler = make().connect(chain)
