@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dllm_lit.theory import (binomial_rounds_kl, dual_total_correlation, information_curve, optimal_schedule,
-                             pair_information, round_sizes_kl, total_correlation, uniform_rounds)
+                             pair_information, round_sizes_kl, schedule_kl_curve, total_correlation, uniform_rounds)
 
 TOL = 1e-10
 
@@ -157,6 +157,8 @@ def test_optimal_schedule_is_the_minimum_over_all_compositions():
                    for c in itertools.combinations(range(1, T), m - 1))
         assert abs(kl - best) < TOL and abs(round_sizes_kl(Z, sizes) - kl) < TOL
         assert kl <= round_sizes_kl(Z, uniform_rounds(T, m)) + TOL
+        assert schedule_kl_curve(Z, [m], "optimal") == [pytest.approx(kl / T, abs=TOL)]
+        assert schedule_kl_curve(Z, [m]) == [pytest.approx(round_sizes_kl(Z, uniform_rounds(T, m)) / T, abs=TOL)]
 
 
 def test_tc_and_dtc_match_enumeration():
@@ -177,6 +179,8 @@ def test_bad_schedules_are_refused():
         round_sizes_kl(Z, [1, 1])
     with pytest.raises(ValueError, match="sum to 1"):
         binomial_rounds_kl(Z, [0.5, 0.2])
+    with pytest.raises(ValueError, match="schedule must be"):
+        schedule_kl_curve(Z, [2], "cosine")
 
 
 def test_step_total_correlation_matches_enumeration():
