@@ -21,7 +21,10 @@ METRICS = {"nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_fr
 NO_INTERVAL = {"dup_rate", "support_frac"}
 #: floor-corrected differences: may be negative (e.g. 0 - noise), intervals contain the estimate
 SIGNED = {"kl_excess", "kl_mm", "seq_kl_lower", "seq_kl_upper"}
-KEYS = {"sampler", "label", "steps", "seed", "nfe", "nfe_std", "settings"} | METRICS | {f"{k}_ci" for k in METRICS}
+#: the forward sequence KL and its prediction (null on the reference row; MDLM's argmax fill: no prediction)
+FORWARD = {"seq_kl_fwd", "seq_kl_fwd_theory"}
+KEYS = {"sampler", "label", "steps", "seed", "nfe", "nfe_std", "settings"} | METRICS | FORWARD | \
+    {f"{k}_ci" for k in METRICS | FORWARD}
 
 
 def test_cli_predict_writes_metrics(tmp_path) -> None:
@@ -42,6 +45,10 @@ def test_cli_predict_writes_metrics(tmp_path) -> None:
     assert rows[0]["kl_excess"] == 0.0 and rows[0]["seq_kl_upper"] == 0.0  # the reference row against itself
     assert rows[1]["seq_kl_upper"] > rows[2]["seq_kl_upper"] > 0
     assert rows[1]["kl"] > rows[2]["kl"]  # fewer steps, larger sampler error
+    assert rows[0]["seq_kl_fwd"] is None and all(r["seq_kl_fwd_theory"] is None for r in rows)
+    for r in rows[1:]:
+        lo, hi = r["seq_kl_fwd_ci"]
+        assert lo <= r["seq_kl_fwd"] <= hi and r["seq_kl_fwd_theory_ci"] is None
     with open(tmp_path / "metrics.csv") as f:
         csv_rows = list(csv.DictReader(f))
     assert len(csv_rows) == 3 and csv_rows[0]["steps"] == "" and float(csv_rows[1]["kl_ci_high"]) >= float(csv_rows[1]["kl_ci_low"])

@@ -19,14 +19,14 @@ V, T, N = 3, 4, 20000
 ALPHA = 0.01
 
 
-def mdlm_paper_law(chain: MarkovChain, T: int, steps: int) -> torch.Tensor:
-    """Exact law: step i unmasks a uniform k_i-subset of the masked positions (k_i = T // S + [i < T % S]),
-    each drawing its token from its exact marginal."""
+def mdlm_paper_law(chain: MarkovChain, T: int, steps: int, counts: list[int] | None = None) -> torch.Tensor:
+    """Exact law: step i unmasks a uniform k_i-subset of the masked positions (k_i = T // S + [i < T % S],
+    or ``counts[i]``), each drawing its token from its exact marginal."""
     M = chain.mask_id
     post = PosteriorCache(chain)
     dist: dict = {(M,) * T: 1.0}
     for i in range(steps):
-        k = T // steps + (1 if i < T % steps else 0)
+        k = T // steps + (1 if i < T % steps else 0) if counts is None else counts[i]
         if k == 0:
             continue
         new: dict = defaultdict(float)
@@ -97,3 +97,14 @@ def test_bad_settings() -> None:
         MDLMPaper(steps=[8, -1])
     with pytest.raises(ValueError, match="no denoiser"):
         MDLMPaper().sample(2, 4, 2)
+
+
+@pytest.mark.parametrize("schedule", [[1, 3], [3, 0, 1], "optimal"])
+def test_schedule_law_matches_dynamic_programming(sampler: MDLMPaper, schedule) -> None:
+    """The schedule option: the same DP with the schedule's round sizes (an explicit list, or the optimal one)."""
+    s = MDLMPaper(sampler.denoiser, schedule=schedule).connect(sampler.chain)
+    steps = 3 if schedule == "optimal" else len(schedule)
+    counts = s.counts(T, steps)
+    assert sum(counts) == T and (schedule == "optimal" or counts == schedule)
+    x = s.sample(N, T, steps, seed=steps)
+    assert chi_square_pvalue(sequence_counts(x, V), mdlm_paper_law(sampler.chain, T, steps, counts)) > ALPHA

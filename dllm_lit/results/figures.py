@@ -26,7 +26,7 @@ from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 from dllm_lit.atomic import atomic_write  # noqa: E402
 from dllm_lit.results import registry  # noqa: E402
 
-__all__ = ["plot_metric", "plot_nfe_front", "plot_kl_bracket", "write_figures", "run_caption", "save_figure",
+__all__ = ["plot_metric", "plot_nfe_front", "plot_kl_bracket", "plot_forward_kl", "write_figures", "run_caption", "save_figure",
            "finish_figure", "label_of"]
 
 REFERENCE_LABEL = "ar"
@@ -206,6 +206,32 @@ def plot_kl_bracket(rows: list[dict[str, Any]], path: Path, formats: Iterable[st
     return finish_figure(fig, ax, path, formats, caption)
 
 
+def plot_forward_kl(rows: list[dict[str, Any]], path: Path, x: str = "steps", formats: Iterable[str] = ("png",),
+                    caption: str = "") -> list[Path]:
+    """Per row label against ``x`` ("steps" or "nfe"): the measured forward KL ``seq_kl_fwd`` (solid, with its
+    interval band) and, where the random-order theory applies, its exact prediction ``seq_kl_fwd_theory``
+    (dashed, same colour).  Log y axis (values below 1e-12 are left out).  Nothing is drawn without the column."""
+    series = {n: [r for r in rs if r["seq_kl_fwd"] > 1e-12] for n, rs in _series(rows, "seq_kl_fwd", x).items()}
+    series = {n: rs for n, rs in series.items() if rs}
+    if not series:
+        return []
+    fig, ax = plt.subplots(figsize=(5.6, 4.0), dpi=120)
+    xs_all = []
+    for name, rs in sorted(series.items()):
+        xs = [r[x] for r in rs]
+        xs_all += xs
+        (line,) = ax.plot(xs, [r["seq_kl_fwd"] for r in rs], marker="o", ms=3, label=f"{name}: measured")
+        _band(ax, xs, [r.get("seq_kl_fwd_ci") for r in rs], line.get_color())
+        th = [(r[x], r["seq_kl_fwd_theory"]) for r in rs if (r.get("seq_kl_fwd_theory") or 0) > 1e-12]
+        if th:
+            ax.plot(*zip(*th), ls="--", color=line.get_color(), lw=1.2, label=f"{name}: theory (exact)")
+    _steps_axis(ax, xs_all if x == "steps" else [2 ** round(math.log2(v)) for v in xs_all])
+    ax.set_yscale("log")
+    ax.set_xlabel("sampling steps" if x == "steps" else "denoiser evaluations per sequence (NFE)")
+    ax.set_ylabel(registry.labels().get("seq_kl_fwd", "seq_kl_fwd"))
+    return finish_figure(fig, ax, path, formats, caption)
+
+
 def write_figures(rows: list[dict[str, Any]], out_dir: Path, keys: tuple[str, ...] | None = None,
                   formats: Iterable[str] = ("png",), meta: dict[str, Any] | None = None) -> list[Path]:
     """``<out_dir>/figures/<key>_vs_steps.<fmt>`` per metric key present in ``rows`` (default: the
@@ -225,4 +251,6 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, keys: tuple[str, ..
     if keys is None:
         paths += plot_kl_bracket(rows, Path(out_dir) / "figures" / "kl_bracket_vs_steps", formats=formats,
                                  caption=caption)
+        for x in ("steps", "nfe"):  # forward KL, measured and predicted (docs/theory.md)
+            paths += plot_forward_kl(rows, Path(out_dir) / "figures" / f"seq_kl_fwd_vs_{x}", x, formats, caption)
     return paths

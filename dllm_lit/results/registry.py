@@ -29,6 +29,7 @@ from dllm_lit import checks
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.metrics.bootstrap import Policies
 from dllm_lit.metrics.duplication_rate import DuplicationRate
+from dllm_lit.metrics.forward_kl import ForwardSequenceKL
 from dllm_lit.metrics.functional.transition import METRIC_KEYS
 from dllm_lit.metrics.genppl import GenerativePerplexity
 from dllm_lit.metrics.mauve_seeds import MauveOverSeeds
@@ -175,6 +176,9 @@ METRICS: list[MetricSpec] = [
                        "kl_mm": "transition KL, Miller-Madow (nats)",
                        "seq_kl_lower": "sequence KL per token, lower end (nats)",
                        "seq_kl_upper": "sequence KL per token, upper end (nats)"}),
+    MetricSpec(("seq_kl_fwd", "seq_kl_fwd_theory"), lambda c: ForwardSequenceKL(), reads="stats",
+               labels={"seq_kl_fwd": "E_order KL(chain || sampler | order) per token (nats)",
+                       "seq_kl_fwd_theory": "predicted E_order KL(chain || sampler | order) per token (nats)"}),
 ]
 
 

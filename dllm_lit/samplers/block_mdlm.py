@@ -47,6 +47,7 @@ from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.nucleus import check_top_p, top_p_filter
 from dllm_lit.samplers.ordered_decoding import decode_in_order
+from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.schedules import time_grid
 
 __all__ = ["BlockMDLM", "block_times", "GRIDS", "STEP_BUDGETS", "DECODING"]
@@ -192,7 +193,39 @@ class BlockMDLM(Sampler):
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         log_q = self._log_q_buffer(indices, seq_len)
         x, nfe = self.generate_with_nfe(indices, seq_len, steps, seed, log_q=log_q)
-        return x, self._stats(nfe, log_q, indices.numel())
+        stats = self._stats(nfe, log_q, indices.numel())
+        stats.update(self._forward_stats(indices, seq_len, steps, seed))
+        return x, stats
+
+    def _forward_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> dict[str, torch.Tensor]:
+        """The forward KL of the reference samples in an order of the ordered path's law, and its prediction
+        (blocks left to right; none with nucleus filtering or the argmax fill of grid "mdlm")."""
+        T, bs = seq_len, self.block_size
+        S, nb = self.steps_per_block(T, steps), T // bs
+        decode = self.decode_steps(indices, T, steps, seed)
+        slots = self._slots(S)
+        fill_slot = S if slots > S else None
+        p_nuc = self.nucleus_p
+
+        def log_law(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+            law = top_p_filter(probs, p_nuc) if p_nuc < 1.0 else probs
+            lq = drawn_log_prob(law, tok)
+            if fill_slot is not None:
+                fill = (decode[b, p] % slots) == fill_slot
+                lq = torch.where(fill, torch.where(tok == probs.argmax(-1), 0.0, float("-inf")).to(lq.dtype), lq)
+            return lq
+
+        theory = None
+        if p_nuc == 1.0 and fill_slot is None:
+            if self.first_hitting:
+                blocks = [(bs, k > 0, "sizes", [1] * bs + [0] * (S - bs)) for k in range(nb)]
+            else:
+                ts, ss, _ = block_times(S, self.grid)
+                stay = torch.tensor([s / t if t > 0 else 0.0 for t, s in zip(ts, ss)], dtype=torch.float64)
+                before = torch.cat([torch.ones(1, dtype=torch.float64), stay.cumprod(0)[:-1]])
+                blocks = [(bs, k > 0, "weights", (before * (1 - stay)).tolist()) for k in range(nb)]
+            theory = random_order_theory(self, blocks)
+        return forward_stats(self.chain, self.denoiser, indices, T, seed, decode, int(decode.max()), log_law, theory)
 
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                           log_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

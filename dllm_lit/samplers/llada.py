@@ -60,6 +60,8 @@ from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, c
                                                    with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, tempered_draw, tempered_law
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
+from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
+from dllm_lit.samplers.round_schedules import check_schedule, round_counts
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
 __all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "prompt_law"]
@@ -112,6 +114,8 @@ class LLaDA(Sampler):
         tie_rule: order of equal confidences in the top-k: "lowest" position first (default),
             "highest" first, or "random" (Stream.ORDER uniforms per (step, position)); unused by
             random remasking, whose confidences never tie.
+        schedule: random remasking only: "uniform" (the transfer counts), "optimal" (per block, the round
+            sizes minimising the exact expected KL for the chain) or a list of per-block round sizes.
     """
 
     sampler_name = "llada"
@@ -126,6 +130,7 @@ class LLaDA(Sampler):
         prompt: list[int] | None = None,
         prompt_mode: str | None = None,
         tie_rule: str = "lowest",
+        schedule: str | list[int] = "uniform",
     ) -> None:
         super().__init__(denoiser=denoiser, steps=steps)
         checks.choice("remasking", remasking, REMASKING)
@@ -133,6 +138,9 @@ class LLaDA(Sampler):
         checks.optional_integer("block_length", block_length)
         checks.choice("prompt_mode", prompt_mode, PROMPT_MODES)
         self.tie_rule = checks.choice("tie_rule", tie_rule, TIE_RULES)
+        self.schedule = check_schedule(schedule)
+        if self.schedule != "uniform" and remasking != "random":
+            raise ValueError(f"schedule={self.schedule!r} needs remasking='random' (low_confidence ranks by confidence)")
         if prompt is not None:
             if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
                 raise ValueError(f"prompt must be a list of token ids, got {prompt!r}")
@@ -173,6 +181,17 @@ class LLaDA(Sampler):
     def check_run(self, seq_len: int, steps: int | None) -> None:
         """The prompt fits, block_length divides the generated length, steps divide into the blocks."""
         check_blocks(seq_len, self.prompt_length(), self.block_length, steps)
+        if isinstance(self.schedule, list) and steps is not None:
+            P, bl, nb = self._blocks(seq_len)
+            round_counts(self.schedule, self.chain, bl, steps // nb)
+
+    def counts(self, seq_len: int, steps: int) -> list[list[int]] | None:
+        """Round sizes of every block (None: the uniform transfer counts)."""
+        if self.schedule == "uniform":
+            return None
+        P, bl, nb = self._blocks(seq_len)
+        return [round_counts(self.schedule, self.chain, bl, steps // nb, left_revealed=blk > 0 or P > 0)
+                for blk in range(nb)]
 
     def nfe(self, seq_len: int, steps: int | None) -> float | None:
         """Steps that commit at least one token: min(S, n) per block of n masked positions (S = steps / blocks).
@@ -183,6 +202,9 @@ class LLaDA(Sampler):
         P, bl, nb = self._blocks(seq_len)
         if steps is None or nb == 0:
             return 0.0
+        counts = self.counts(seq_len, steps)
+        if counts is not None:
+            return float(sum(1 for c in counts for k in c if k > 0))
         return float(sum(1 for k in transfer_schedule(bl, steps // nb) if k > 0) * nb)
 
     # ------------------------------------------------------------------ sampling
@@ -198,7 +220,25 @@ class LLaDA(Sampler):
             return super().generate_with_stats(indices, seq_len, steps, seed)
         log_q = self._log_q_buffer(indices, seq_len)
         x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
-        return x, self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
+        stats = self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
+        P, bl, nb = self._blocks(seq_len)
+        if P == 0 and nb > 0:  # the forward KL against the chain's law (a prompt conditions the law)
+            counts = self.counts(seq_len, steps) or [transfer_schedule(bl, steps // nb)] * nb
+            theory = random_order_theory(self, [(bl, blk > 0, "sizes", c) for blk, c in enumerate(counts)]) \
+                if self.temperature == 1 else None
+            stats.update(forward_stats(self.chain, self.denoiser, indices, seq_len, seed,
+                                       random_order_steps(seed, indices, steps, seq_len, P, bl, nb,
+                                                          counts=self.counts(seq_len, steps)),
+                                       steps - 1, self._log_law, theory))
+        return x, stats
+
+    def _log_law(self, j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+        """log q(tok) under the proposal law (argmax at temperature 0: 0 or -inf)."""
+        law = tempered_law(probs, self.temperature)
+        if law is None:
+            hit = tok == probs.argmax(-1)
+            return torch.where(hit, 0.0, float("-inf")).to(torch.float64)
+        return drawn_log_prob(law, tok)
 
     def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int,
                       log_q: torch.Tensor | None = None) -> torch.Tensor:
@@ -247,7 +287,7 @@ class LLaDA(Sampler):
         """Random remasking: each block's positions get a uniformly random order (i.i.d. Stream.ORDER
         keys, stable sort), cut into the scheduled counts; the decode step of every position is thus
         known up front and :func:`decode_in_order` queries the denoiser only where tokens commit."""
-        decode = random_order_steps(seed, indices, steps, x.shape[1], P, bl, nb)
+        decode = random_order_steps(seed, indices, steps, x.shape[1], P, bl, nb, counts=self.counts(x.shape[1], steps))
 
         def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
             return tempered_draw(probs, tok_u.at(j, b, p), self.temperature, with_log_prob=log_q is not None)

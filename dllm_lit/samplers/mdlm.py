@@ -25,6 +25,7 @@ from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical, drawn_log_prob
 from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
+from dllm_lit.samplers.reference_scoring import forward_stats
 from dllm_lit.samplers.schedules import time_grid
 
 __all__ = ["MDLM", "DECODING"]
@@ -64,7 +65,19 @@ class MDLM(Sampler):
         log_q = self._log_q_buffer(indices, seq_len)
         run = self._generate_ordered if self.decoding == "ordered" else self._generate_stepwise
         x, nfe = run(indices, seq_len, steps, seed, log_q=log_q)
-        return x, self._stats(nfe, log_q, indices.numel())
+        stats = self._stats(nfe, log_q, indices.numel())
+        # forward KL: the reference samples scored in an order of the same law (the argmax fill makes it
+        # formally infinite when a filled token disagrees: floored, see reference_scoring; no prediction)
+        decode = coin_decode_steps(StepUniforms(seed, indices, steps).grid(0, seq_len, slot=2),
+                                   time_grid(steps).to(indices.device))
+
+        def log_law(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+            if j == steps:
+                return torch.where(tok == probs.argmax(-1), 0.0, float("-inf")).to(torch.float64)
+            return drawn_log_prob(probs, tok)
+
+        stats.update(forward_stats(self.chain, self.denoiser, indices, seq_len, seed, decode, steps, log_law, None))
+        return x, stats
 
     def _generate_ordered(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                           log_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

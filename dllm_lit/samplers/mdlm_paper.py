@@ -16,6 +16,11 @@ consumed k_i at a time (the same law; :func:`~dllm_lit.samplers.ordered_decoding
 shared with LLaDA's ``random`` remasking, so ``LLaDA(remasking="random", temperature=1)`` gives the
 same draws), and the denoiser is queried only at the k_i committed positions (O(k V) per step).
 See ``docs/samplers/llada.md``.
+
+``schedule`` replaces the k_i: ``"optimal"`` (the round sizes minimising the exact expected KL for the
+run's chain, T and steps) or an explicit list (:mod:`~dllm_lit.samplers.round_schedules`).  Its rows also
+report the forward KL (:mod:`~dllm_lit.samplers.reference_scoring`) and, with the exact oracle, its
+prediction (``docs/theory.md``).
 """
 from __future__ import annotations
 
@@ -24,7 +29,10 @@ import torch
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
+from dllm_lit.samplers.selection import transfer_schedule
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
+from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
+from dllm_lit.samplers.round_schedules import check_schedule, round_counts
 
 __all__ = ["MDLMPaper"]
 
@@ -35,16 +43,36 @@ class MDLMPaper(Sampler):
     Args:
         denoiser: frozen denoiser (None: the chain's exact oracle).
         steps: sampling steps (or a grid); T / steps positions are committed per step.
+        schedule: "uniform" (T / steps per step), "optimal" (exact-KL-optimal round sizes for the chain)
+            or a list of round sizes (one per step, summing to T).
     """
 
     sampler_name = "mdlm_paper"
 
-    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128) -> None:
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128,
+                 schedule: str | list[int] = "uniform") -> None:
         super().__init__(denoiser=denoiser, steps=steps)
+        self.schedule = check_schedule(schedule)
+
+    def check_run(self, seq_len: int, steps: int | None) -> None:
+        """An explicit schedule has one round size per step, summing to T."""
+        if isinstance(self.schedule, list):
+            round_counts(self.schedule, self.chain, seq_len, steps)
+
+    def counts(self, seq_len: int, steps: int) -> list[int] | None:
+        """Round sizes of a run (None: the uniform transfer counts)."""
+        return None if self.schedule == "uniform" else round_counts(self.schedule, self.chain, seq_len, steps)
 
     def nfe(self, seq_len: int, steps: int | None) -> float | None:
-        """Steps that commit at least one token: min(steps, T) (docs/nfe.md)."""
-        return float(min(steps, seq_len))
+        """Steps that commit at least one token: min(steps, T) for the uniform schedule (docs/nfe.md)."""
+        if self.schedule == "uniform":
+            return float(min(steps, seq_len))
+        return float(sum(1 for k in self.counts(seq_len, steps) if k > 0))
+
+    def _decode(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        counts = self.counts(seq_len, steps)
+        return random_order_steps(seed, indices, steps, seq_len, 0, seq_len, 1,
+                                  counts=None if counts is None else [counts])
 
     def log_q_reason(self, steps: int | None) -> str | None:
         """None: the random order does not depend on the tokens (log q is recorded)."""
@@ -54,7 +82,7 @@ class MDLMPaper(Sampler):
                  log_q: torch.Tensor | None = None) -> torch.Tensor:
         """Samples; with ``log_q`` ([B, T] float64) also the log-probability of every drawn token."""
         z = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
-        decode = random_order_steps(seed, indices, steps, seq_len, 0, seq_len, 1)
+        decode = self._decode(indices, seq_len, steps, seed)
         uni = StepUniforms(seed, indices, steps)
 
         def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
@@ -66,4 +94,10 @@ class MDLMPaper(Sampler):
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         log_q = self._log_q_buffer(indices, seq_len)
         x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
-        return x, self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
+        stats = self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
+        counts = self.counts(seq_len, steps) or transfer_schedule(seq_len, steps)
+        theory = random_order_theory(self, [(seq_len, False, "sizes", counts)])
+        stats.update(forward_stats(self.chain, self.denoiser, indices, seq_len, seed,
+                                   self._decode(indices, seq_len, steps, seed), steps - 1,
+                                   lambda j, b, p, probs, tok: drawn_log_prob(probs, tok), theory))
+        return x, stats

@@ -132,12 +132,13 @@ def coin_decode_steps(u: torch.Tensor, ts: torch.Tensor) -> torch.Tensor:
 
 
 def random_order_steps(seed: int, indices: torch.Tensor, steps: int, seq_len: int, prompt_length: int,
-                       block_length: int, num_blocks: int) -> torch.Tensor:
+                       block_length: int, num_blocks: int, counts: list[list[int]] | None = None) -> torch.Tensor:
     """Decode step of every position [B, T] (-1 in the prompt) under LLaDA's random remasking.
 
     Each block gets a uniformly random order of its positions (i.i.d. Stream.ORDER keys, stable
-    sort), cut into :func:`transfer_schedule` counts over its ``steps // num_blocks`` steps: the same
-    law as drawing a uniform k-subset of the still-masked positions at every step.
+    sort), cut into :func:`transfer_schedule` counts over its ``steps // num_blocks`` steps (or
+    ``counts[block]``, a schedule's round sizes): the same law as drawing a uniform k-subset of the
+    still-masked positions at every step.
     """
     B, dev = indices.numel(), indices.device
     P, bl, nb = prompt_length, block_length, num_blocks
@@ -147,6 +148,8 @@ def random_order_steps(seed: int, indices: torch.Tensor, steps: int, seq_len: in
     rows = torch.arange(B, device=dev)[:, None]
     step_of_rank = torch.repeat_interleave(torch.arange(S, device=dev), torch.tensor(transfer_schedule(bl, S), device=dev))
     for blk in range(nb):
+        if counts is not None:
+            step_of_rank = torch.repeat_interleave(torch.arange(S, device=dev), torch.tensor(counts[blk], device=dev))
         lo, hi = P + blk * bl, P + (blk + 1) * bl
         keys = rng.uniform(ord_keys[:, None], blk, torch.arange(lo, hi, device=dev)[None, :])
         order = topk_stable(keys, bl)  # [B, bl]: a uniformly random order of the block

@@ -1,0 +1,93 @@
+r"""The forward sequence KL, E_order KL(chain || sampler | order) per token, measured and predicted.
+
+Reads two per-sequence statistics of samplers whose unmasking order ignores the tokens
+(:mod:`dllm_lit.samplers.reference_scoring`): ``ref_log_ratio`` = log p(x) - log q(x | o) of the run's
+reference sample x (exact chain sample, same index) under the sampler's law for a random order o, and
+``fwd_theory``, the exact prediction of its mean (:mod:`dllm_lit.theory`; NaN where none applies).
+
+* ``seq_kl_fwd`` = mean(ref_log_ratio) / T: unbiased for E_o KL(p || q(. | o)) / T (percentile interval);
+* ``seq_kl_fwd_theory``: the prediction (exact: no interval).
+
+Both are None for samplers that report no such statistics.  States are per sequence and gathered in
+index order, so DDP gives the single-process values.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+from dllm_lit.metrics.bootstrap import PERCENTILE, IntervalPolicy, SequenceBootstrapMixin
+from dllm_lit.metrics.distributed import EmptyMetricError, TypedCatStateMixin, synced_cat_states
+
+__all__ = ["FORWARD_KL_KEYS", "ForwardSequenceKL"]
+
+FORWARD_KL_KEYS = ("seq_kl_fwd", "seq_kl_fwd_theory")
+_STATES = {"u": torch.float64, "theory": torch.float64, "index": torch.int64}
+
+
+def _mean_or_none(u: Tensor, T: int) -> float | None:
+    return float(u.sum() / u.numel()) / T if u.numel() and bool(torch.isfinite(u).all()) else None
+
+
+class ForwardSequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
+    """``update(samples[n, T], stats)`` with ``stats = {"index", "ref_log_ratio", "fwd_theory", ...}``;
+    ``compute()`` returns ``{"seq_kl_fwd", "seq_kl_fwd_theory"}`` (None where not available)."""
+
+    full_state_update = False
+    higher_is_better = False
+    is_differentiable = False
+    _cat_state_specs = {"u": (torch.float64, ()), "theory": (torch.float64, ()), "index": (torch.int64, ())}
+    interval_policy = {"seq_kl_fwd": PERCENTILE,
+                       "seq_kl_fwd_theory": IntervalPolicy(None, reason="exact prediction (no sampling)")}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_state("u", default=[], dist_reduce_fx="cat")
+        self.add_state("theory", default=[], dist_reduce_fx="cat")
+        self.add_state("index", default=[], dist_reduce_fx="cat")
+        self.add_state("length", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx="max")
+
+    def update(self, samples: Tensor, stats: Mapping[str, Tensor]) -> None:
+        if samples.dim() != 2:
+            raise ValueError(f"samples must have shape [N, T], got {tuple(samples.shape)}")
+        if "index" not in stats:
+            raise ValueError("ForwardSequenceKL needs the global sequence index in stats['index']")
+        n, T = samples.shape
+        self.length.fill_(T)
+        nan = torch.full((n,), float("nan"), dtype=torch.float64)
+        for name, key in (("u", "ref_log_ratio"), ("theory", "fwd_theory")):
+            v = stats.get(key)
+            getattr(self, name).append((nan if v is None else v.to(torch.float64).reshape(-1).cpu()).to(self.device))
+        self.index.append(torch.as_tensor(stats["index"]).reshape(-1).to(device=self.device, dtype=torch.int64))
+
+    def _states(self) -> tuple[Tensor, Tensor, int]:
+        with synced_cat_states(self, _STATES) as s:
+            u, theory, index, T = s["u"].cpu(), s["theory"].cpu(), s["index"].cpu(), int(self.length)
+        if index.numel() == 0:
+            raise EmptyMetricError("ForwardSequenceKL: no sequence was seen")
+        order = torch.argsort(index, stable=True)
+        return u[order], theory[order], T
+
+    def compute(self) -> dict[str, float | None]:
+        u, theory, T = self._states()
+        return {"seq_kl_fwd": _mean_or_none(u, T), "seq_kl_fwd_theory": _mean_or_none(theory, 1)}
+
+    def sequence_statistics(self) -> dict[str, Tensor]:
+        """Per-sequence u in gathered order, with T (read while synchronised: an idle process saw none)."""
+        with synced_cat_states(self, _STATES) as s:
+            u, T = s["u"].cpu(), int(self.length)
+        return {"u": u, "length": torch.full_like(u, float(T))}
+
+    def resampling_statistic(self, statistics: Mapping[str, Tensor]):
+        u = statistics["u"].to(torch.float64)
+        T = int(statistics["length"][0]) if u.numel() else 1
+        ok = u.numel() > 0 and bool(torch.isfinite(u).all())
+
+        def stat(weights: Tensor) -> dict[str, Tensor]:
+            return {"seq_kl_fwd": (weights * u).sum(-1) / weights.sum(-1) / T} if ok else {}
+
+        return stat

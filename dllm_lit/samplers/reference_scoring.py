@@ -1,0 +1,95 @@
+r"""The forward direction of the sequence KL for samplers whose unmasking order ignores the tokens.
+
+For such a sampler the law of a sample given its order o is q(x | o) = prod_i q_i(x_i | x_revealed before i),
+q_i the law its token is drawn from.  Scoring an *exact chain sample* x ~ p (the run's reference row:
+``chain.sample`` with the run's seed and the same sequence index) under q(. | o), o drawn by the sampler
+independently of x, gives
+
+    E[log p(x) - log q(x | o)] = E_o KL(p || q(. | o)),
+
+an unbiased per-sequence estimate of the forward KL (chain || sampler) given the order; by convexity it
+bounds KL(p || q) of the sampler's marginal law from above.  It is the quantity the random-order theory
+predicts exactly (:mod:`dllm_lit.theory`, ``docs/theory.md``).  A token the sampler's law gives
+probability 0 (a deterministic argmax fill that disagrees with x) counts log(1e-30), as ``nll`` does.
+
+:func:`reference_log_ratio` teacher-forces x through :func:`~dllm_lit.samplers.ordered_decoding.decode_in_order`
+with the sampler's own decode steps: the denoiser sees exactly the states the sampler would see had it drawn x.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from dllm_lit.samplers.ordered_decoding import decode_in_order
+
+__all__ = ["reference_log_ratio", "forward_stats", "random_order_theory", "chain_information", "LOG_FLOOR", "LogLaw"]
+
+#: probability floor of a scored token (the transition metrics' clamp)
+LOG_FLOOR = 1e-30
+
+#: ``log_law(j, b, p, probs, tokens)`` -> log q of ``tokens`` [n] under the law the sampler draws from at step j
+LogLaw = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def reference_samples(chain, indices: torch.Tensor, seq_len: int, seed: int) -> torch.Tensor | None:
+    """The reference row's exact chain samples for ``indices`` (consecutive), or None when they are not consecutive."""
+    start = int(indices[0])
+    if not torch.equal(indices.cpu(), torch.arange(start, start + indices.numel())):
+        return None
+    return chain.sample(indices.numel(), int(seq_len), seed=seed, start_index=start, device=indices.device)
+
+
+def reference_log_ratio(chain, denoiser, indices: torch.Tensor, seq_len: int, seed: int, decode: torch.Tensor,
+                        num_steps: int, log_law: LogLaw) -> torch.Tensor:
+    """log p(x) - log q(x | o) per sequence (float64 [B], NaN when the indices are not consecutive) for the
+    reference samples x of ``indices``, o given by ``decode`` (the sampler's decode steps, all >= 0)."""
+    B = indices.numel()
+    x = reference_samples(chain, indices, seq_len, seed)
+    if x is None:
+        return torch.full((B,), float("nan"), dtype=torch.float64)
+    floor = torch.tensor(LOG_FLOOR, dtype=torch.float64).log()
+
+    def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
+        tok = x[b, p]
+        return tok, torch.maximum(log_law(j, b, p, probs, tok).to(torch.float64), floor.to(probs.device))
+
+    log_q = torch.zeros((B, int(seq_len)), dtype=torch.float64, device=indices.device)
+    z = torch.full_like(x, denoiser.mask_id)
+    decode_in_order(denoiser, z, decode, num_steps, draw, log_q=log_q)
+    return (chain.log_prob(x.cpu()).to(torch.float64) - log_q.sum(1).cpu())
+
+
+def forward_stats(chain, denoiser, indices: torch.Tensor, seq_len: int, seed: int, decode: torch.Tensor,
+                  num_steps: int, log_law: LogLaw, theory_nats: float | None) -> dict[str, torch.Tensor]:
+    """``{"ref_log_ratio": float64[B], "fwd_theory": float64[B]}``: the per-sequence forward log-ratio and the
+    predicted E_o KL(p || q(. | o)) per token (the same for every sequence; NaN where no prediction applies)."""
+    B = indices.numel()
+    theory = float("nan") if theory_nats is None else theory_nats / int(seq_len)
+    return {"ref_log_ratio": reference_log_ratio(chain, denoiser, indices, seq_len, seed, decode, num_steps, log_law),
+            "fwd_theory": torch.full((B,), theory, dtype=torch.float64)}
+
+
+def random_order_theory(sampler, blocks) -> float | None:
+    """The exact E_o KL(p || q(. | o)) in nats (:func:`dllm_lit.theory.blocks_kl` of ``blocks``) when the
+    sampler runs the exact oracle on a chain of at most 512 tokens; None otherwise."""
+    from dllm_lit.denoisers.oracle import OracleDenoiser
+    from dllm_lit.theory import blocks_kl
+
+    chain = sampler.chain
+    if chain is None or chain.vocab_size > 512 or not isinstance(sampler.denoiser, OracleDenoiser):
+        return None
+    return blocks_kl(chain_information(chain), blocks)
+
+
+_INFO: dict[str, object] = {}
+
+
+def chain_information(chain):
+    """The :class:`~dllm_lit.theory.ChainInformation` of ``chain`` (one per chain fingerprint per process)."""
+    from dllm_lit.theory import ChainInformation
+
+    key = chain.fingerprint
+    if key not in _INFO:
+        _INFO[key] = ChainInformation(chain)
+    return _INFO[key]

@@ -1,0 +1,17 @@
+"""Exact predictions for random-order unmasking on a first-order Markov chain (pure maths, no Lightning).
+
+* :mod:`~dllm_lit.theory.information`: the pair information g(d) = I(X_0; X_d), the information curve
+  Z_j of a random revealed set, total correlation and dual total correlation of the chain's law.
+* :mod:`~dllm_lit.theory.schedules`: the expected KL(chain || sampler | order) of a schedule of round
+  sizes (fixed, or drawn by independent per-position coins as MDLM does), and the DP-optimal schedule.
+
+Formulas, sources and what is exact: ``docs/theory.md``.
+"""
+from dllm_lit.theory.information import (ChainInformation, dual_total_correlation, information_curve,
+                                         pair_information, total_correlation)
+from dllm_lit.theory.schedules import (binomial_rounds_kl, blocks_kl, optimal_schedule, round_sizes_kl, schedule_kl_curve,
+                                       uniform_rounds)
+
+__all__ = ["ChainInformation", "pair_information", "information_curve", "total_correlation",
+           "dual_total_correlation", "round_sizes_kl", "binomial_rounds_kl", "optimal_schedule",
+           "uniform_rounds", "schedule_kl_curve", "blocks_kl"]

@@ -1,0 +1,212 @@
+"""dllm_lit.theory against brute-force enumeration on tiny chains (V = 3, T <= 7).
+
+Every quantity is enumerated from the joint law of all V^T sequences (marginals by summation, no
+Markov shortcut) and must agree with the closed forms to 1e-10 nats (float64 sums of at most a few
+thousand terms; observed differences are ~1e-15)."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from dllm_lit.theory import (binomial_rounds_kl, dual_total_correlation, information_curve, optimal_schedule,
+                             pair_information, round_sizes_kl, schedule_kl_curve, total_correlation, uniform_rounds)
+
+TOL = 1e-10
+
+
+def _chain(seed: int, V: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    P = rng.gamma(0.7, size=(V, V)) + 1e-3
+    P /= P.sum(1, keepdims=True)
+    w, vl = np.linalg.eig(P.T)
+    pi = np.real(vl[:, np.argmin(abs(w - 1))])
+    return P, pi / pi.sum()
+
+
+def _joint(P: np.ndarray, pi: np.ndarray, T: int) -> np.ndarray:
+    """p(x) for every x in V^T, as an array with T axes."""
+    p = pi.copy()
+    for _ in range(T - 1):
+        p = np.einsum("...a,ab->...ab", p, P)
+    return p
+
+
+def _marg(p: np.ndarray, keep: tuple[int, ...]) -> np.ndarray:
+    drop = tuple(i for i in range(p.ndim) if i not in keep)
+    return p.sum(axis=drop) if drop else p
+
+
+def _H(q: np.ndarray) -> float:
+    q = q[q > 0]
+    return float(-(q * np.log(q)).sum())
+
+
+def _mi(p: np.ndarray, i: int, S: tuple[int, ...]) -> float:
+    if not S:
+        return 0.0
+    keep = tuple(sorted(S + (i,)))
+    return _H(_marg(p, (i,))) + _H(_marg(p, tuple(sorted(S)))) - _H(_marg(p, keep))
+
+
+def _cond(p: np.ndarray, x: tuple[int, ...], i: int, given: tuple[int, ...]) -> float:
+    """p(x_i | x_given) by summation."""
+    keep = tuple(sorted(given + (i,)))
+    num = _marg(p, keep)[tuple(x[k] for k in keep)]
+    if not given:
+        return float(num)
+    g = tuple(sorted(given))
+    return float(num / _marg(p, g)[tuple(x[k] for k in g)])
+
+
+def _kl_rounds(p: np.ndarray, rounds: list[tuple[int, ...]], revealed: tuple[int, ...] = ()) -> float:
+    """KL(p || q) with q(x) = p(x_revealed) prod_r prod_{i in r} p(x_i | x_earlier rounds, x_revealed)."""
+    kl = 0.0
+    for x in itertools.product(range(p.shape[0]), repeat=p.ndim):
+        px = p[x]
+        if px <= 0:
+            continue
+        q = float(_marg(p, tuple(sorted(revealed)))[tuple(x[k] for k in sorted(revealed))]) if revealed else 1.0
+        seen = tuple(revealed)
+        for r in rounds:
+            for i in r:
+                q *= _cond(p, x, i, seen)
+            seen = seen + tuple(r)
+        kl += px * math.log(px / q)
+    return kl
+
+
+@pytest.mark.parametrize("seed,T", [(0, 5), (1, 7), (2, 6)])
+def test_information_curve_matches_enumeration(seed, T):
+    P, pi = _chain(seed)
+    p = _joint(P, pi, T)
+    g = pair_information((P, pi), T)
+    for d in range(1, T):
+        assert abs(g[d] - _mi(p, 0, (d,))) < TOL
+    Z = information_curve(g, T)
+    for j in range(1, T + 1):
+        vals = [_mi(p, i, S) for i in range(T) for S in itertools.combinations([k for k in range(T) if k != i], j - 1)]
+        assert abs(Z[j] - np.mean(vals)) < TOL, (j, Z[j], np.mean(vals))
+
+
+@pytest.mark.parametrize("seed,L", [(3, 4), (4, 5)])
+def test_left_revealed_curve_matches_enumeration(seed, L):
+    """A block after revealed context: Z_j = E I(X_i; X_0, X_S) - I(X_i; X_0) up to a constant; compare
+    increments, which are what the schedule formula uses, and the schedule KL itself."""
+    P, pi = _chain(seed)
+    p = _joint(P, pi, L + 1)
+    Z = information_curve(pair_information((P, pi), L + 1), L, left_revealed=True)
+    for j in range(1, L + 1):
+        vals = [_mi(p, i, (0,) + S) for i in range(1, L + 1)
+                for S in itertools.combinations([k for k in range(1, L + 1) if k != i], j - 1)]
+        assert abs(Z[j] - np.mean(vals)) < TOL
+
+
+def _orders_kl(p: np.ndarray, sizes: list[int], positions: list[int], revealed: tuple[int, ...] = ()) -> float:
+    kls = []
+    for perm in itertools.permutations(positions):
+        rounds, s = [], 0
+        for k in sizes:
+            rounds.append(tuple(perm[s: s + k]))
+            s += k
+        kls.append(_kl_rounds(p, rounds, revealed))
+    return float(np.mean(kls))
+
+
+@pytest.mark.parametrize("sizes", [[2, 2, 1], [1, 3, 1], [5], [3, 2], [1, 1, 1, 1, 1]])
+def test_schedule_kl_matches_enumeration_over_orders(sizes):
+    P, pi = _chain(5)
+    T = sum(sizes)
+    p = _joint(P, pi, T)
+    Z = information_curve(pair_information((P, pi), T), T)
+    assert abs(round_sizes_kl(Z, sizes) - _orders_kl(p, sizes, list(range(T)))) < TOL
+
+
+def test_block_schedule_kl_matches_enumeration():
+    P, pi = _chain(6)
+    L, sizes = 4, [2, 2]
+    p = _joint(P, pi, L + 1)
+    Z = information_curve(pair_information((P, pi), L + 1), L, left_revealed=True)
+    assert abs(round_sizes_kl(Z, sizes) - _orders_kl(p, sizes, list(range(1, L + 1)), revealed=(0,))) < TOL
+
+
+def test_binomial_rounds_match_enumeration():
+    """Each position decoded in round r with probability w_r, independently: a mixture over assignments."""
+    P, pi = _chain(7)
+    T, w = 4, [0.3, 0.5, 0.2]
+    p = _joint(P, pi, T)
+    Z = information_curve(pair_information((P, pi), T), T)
+    expected = 0.0
+    for assign in itertools.product(range(len(w)), repeat=T):
+        prob = math.prod(w[a] for a in assign)
+        rounds = [tuple(i for i in range(T) if assign[i] == r) for r in range(len(w))]
+        expected += prob * _kl_rounds(p, [r for r in rounds if r])
+    assert abs(binomial_rounds_kl(Z, w) - expected) < TOL
+
+
+def test_optimal_schedule_is_the_minimum_over_all_compositions():
+    P, pi = _chain(8)
+    T = 8
+    Z = information_curve(pair_information((P, pi), T), T)
+    for m in (1, 2, 3, 5, 8):
+        sizes, kl = optimal_schedule(Z, m)
+        assert len(sizes) == m and sum(sizes) == T and min(sizes) >= 1
+        best = min(round_sizes_kl(Z, [b - a for a, b in zip((0,) + c, c + (T,))])
+                   for c in itertools.combinations(range(1, T), m - 1))
+        assert abs(kl - best) < TOL and abs(round_sizes_kl(Z, sizes) - kl) < TOL
+        assert kl <= round_sizes_kl(Z, uniform_rounds(T, m)) + TOL
+        assert schedule_kl_curve(Z, [m], "optimal") == [pytest.approx(kl / T, abs=TOL)]
+        assert schedule_kl_curve(Z, [m]) == [pytest.approx(round_sizes_kl(Z, uniform_rounds(T, m)) / T, abs=TOL)]
+
+
+def test_tc_and_dtc_match_enumeration():
+    P, pi = _chain(9)
+    for T in (2, 3, 5):
+        p = _joint(P, pi, T)
+        g = pair_information((P, pi), T)
+        H = _H(p.reshape(-1))
+        tc = sum(_H(_marg(p, (i,))) for i in range(T)) - H
+        dtc = H - sum(H - _H(_marg(p, tuple(k for k in range(T) if k != i))) for i in range(T))
+        assert abs(total_correlation(g, T) - tc) < TOL
+        assert abs(dual_total_correlation(g, T) - dtc) < TOL
+
+
+def test_bad_schedules_are_refused():
+    Z = np.zeros(5)
+    with pytest.raises(ValueError, match="sum to the length 4"):
+        round_sizes_kl(Z, [1, 1])
+    with pytest.raises(ValueError, match="sum to 1"):
+        binomial_rounds_kl(Z, [0.5, 0.2])
+    with pytest.raises(ValueError, match="schedule must be"):
+        schedule_kl_curve(Z, [2], "cosine")
+
+
+def test_step_total_correlation_matches_enumeration():
+    from dllm_lit.theory.step_correlation import chain_powers, step_total_correlation
+
+    P, pi = _chain(10)
+    T = 7
+    p = _joint(P, pi, T)
+    powers = chain_powers(P, T)
+    rng = np.random.default_rng(0)
+    for revealed, committed in [((), (0, 1, 2)), ((3,), (0, 2, 4, 6)), ((1, 5), (0, 2, 3, 6)), ((0, 6), (2, 3, 4)),
+                                ((2,), (3,))]:
+        x = tuple(int(v) for v in rng.integers(0, 3, size=T))
+        z = np.full(T, -1)
+        for r in revealed:
+            z[r] = x[r]
+        # enumeration: condition the joint on x_R, then TC of the committed positions
+        cond = p.copy()
+        for r in revealed:
+            idx = [slice(None)] * T
+            idx[r] = [k for k in range(3) if k != x[r]]
+            cond[tuple(idx)] = 0.0
+        cond /= cond.sum()
+        joint = _marg(cond, tuple(committed))
+        tc = sum(_H(_marg(cond, (i,))) for i in committed) - _H(joint.reshape(-1))
+        hs = [_H(_marg(cond, (i,))) for i in committed]
+        got = step_total_correlation(powers, pi, z, np.array(committed))
+        assert abs(got[0] - tc) < TOL and abs(got[1] - sum(hs)) < TOL and abs(got[2] - max(hs)) < TOL
+        assert got[0] <= got[1] - got[2] + TOL  # the EB bound
