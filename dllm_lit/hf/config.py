@@ -32,8 +32,8 @@ class OracleConfig(PretrainedConfig):
         revealed: "self" (a revealed position's logits are a point mass on its token, the SUBS convention) or
             "leave_one_out" (p(x_i | every other revealed token it may attend to)).
         logits_dtype: "float32" (default) or "float64".
-        exact_ties: float32 logits whose ``torch.softmax`` keeps mathematically equal probabilities bit-equal
-            (rows computed in float64; :mod:`dllm_lit.hf.ties`).
+        exact_ties: float32 logits in which mathematically equal probabilities are bit-equal (rows computed in
+            float64, rounded to float32; :mod:`dllm_lit.hf.ties`).
         tie_jitter: sigma > 0 adds sigma N(0, 1) to every finite logit (seeded by ``tie_jitter_seed``): ties
             become measure-zero as under a learned model.
         mixing_tol: the oracle's power-table tolerance (:class:`~dllm_lit.denoisers.OracleDenoiser`).

@@ -26,7 +26,7 @@ from transformers.modeling_outputs import MaskedLMOutput
 from dllm_lit.denoisers.oracle import OracleDenoiser
 from dllm_lit.hf.config import OracleConfig
 from dllm_lit.hf.evidence import NO_LEFT, neighbours, read_evidence
-from dllm_lit.hf.ties import jitter_logits, softmax_exact_logits
+from dllm_lit.hf.ties import exact_logits, jitter_logits
 from dllm_lit.indices import flat_nonzero
 from dllm_lit.markov.chain import MarkovChain
 
@@ -205,7 +205,7 @@ class OracleForMaskedLM(PreTrainedModel):
         if exact:
             full = torch.zeros(rows.shape[0], W, dtype=torch.float64, device=rows.device)
             full[:, :V] = rows
-            logits, _ = softmax_exact_logits(full)
+            logits = exact_logits(full)
         else:
             logits = torch.full((rows.shape[0], W), float("-inf"), dtype=dtype, device=rows.device)
             logits[:, :V] = rows.to(dtype).log()

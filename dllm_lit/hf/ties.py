@@ -1,17 +1,17 @@
-"""Logits whose softmax keeps the oracle's exact ties, and a seeded jitter that removes them.
+"""Logits that keep the oracle's exact ties, and a seeded jitter that removes them.
 
 The exact oracle makes mathematically equal probabilities that a learned model never makes, often in different
 rows: with P(a, a) > 0 and a revealed ``a`` at position 1, p(x_0 = a | z) = pi(a) P(a, a) / pi(a) and
-p(x_2 = a | z) = P(a, a) are equal but computed along different routes.  A sampler that ranks confidences
-``softmax(logits)[x_i]`` across positions then breaks the tie by rounding, not by its own rule.
+p(x_2 = a | z) = P(a, a) are equal but computed along different routes, so a float32 oracle gives them
+different last bits, and a sampler that ranks confidences across positions breaks the tie by rounding.
 
-:func:`softmax_exact_logits` fixes both sources of rounding for the usual ``torch.softmax(logits, -1)`` in float32:
-
-1. rows computed in float64 (error ~1e-16) are rounded to float32 targets t: equal probabilities become equal
-   floats (unless one lies within ~1e-16 of a float32 rounding boundary);
-2. the logits start at log t and each entry is moved by float32 ulps until ``torch.softmax`` of the whole row,
-   on the same device, returns exactly t at that entry: equal targets give bit-equal softmax outputs whatever
-   the rest of their rows.
+:func:`exact_logits` computes rows in float64 (error ~1e-16) and rounds the probabilities to float32 before
+the logarithm: mathematically equal probabilities get bit-equal logits (unless one lies within ~1e-16 of a
+float32 rounding boundary), and identical rows are bit-identical.  A user's ``softmax`` still divides each row
+by its own rounded sum, so equal entries of *different* rows can differ in the last bit after it: no choice of
+logits prevents that for every row (the sum of a row is a different float for rows with different maxima).
+docs/oracle_model.md gives the measured fractions and the recommendation: compare confidence-ranking code with a
+tie jitter against the ``random`` tie rule.
 
 :func:`jitter_logits` adds sigma N(0, 1) to every finite logit from a seeded generator: ties then have
 probability zero, as under a learned model, at the price of a relative change of order sigma in every row.
@@ -20,43 +20,14 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["softmax_exact_logits", "jitter_logits", "NUDGE_ROUNDS"]
-
-#: rounds of per-entry corrections; rows converge in 1-3 rounds in practice (tests/test_oracle_model.py)
-NUDGE_ROUNDS = 8
+__all__ = ["exact_logits", "jitter_logits"]
 
 
-def softmax_exact_logits(probs64: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Float32 logits [n, W] with ``torch.softmax(logits, -1) == probs64.float()`` entrywise where reachable.
-
-    ``probs64``: float64 rows [n, W] (zeros allowed: logit -inf, softmax exactly 0).  Returns (logits, misses):
-    ``misses`` counts positive entries whose softmax still differs from the target by an ulp after
-    :data:`NUDGE_ROUNDS` rounds (their probability is then within one float32 ulp of the target).
-    """
-    target = probs64.float()
-    pos = target > 0
-    logt = torch.where(pos, target.double().log(), float("-inf"))
-    logits = logt.float()
-    active = torch.arange(logits.shape[0], device=logits.device)
-    for _ in range(NUDGE_ROUNDS):
-        sub = logits.index_select(0, active)
-        out = torch.softmax(sub, -1)
-        tgt = target.index_select(0, active)
-        miss = (out != tgt) & pos.index_select(0, active)
-        bad_rows = miss.any(1)
-        if not bool(bad_rows.any()):
-            return logits, 0
-        # the correction log t - log out, in float64; entries it would not move step one ulp toward the target
-        corr = logt.index_select(0, active) - out.double().clamp_min(1e-300).log()
-        moved = (sub.double() + corr).float()
-        stuck = miss & (moved == sub)
-        toward = torch.where(out < tgt, torch.full_like(sub, float("inf")), torch.full_like(sub, float("-inf")))
-        moved = torch.where(stuck, torch.nextafter(sub, toward), moved)
-        sub = torch.where(miss, moved, sub)
-        logits.index_copy_(0, active, sub)
-        active = active[bad_rows]
-    misses = int(((torch.softmax(logits, -1) != target) & pos).sum())
-    return logits, misses
+def exact_logits(probs64: torch.Tensor) -> torch.Tensor:
+    """Float32 logits ``log(float32(p))`` of float64 rows ``p`` [n, W] (zeros give -inf): the logarithm is taken
+    in float64 of the float32-rounded probability, so equal rounded probabilities give equal logits."""
+    t = probs64.float().double()
+    return torch.where(t > 0, t.log(), float("-inf")).float()
 
 
 def jitter_logits(logits: torch.Tensor, sigma: float, generator: torch.Generator) -> torch.Tensor:
