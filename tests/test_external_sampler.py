@@ -11,8 +11,7 @@ from dllm_lit.conformance import goodness_of_fit, two_sample
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers import LLaDA
 from dllm_lit.samplers.external import ExternalSampler, ExternalSamplerError
-from exact_laws import chain_law
-from test_llada import llada_law
+from dllm_lit.exact import chain_law, llada_law
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 LLADA = "examples.llada_generate:generate"
@@ -32,15 +31,11 @@ def draw(sampler, n: int, T: int, steps: int, chunk: int = 4000, seed: int = 0) 
     return torch.cat([sampler.generate(torch.arange(i, min(i + chunk, n)), T, steps, seed) for i in range(0, n, chunk)])
 
 
-def prompt_init(chain: MarkovChain, T: int) -> dict:
-    return {(a,) + (chain.mask_id,) * (T - 1): float(chain.stationary[a]) for a in range(chain.vocab_size)}
-
-
 def llada_case(chain, generate: str, n: int):
     """The LLaDA example (one prompt token from pi, 3 generated tokens, 3 steps, temperature 1) and its exact law."""
     ext = ExternalSampler(steps=3, generate=generate, kwargs={"block_length": 3, "temperature": 1.0},
                           prompt_length=1).connect(chain)
-    law = llada_law(chain, 4, 3, "low_confidence", 1.0, init=prompt_init(chain, 4), prompt_len=1)
+    law = llada_law(chain, 4, 3, temperature=1.0, prompt_len=1)
     return draw(ext, n, 4, 3), law
 
 
