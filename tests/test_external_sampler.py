@@ -120,3 +120,18 @@ def test_cli_rows_metrics_and_a_failing_function(tmp_path, monkeypatch, capsys) 
     rows = json.loads((out / "metrics.json").read_text())["rows"]
     assert [(r["sampler"], r["steps"]) for r in rows][:2] == [("ar", None), ("external_raises_at_four_steps", 2)]
     assert rows[1]["nfe"] == 8.0
+
+
+def test_dream_example_with_logit_shift_follows_dream_origin(free_chain) -> None:
+    """Dream's loop reads shifted logits; on the oracle with logit_shift 1 it follows the exact origin law."""
+    from dllm_lit.exact import dream_origin_law
+
+    ext = ExternalSampler(steps=3, generate="examples.dream_generate:diffusion_generate",
+                          length_kwarg="max_new_tokens", mask_kwarg="mask_token_id", prompt_length=1,
+                          kwargs={"temperature": 1.0, "alg": "origin"}, model_options={"logit_shift": 1}).connect(free_chain)
+    law = dream_origin_law(free_chain, 4, 3, temperature=1.0, prompt_len=1)
+    assert goodness_of_fit(draw(ext, 4000, 4, 3), law).p_value > ALPHA
+    unshifted = ExternalSampler(steps=3, generate="examples.dream_generate:diffusion_generate",
+                                length_kwarg="max_new_tokens", mask_kwarg="mask_token_id", prompt_length=1,
+                                kwargs={"temperature": 1.0, "alg": "origin"}).connect(free_chain)
+    assert goodness_of_fit(draw(unshifted, 4000, 4, 3), law).p_value < 1e-6  # the wrong layout is caught

@@ -31,7 +31,7 @@ __all__ = ["main", "build_sampler", "named_chain", "CHAINS"]
 #: the chains offered by name (V = 3)
 CHAINS = ("tiny", "generic")
 #: laws whose ``steps`` option defaults to the sampler's steps
-LAWS_WITH_STEPS = ("mdlm", "block_mdlm", "llada", "maskgit", "klass")
+LAWS_WITH_STEPS = ("mdlm", "block_mdlm", "llada", "maskgit", "klass", "dream_origin")
 TINY = [[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]]
 
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sampler", required=True, help="config file with a model: block, or the block as YAML")
     ref = ap.add_mutually_exclusive_group(required=True)
-    ref.add_argument("--law", help="an exact rule: chain, mdlm, block_mdlm, llada, fast_dllm, eb, maskgit, klass")
+    ref.add_argument("--law", help="an exact rule: chain, mdlm, block_mdlm, llada, fast_dllm, eb, dream_origin, maskgit, klass")
     ref.add_argument("--against", help="a second sampler (two-sample test), as --sampler")
     ap.add_argument("--law-options", default="{}", help="the rule's options as a YAML mapping")
     ap.add_argument("--chain", default="tiny", help="tiny, generic, or a kernel as a YAML list of rows")

@@ -5,7 +5,7 @@ the nearest revealed tokens it may attend to on each side and their chain distan
 This module turns ``(input_ids, attention_mask, position_ids)`` into, for every query, the array indices of those
 two neighbours (``-1`` / ``L``: none) and the chain positions that give the distances.
 
-* ``attention_mask`` None: every position is a sequence token.
+* ``attention_mask`` None (or Dream's ``"full"``): every position is a sequence token.
 * 2-D ``[B, L]`` (1 / True = token, 0 = padding): padding is not part of the sequence; it is neither evidence
   nor a query.  Without ``position_ids`` a token's chain position counts the tokens before it (padding
   removed); with them, their values are the chain positions.
@@ -64,12 +64,14 @@ def _four_d(mask: torch.Tensor, B: int, L: int) -> torch.Tensor:
     return allowed[:, 0].expand(B, L, L)
 
 
-def read_evidence(input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+def read_evidence(input_ids: torch.Tensor, attention_mask: torch.Tensor | str | None,
                   position_ids: torch.Tensor | None) -> Evidence:
     """Parse the mask and positions of a call (module docstring); one-line errors for what has no exact meaning."""
     B, L = input_ids.shape
     dev = input_ids.device
     allowed = None
+    if isinstance(attention_mask, str) and attention_mask == "full":  # Dream's spelling of "no mask"
+        attention_mask = None
     if attention_mask is None:
         token = torch.ones(B, L, dtype=torch.bool, device=dev)
     elif attention_mask.dim() == 2:

@@ -128,7 +128,7 @@ class OracleForMaskedLM(PreTrainedModel):
 
     # ------------------------------------------------------------------ forward
     @torch.no_grad()
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | str | None = None,
                 position_ids: torch.Tensor | None = None, return_dict: bool | None = None,
                 **kwargs: Any) -> MaskedLMOutput | tuple[torch.Tensor]:
         """Exact log-posterior logits [B, L, vocab_size] (module docstring).  Other keyword arguments of a
@@ -142,7 +142,7 @@ class OracleForMaskedLM(PreTrainedModel):
             return (logits,)
         return MaskedLMOutput(logits=logits)
 
-    def _logits(self, ids: torch.Tensor, attention_mask: torch.Tensor | None,
+    def _logits(self, ids: torch.Tensor, attention_mask: torch.Tensor | str | None,
                 position_ids: torch.Tensor | None) -> torch.Tensor:
         cfg = self.config
         V, M, W = cfg.chain_vocab_size, cfg.mask_token_id, cfg.vocab_size
