@@ -171,22 +171,29 @@ class OracleForMaskedLM(PreTrainedModel):
         point = revealed & sees_self & (cfg.revealed == "self")
         post = token & ~point
         dtype = torch.float64 if cfg.logits_dtype == "float64" else torch.float32
-        out = torch.full((B * Lt, W), float("-inf"), dtype=dtype, device=ids.device)
+        # one gather from a small table of rows: V point masses, the pad row, then one row per distinct
+        # neighbourhood of the posterior queries
+        special = torch.full((V + 1, W), float("-inf"), dtype=dtype, device=ids.device)
+        diag = torch.arange(V, device=ids.device)
+        special[diag, diag] = 0.0
+        special[V, cfg.pad_token_id] = 0.0
         flat_ids = ids.reshape(-1)
-        pad = flat_nonzero(~token.reshape(-1))
-        out[pad, cfg.pad_token_id] = 0.0
-        pt = flat_nonzero(point.reshape(-1))
-        out[pt, flat_ids[pt]] = 0.0
+        row_id = torch.where(point.reshape(-1), flat_ids, V)
         q = flat_nonzero(post.reshape(-1))
+        table = special
         if q.numel():
-            out[q] = self._posterior_logits(ids, pos, left, right, q, W, dtype)
+            rows, inv = self._posterior_logits(ids, pos, left, right, q, W, dtype)
+            table = torch.cat([special, rows])
+            row_id[q] = inv + (V + 1)
+        out = table.index_select(0, row_id)
         if cfg.tie_jitter > 0:
             out = jitter_logits(out, cfg.tie_jitter, self._jitter)
         out = out.view(B, Lt, W)
         return out[:, 1:] if cfg.logit_shift else out
 
-    def _posterior_logits(self, ids, pos, left, right, q, W, dtype) -> torch.Tensor:
-        """Log-posterior rows [n, W] at the flat query indices ``q``, one computation per distinct neighbourhood."""
+    def _posterior_logits(self, ids, pos, left, right, q, W, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows, inv): log-posterior rows [u, W], one per distinct neighbourhood of the flat query indices
+        ``q``, and the row of each query (all n rows and ``arange(n)`` when the oracle names no keys)."""
         cfg = self.config
         V = cfg.chain_vocab_size
         Lt = ids.shape[1]
@@ -201,12 +208,12 @@ class OracleForMaskedLM(PreTrainedModel):
         exact = cfg.exact_ties and dtype == torch.float32
         den = self.oracle(torch.float64 if exact else dtype, ids.device)
         got = den.distinct_rows(query)
-        rows, inv = got if got is not None else (den.probs_given_neighbours(*query), None)
+        rows, inv = got if got is not None else (den.probs_given_neighbours(*query), torch.arange(q.numel(),
+                                                                                                device=q.device))
         if exact:
             full = torch.zeros(rows.shape[0], W, dtype=torch.float64, device=rows.device)
             full[:, :V] = rows
-            logits = exact_logits(full)
-        else:
-            logits = torch.full((rows.shape[0], W), float("-inf"), dtype=dtype, device=rows.device)
-            logits[:, :V] = rows.to(dtype).log()
-        return logits if inv is None else logits.index_select(0, inv)
+            return exact_logits(full), inv
+        logits = torch.full((rows.shape[0], W), float("-inf"), dtype=dtype, device=rows.device)
+        logits[:, :V] = rows.to(dtype).log()
+        return logits, inv
