@@ -194,3 +194,12 @@ def test_bad_options_name_the_field(chain) -> None:
         OracleForMaskedLM.from_chain(chain, logit_shift=2)
     with pytest.raises(ValueError, match="mask_token_id of an oracle model"):
         OracleForMaskedLM.from_chain(chain, mask_token_id=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_gives_the_cpu_rows(chain) -> None:
+    z = random_states(16, 12, seed=9)
+    for options in ({}, {"exact_ties": False}, {"revealed": "leave_one_out", "logit_shift": 1}):
+        cpu = OracleForMaskedLM.from_chain(chain, **options)
+        gpu = OracleForMaskedLM.from_chain(chain, **options).to("cuda")
+        torch.testing.assert_close(gpu(z.cuda()).logits.cpu(), cpu(z).logits, atol=1e-6, rtol=0)
