@@ -22,7 +22,13 @@ def _report(argv: list[str]) -> int:
     return main(argv)
 
 
+def _conform(argv: list[str]) -> int:
+    from dllm_lit.experiments.conform import main
+
+    return main(argv)
+
+
 #: subcommands of ``cli.py`` that are not Lightning's: name -> main(argv) -> exit status
-COMMANDS: dict[str, Callable[[list[str]], int]] = {"sweep": _sweep, "report": _report}
+COMMANDS: dict[str, Callable[[list[str]], int]] = {"sweep": _sweep, "report": _report, "conform": _conform}
 
 __all__ = ["COMMANDS"]

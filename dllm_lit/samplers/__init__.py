@@ -5,6 +5,7 @@ from dllm_lit.samplers.block_mdlm import BlockMDLM
 from dllm_lit.samplers.dream import Dream
 from dllm_lit.samplers.eb_sampler import EBSampler
 from dllm_lit.samplers.fast_dllm import FastDLLM
+from dllm_lit.samplers.external import ExternalSampler
 from dllm_lit.samplers.fhs import FHS
 from dllm_lit.samplers.klass import KLASS
 from dllm_lit.samplers.llada import LLaDA
@@ -16,5 +17,5 @@ from dllm_lit.samplers.pc_sampler import PCSampler
 from dllm_lit.samplers.remdm import ReMDM
 from dllm_lit.samplers.sedd import SEDD
 
-__all__ = ["AR", "BlockMDLM", "Dream", "EBSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT",
+__all__ = ["AR", "BlockMDLM", "Dream", "EBSampler", "ExternalSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT",
            "PCSampler", "ReMDM", "SEDD", "Sampler", "top_p_filter"]
