@@ -13,7 +13,8 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers import forward_backward_posterior
-from dllm_lit.markov import MarkovChain
+from dllm_lit.denoisers.hmm_posterior import hmm_posterior
+from dllm_lit.markov import HMMWorld, MarkovChain
 
 State = tuple[int, ...]
 
@@ -25,7 +26,10 @@ class PosteriorCache:
 
     def __call__(self, z: State) -> torch.Tensor:
         if z not in self._cache:
-            self._cache[z] = forward_backward_posterior(self.chain, torch.tensor([z]))[0]
+            if isinstance(self.chain, HMMWorld):  # beyond first order: the HMM forward-backward (float64)
+                self._cache[z] = hmm_posterior(self.chain, torch.tensor([z]))[0]
+            else:
+                self._cache[z] = forward_backward_posterior(self.chain, torch.tensor([z]))[0]
         return self._cache[z]
 
 
