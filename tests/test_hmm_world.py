@@ -111,7 +111,7 @@ def test_first_order_special_case_matches_reference_and_fast_oracle() -> None:
     zu = torch.randint(0, 3, (4, 6), generator=torch.Generator().manual_seed(0))
     assert torch.allclose(fast.log_posterior(zu, UniformNoise(0.3)).exp(), hmm_posterior(world, zu, UniformNoise(0.3)),
                           atol=1e-12)
-    hmm = HMMOracleDenoiser(world)
+    hmm = HMMOracleDenoiser(world, dtype=torch.float64)
     assert (hmm(z).exp() - ref).abs().max() <= 1e-12
 
 

@@ -17,9 +17,14 @@ __all__ = ["HMMOracleDenoiser"]
 
 
 class HMMOracleDenoiser(Denoiser):
-    """Exact posterior of an :class:`HMMWorld`; ``dtype`` float64 (the reference, default) or float32."""
+    """Exact posterior of an :class:`HMMWorld`, computed in float64 and returned in ``dtype``.
 
-    def __init__(self, world: HMMWorld, dtype: torch.dtype = torch.float64) -> None:
+    ``dtype`` float32 (default, as the first-order oracle's rows) rounds away the float64 noise by which rows
+    that are equal in exact arithmetic (e.g. every position's marginal with nothing revealed) differ, so
+    confidence-ranked samplers see exact ties there and order them by their tie rule; float64 keeps every digit.
+    """
+
+    def __init__(self, world: HMMWorld, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         if not isinstance(world, HMMWorld):
             raise TypeError(f"world must be an HMMWorld, got {type(world).__name__}")
@@ -37,15 +42,15 @@ class HMMOracleDenoiser(Denoiser):
     def _tables_for(self, channel: EvidenceChannel, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         key = (channel, str(device))
         if key not in self._tables:
-            self._tables[key] = hmm_likelihood_tables(self.world, channel, self.dtype, device)
+            self._tables[key] = hmm_likelihood_tables(self.world, channel, torch.float64, device)
         return self._tables[key]
 
     @torch.no_grad()
     def log_posterior(self, z: torch.Tensor, channel: EvidenceChannel | None = None,
                       leave_one_out: bool = False) -> torch.Tensor:
         channel = ABSORBING if channel is None else channel
-        post = hmm_posterior(self.world, z, channel, leave_one_out, self.dtype, self._tables_for(channel, z.device))
-        return post.log()
+        post = hmm_posterior(self.world, z, channel, leave_one_out, torch.float64, self._tables_for(channel, z.device))
+        return post.to(self.dtype).log()
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """log p(x0 | z) under absorbing masks: [B, T, V] (one-hot rows at revealed positions)."""
