@@ -54,6 +54,8 @@ def build(config: str, args: argparse.Namespace, out: str, steps: list[int]):
     argv = ["--config", config]
     if args.synthetic:
         argv += ["--config", str(ROOT / "configs" / "data" / "synthetic.yaml")]
+    if getattr(args, "data_config", None):
+        argv += ["--config", str(args.data_config)]
     argv += ["--data.num_sequences", str(args.num_sequences), "--data.seq_len", str(args.seq_len),
              "--data.chunk_size", str(args.chunk_size), "--seed_everything", str(args.seed),
              "--trainer.default_root_dir", out, "--trainer.enable_progress_bar", "false",
@@ -126,6 +128,7 @@ def main() -> None:
     ap.add_argument("--chunk-size", type=int, default=512)
     ap.add_argument("--seed", type=int, default=123)
     ap.add_argument("--synthetic", action="store_true", help="OWT-sized synthetic chain instead of the English chain")
+    ap.add_argument("--data-config", default=None, help="a data fragment, e.g. configs/data/kth_order.yaml")
     ap.add_argument("--accelerator", default="gpu" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (configs run in parallel, one thread each)")
     args = ap.parse_args()

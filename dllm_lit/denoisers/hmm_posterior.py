@@ -63,10 +63,16 @@ def hmm_posterior(world: HMMWorld, z: torch.Tensor, channel: EvidenceChannel = A
         b[:, t - 1] = _normalise_or(world.left(m), ones)
     out = torch.empty(Bsz, T, V, dtype=dtype, device=dev)
     a = world.initial.to(device=dev, dtype=dtype).expand(Bsz, S)
+    if world.order is not None:  # state s emits s mod V: m B is a sum over the S / V states of each token
+        def emit(m: torch.Tensor) -> torch.Tensor:
+            return m.view(Bsz, S // V, V).sum(1)
+    else:
+        def emit(m: torch.Tensor) -> torch.Tensor:
+            return m @ Bm
     for t in range(T):
         ev = E[z[:, t]]
-        left_only = a @ Bm
-        q = (a * b[:, t]) @ Bm
+        left_only = emit(a)
+        q = emit(a * b[:, t])
         if leave_one_out:
             out[:, t] = _normalise_or(q, left_only)
         else:
