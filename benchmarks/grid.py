@@ -79,17 +79,23 @@ def run_unit(config: str, steps: list[int],
              args: argparse.Namespace) -> tuple[str, float, float, dict, str | None, float]:
     """Run one config at the step counts ``steps`` (the chain and oracle are built once per process):
     (name, wall s, cpu s, kl by steps, set-up line, the process's peak resident memory so far in GB)."""
-    from dllm_lit.denoisers import OracleDenoiser
+    from dllm_lit.denoisers import HMMOracleDenoiser, OracleDenoiser
     from dllm_lit.engine import predict
+    from dllm_lit.markov import MarkovChain
     setup = None
     with tempfile.TemporaryDirectory() as out:
         cli = build(config, args, out, steps)
         if "chain" not in _SHARED:
             t0 = time.perf_counter()
             chain = cli.datamodule.build_chain()
-            oracle = OracleDenoiser(chain, cache_dir=cli.datamodule.cache_dir)
+            if isinstance(chain, MarkovChain):
+                oracle = OracleDenoiser(chain, cache_dir=cli.datamodule.cache_dir)
+                detail = f"oracle {oracle.extra_repr()}"
+            else:  # an HMM world (--data-config): the exact HMM oracle
+                oracle = HMMOracleDenoiser(chain)
+                detail = "HMM oracle (forward-backward)"
             _SHARED.update(chain=chain, oracle=oracle)
-            setup = (f"chain {chain!r}; oracle {oracle.extra_repr()}; set up in {time.perf_counter() - t0:.1f} s "
+            setup = (f"chain {chain!r}; {detail}; set up in {time.perf_counter() - t0:.1f} s "
                      f"(power table cached under {cli.datamodule.cache_dir})")
         cli.datamodule.chain = _SHARED["chain"]
         if cli.model.requires_denoiser and cli.model.denoiser is None:
