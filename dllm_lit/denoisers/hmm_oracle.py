@@ -45,12 +45,19 @@ class HMMOracleDenoiser(Denoiser):
             self._tables[key] = hmm_likelihood_tables(self.world, channel, torch.float64, device)
         return self._tables[key]
 
+    #: bytes of right messages (float64 [rows, T, S]) held at once: the batch is processed in chunks of rows
+    MESSAGE_BYTES = 2**29
+
     @torch.no_grad()
     def log_posterior(self, z: torch.Tensor, channel: EvidenceChannel | None = None,
                       leave_one_out: bool = False) -> torch.Tensor:
         channel = ABSORBING if channel is None else channel
-        post = hmm_posterior(self.world, z, channel, leave_one_out, torch.float64, self._tables_for(channel, z.device))
-        return post.to(self.dtype).log()
+        tables = self._tables_for(channel, z.device)
+        rows = max(1, self.MESSAGE_BYTES // (8 * max(z.shape[1], 1) * self.world.num_states))
+        out = [hmm_posterior(self.world, z[i:i + rows], channel, leave_one_out, torch.float64, tables).to(self.dtype)
+               for i in range(0, z.shape[0], rows)]
+        return torch.cat(out).log() if out else torch.empty(0, z.shape[1], self.vocab_size, dtype=self.dtype,
+                                                              device=z.device)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """log p(x0 | z) under absorbing masks: [B, T, V] (one-hot rows at revealed positions)."""

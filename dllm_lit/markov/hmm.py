@@ -229,7 +229,9 @@ class HMMWorld:
             prev = states[:, t - 1]
             k = inverse_cdf(trans_cdf[prev], u_s[:, t])
             states[:, t] = k if self.A is not None else (prev % R) * self.vocab_size + k
-        x = inverse_cdf(emit_cdf[states], u_x)
+        x = torch.empty_like(states)
+        for t in range(T):  # one position at a time: no [N, T, V] table of emission rows
+            x[:, t] = inverse_cdf(emit_cdf[states[:, t]], u_x[:, t])
         return (x, states) if return_states else x
 
     # ------------------------------------------------------------------ first-order projection
