@@ -124,7 +124,9 @@ def test_spec_validation_and_registration(restore_registry) -> None:
     assert [(s.name, s.reads, s.reference) for s in lm[-3:]] == [
         ("genppl", "texts", False), ("mauve+mauve_seed_mean+mauve_seed_std", "texts", True),
         ("kl_excess+entropy_mm+kl_mm+seq_kl_lower+seq_kl_upper", "stats", False)]
-    assert registry.figure_keys() == ("kl", "nll", "entropy", "div3")
+    # then the HMM-world figures (drawn only when rows carry those keys)
+    assert registry.figure_keys() == ("kl", "nll", "entropy", "div3", "world_nll", "ngram_kl2_excess",
+                                      "ngram_kl3_excess", "dep_excess")
     # what a spec reads is checked when the run is wired
     with pytest.raises(ValueError, match="mauve.* need reference samples"):
         ResultsWriter(mauve_featurizer="m").connect(None, None, decoder=object())
