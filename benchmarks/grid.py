@@ -54,6 +54,8 @@ def build(config: str, args: argparse.Namespace, out: str, steps: list[int]):
     argv = ["--config", config]
     if args.synthetic:
         argv += ["--config", str(ROOT / "configs" / "data" / "synthetic.yaml")]
+    if getattr(args, "data_config", None):
+        argv += ["--config", str(args.data_config)]
     argv += ["--data.num_sequences", str(args.num_sequences), "--data.seq_len", str(args.seq_len),
              "--data.chunk_size", str(args.chunk_size), "--seed_everything", str(args.seed),
              "--trainer.default_root_dir", out, "--trainer.enable_progress_bar", "false",
@@ -77,17 +79,23 @@ def run_unit(config: str, steps: list[int],
              args: argparse.Namespace) -> tuple[str, float, float, dict, str | None, float]:
     """Run one config at the step counts ``steps`` (the chain and oracle are built once per process):
     (name, wall s, cpu s, kl by steps, set-up line, the process's peak resident memory so far in GB)."""
-    from dllm_lit.denoisers import OracleDenoiser
+    from dllm_lit.denoisers import HMMOracleDenoiser, OracleDenoiser
     from dllm_lit.engine import predict
+    from dllm_lit.markov import MarkovChain
     setup = None
     with tempfile.TemporaryDirectory() as out:
         cli = build(config, args, out, steps)
         if "chain" not in _SHARED:
             t0 = time.perf_counter()
             chain = cli.datamodule.build_chain()
-            oracle = OracleDenoiser(chain, cache_dir=cli.datamodule.cache_dir)
+            if isinstance(chain, MarkovChain):
+                oracle = OracleDenoiser(chain, cache_dir=cli.datamodule.cache_dir)
+                detail = f"oracle {oracle.extra_repr()}"
+            else:  # an HMM world (--data-config): the exact HMM oracle
+                oracle = HMMOracleDenoiser(chain)
+                detail = "HMM oracle (forward-backward)"
             _SHARED.update(chain=chain, oracle=oracle)
-            setup = (f"chain {chain!r}; oracle {oracle.extra_repr()}; set up in {time.perf_counter() - t0:.1f} s "
+            setup = (f"chain {chain!r}; {detail}; set up in {time.perf_counter() - t0:.1f} s "
                      f"(power table cached under {cli.datamodule.cache_dir})")
         cli.datamodule.chain = _SHARED["chain"]
         if cli.model.requires_denoiser and cli.model.denoiser is None:
@@ -126,6 +134,7 @@ def main() -> None:
     ap.add_argument("--chunk-size", type=int, default=512)
     ap.add_argument("--seed", type=int, default=123)
     ap.add_argument("--synthetic", action="store_true", help="OWT-sized synthetic chain instead of the English chain")
+    ap.add_argument("--data-config", default=None, help="a data fragment, e.g. configs/data/kth_order.yaml")
     ap.add_argument("--accelerator", default="gpu" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (configs run in parallel, one thread each)")
     args = ap.parse_args()

@@ -81,7 +81,7 @@ def test_one_class_and_one_registry_line_add_a_metric(tmp_path, restore_registry
         expected = ratio_ci(x.sum(dim=1), torch.full((x.shape[0],), x.shape[1]), num_resamples=20, seed=r["seed"])
         assert r["mean_token_ci"] == list(expected)
         keys = list(r)
-        assert keys.index("mean_token") == keys.index(registry.METRICS[-2].keys[-1]) + 1  # after the built-in values
+        assert keys.index("mean_token") == keys.index("seq_kl_fwd_theory") + 1  # after the built-in values (first-order world)
         assert keys[-1] == "mean_token_ci"  # after the built-in intervals
     with open(tmp_path / "metrics.csv") as f:
         csv_rows = list(csv.DictReader(f))
@@ -125,7 +125,9 @@ def test_spec_validation_and_registration(restore_registry) -> None:
         ("genppl", "texts", False), ("mauve+mauve_seed_mean+mauve_seed_std", "texts", True),
         ("kl_excess+entropy_mm+kl_mm+seq_kl_lower+seq_kl_upper", "stats", False),
         ("seq_kl_fwd+seq_kl_fwd_theory", "stats", False)]
-    assert registry.figure_keys() == ("kl", "nll", "entropy", "div3")
+    # then the HMM-world figures (drawn only when rows carry those keys)
+    assert registry.figure_keys() == ("kl", "nll", "entropy", "div3", "world_nll", "ngram_kl2_excess",
+                                      "ngram_kl3_excess", "dep_excess")
     # what a spec reads is checked when the run is wired
     with pytest.raises(ValueError, match="mauve.* need reference samples"):
         ResultsWriter(mauve_featurizer="m").connect(None, None, decoder=object())

@@ -74,7 +74,8 @@ def test_english_chain_options_as_a_group_or_as_keywords() -> None:
 
 def _every_source(tmp_path) -> list:
     from dllm_lit.markov import save_chain
-    from dllm_lit.sources import ChainFile, LocalTextChars, OpenWebTextBPE, PaperArtifact, Synthetic, Text8Chars
+    from dllm_lit.sources import (ChainFile, HMMSynthetic, KthOrderChars, LocalTextChars, OpenWebTextBPE, PaperArtifact,
+                                  SwitchingChains, Synthetic, Text8Chars)
 
     save_chain(synthetic_chain(8, 3, seed=1), tmp_path / "chain.pt")
     return [
@@ -84,6 +85,9 @@ def _every_source(tmp_path) -> list:
         Text8Chars(dataset="text", data_files=[str(tmp_path / "a.txt")], max_chars=None),
         LocalTextChars(str(tmp_path / "a.txt"), sparsity=SparsityOptions(target_mass=0.9)),
         OpenWebTextBPE(data_files={"train": [str(tmp_path / "a.txt")]}, sparsity=SparsityOptions(top_k=17, eps=1e-4)),
+        # HMM worlds
+        KthOrderChars(order=3, sparsity=SparsityOptions(top_k=4, eps=1e-3)),
+        SwitchingChains(num_chains=3, rho=0.5, weights=[0.5, 0.25, 0.25]), HMMSynthetic(num_states=5, stay=0.3),
     ]
 
 

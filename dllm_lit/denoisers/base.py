@@ -6,6 +6,12 @@ Effective Masked Diffusion Language Models", arXiv:2406.07524): one-hot at unmas
 no mass on MASK.  For absorbing diffusion the exact posterior does not depend on t, so the
 interface has no time argument.
 
+The evidence channel is part of the contract (:mod:`dllm_lit.denoisers.channels`): :meth:`Denoiser.log_posterior`
+answers p(x0_i | z) under a named channel (absorbing masks, uniform-state noise at level alpha, GIDD's mixed
+noise) and, with ``leave_one_out``, p(x0_i | z_{-i}); :meth:`Denoiser.supports` says which channels a denoiser
+answers.  Absorbing masks are every denoiser's default (``forward``); the exact oracles answer every channel, and
+a learned uniform-state model declares its own, so they are interchangeable behind the same call.
+
 A denoiser is bound to the ground-truth chain once, at wiring time (:meth:`Denoiser.bind`): a
 learned model takes its vocabulary size from the chain or checks it against the chain there.
 """
@@ -18,6 +24,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from dllm_lit.denoisers.channels import EvidenceChannel
     from dllm_lit.markov.chain import MarkovChain
 
 __all__ = ["Denoiser", "check_tokens"]
@@ -63,6 +70,26 @@ class Denoiser(nn.Module, ABC):
     @abstractmethod
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """log p(x0_i = v | z) for every position: Tensor[B, T, V]."""
+
+    def supports(self, channel: "EvidenceChannel", leave_one_out: bool = False) -> bool:
+        """Whether :meth:`log_posterior` answers ``channel`` (absorbing masks, not leave-one-out, by default)."""
+        from dllm_lit.denoisers.channels import AbsorbingMask
+
+        return isinstance(channel, AbsorbingMask) and not leave_one_out
+
+    def log_posterior(self, z: torch.Tensor, channel: "EvidenceChannel | None" = None,
+                      leave_one_out: bool = False) -> torch.Tensor:
+        """log p(x0_i = v | z) (or | z_{-i} with ``leave_one_out``) under ``channel`` (None: absorbing): [B, T, V].
+
+        The default answers the absorbing channel by :meth:`forward`; denoisers that answer more override it
+        and :meth:`supports`."""
+        from dllm_lit.denoisers.channels import ABSORBING
+
+        channel = ABSORBING if channel is None else channel
+        if not self.supports(channel, leave_one_out):
+            raise ValueError(f"{type(self).__name__} does not answer the {channel.describe()['channel']} channel"
+                             f"{' (leave-one-out)' if leave_one_out else ''}; it answers absorbing masks only")
+        return self.forward(z)
 
     def log_probs_at(self, z: torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor) -> torch.Tensor:
         """log p(x0 | z) at the listed (batch, position) pairs only: Tensor[n, V].

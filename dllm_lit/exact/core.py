@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.forward_backward import forward_backward_posterior
-from dllm_lit.markov import MarkovChain
+from dllm_lit.markov import HMMWorld, MarkovChain
 
 __all__ = ["State", "PosteriorCache", "product_step", "law_vector", "argmax_fill_law", "all_sequences", "chain_law"]
 
@@ -20,13 +20,17 @@ State = tuple[int, ...]
 
 
 class PosteriorCache:
-    def __init__(self, chain: MarkovChain) -> None:
+    def __init__(self, chain: MarkovChain | HMMWorld) -> None:
         self.chain = chain
         self._cache: dict[State, torch.Tensor] = {}
 
     def __call__(self, z: State) -> torch.Tensor:
         if z not in self._cache:
-            self._cache[z] = forward_backward_posterior(self.chain, torch.tensor([z]))[0]
+            if isinstance(self.chain, HMMWorld):  # beyond first order: the HMM forward-backward (float64)
+                from dllm_lit.denoisers.hmm_posterior import hmm_posterior
+                self._cache[z] = hmm_posterior(self.chain, torch.tensor([z]))[0]
+            else:
+                self._cache[z] = forward_backward_posterior(self.chain, torch.tensor([z]))[0]
         return self._cache[z]
 
 

@@ -3,5 +3,6 @@ App. E).  Where chains come from (bundled counts, corpora, files) is :mod:`dllm_
 from dllm_lit.markov.chain import ChainError, MarkovChain
 from dllm_lit.markov.io import load_chain, save_chain
 from dllm_lit.markov.synthetic import synthetic_chain
+from dllm_lit.markov.hmm import HMMWorld
 
-__all__ = ["ChainError", "MarkovChain", "load_chain", "save_chain", "synthetic_chain"]
+__all__ = ["ChainError", "MarkovChain", "load_chain", "save_chain", "synthetic_chain", "HMMWorld"]

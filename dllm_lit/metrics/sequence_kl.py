@@ -59,9 +59,12 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
     _cat_state_specs = {"codes": (torch.int64, ()), "u": (torch.float64, ()), "index": (torch.int64, ())}
     interval_policy = SEQUENCE_KL_INTERVALS
 
-    def __init__(self, chain: MarkovChain, **kwargs: Any) -> None:
+    def __init__(self, chain: MarkovChain, world: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.chain = chain
+        #: ``world`` (an HMM world, whose first-order projection is ``chain``): log p(x) is the world's exact
+        #: log-likelihood (forward algorithm), so seq_kl_upper bounds the sequence KL to the world; seq_kl_lower
+        #: (a first-order bound) is None
+        self.chain, self.world = chain, world
         self.reference: SequenceKL | None = None
         self.add_state("codes", default=[], dist_reduce_fx="cat")
         self.add_state("u", default=[], dist_reduce_fx="cat")
@@ -88,7 +91,8 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
         log_q = stats.get("log_q")
         log_q = torch.full((n,), float("nan"), dtype=torch.float64) if log_q is None else log_q.to(torch.float64).cpu()
         self.codes.append(transition_codes(x, self.chain.vocab_size).reshape(-1).to(self.device))
-        self.u.append((log_q - sequence_log_prob(self.chain, x)).to(self.device))
+        log_p = sequence_log_prob(self.chain, x) if self.world is None else self.world.log_prob(x)
+        self.u.append((log_q - log_p).to(self.device))
         self.index.append(torch.as_tensor(stats["index"]).reshape(-1).to(device=self.device, dtype=torch.int64))
 
     # ------------------------------------------------------------------ gathered, index-ordered states
@@ -115,7 +119,7 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
 
     def compute(self) -> dict[str, float | None]:
         codes, u, ref = self._all()
-        return sequence_kl_values(codes, u, self.chain, ref)
+        return sequence_kl_values(codes, u, self.chain, ref, first_order=self.world is None)
 
     # ------------------------------------------------------------------ interval protocol
     def sequence_statistics(self) -> dict[str, Tensor]:
@@ -136,4 +140,5 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
         return out
 
     def resampling_statistic(self, statistics: Mapping[str, Tensor]) -> ResampledSequenceKL:
-        return ResampledSequenceKL(statistics["codes"], statistics["u"], self.chain, statistics.get("ref_codes"))
+        return ResampledSequenceKL(statistics["codes"], statistics["u"], self.chain, statistics.get("ref_codes"),
+                                   first_order=self.world is None)

@@ -189,7 +189,8 @@ def plot_kl_bracket(rows: list[dict[str, Any]], path: Path, formats: Iterable[st
         color = line.get_color()
         ax.plot(xs, [r["kl"] for r in rs], ls=":", color=color, lw=1, label=f"{name}: plug-in KL")
         if all(r.get("seq_kl_upper") is not None for r in rs):
-            lo, hi = [max(0.0, r["seq_kl_lower"]) for r in rs], [r["seq_kl_upper"] for r in rs]  # the KL is >= 0
+            # the KL is >= 0; in an HMM world there is no first-order lower end (None): the band starts at 0
+            lo, hi = [max(0.0, r["seq_kl_lower"] or 0.0) for r in rs], [r["seq_kl_upper"] for r in rs]
             ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
             ax.plot(xs, hi, ls="--", color=color, lw=1, label=f"{name}: sequence KL/token bracket")
         else:

@@ -36,6 +36,22 @@ from dllm_lit.metrics.mauve_seeds import MauveOverSeeds
 from dllm_lit.metrics.ngram_diversity import NgramDiversity
 from dllm_lit.metrics.sequence_kl import SEQUENCE_KL_KEYS, SequenceKL
 from dllm_lit.metrics.transition import TransitionMetrics
+from dllm_lit.metrics.dependence import DEPENDENCE_KEYS, DependenceProfile
+from dllm_lit.metrics.ngram_kl import NGRAM_KL_KEYS, NgramKL
+from dllm_lit.metrics.world_nll import WorldNLL
+
+
+def hmm_world(chain: Any) -> Any:
+    """``chain`` if it is an HMM world (beyond the first-order chain), else None."""
+    from dllm_lit.markov.hmm import HMMWorld
+
+    return chain if isinstance(chain, HMMWorld) else None
+
+
+def first_order(chain: Any) -> MarkovChain:
+    """The chain the transition metrics compare against: the chain itself, or an HMM world's exact bigram law."""
+    world = hmm_world(chain)
+    return chain if world is None else world.bigram_chain
 
 __all__ = ["METRICS", "MetricContext", "MetricSpec", "enabled_specs", "figure_keys", "interval_methods", "labels",
            "register"]
@@ -151,7 +167,7 @@ def _float(x: Any) -> float | None:
 
 #: the results table, in row order
 METRICS: list[MetricSpec] = [
-    MetricSpec(METRIC_KEYS, lambda c: TransitionMetrics(c.chain, per_sequence=c.intervals),
+    MetricSpec(METRIC_KEYS, lambda c: TransitionMetrics(first_order(c.chain), per_sequence=c.intervals),
                labels={"nll": "NLL per token (nats)", "kl": "transition KL (nats)", "tv": "transition TV",
                        "entropy": "transition entropy (nats)", "unigram_l1": "unigram L1",
                        "other_mass": "other-mass rate", "support_frac": "support fraction"},
@@ -170,7 +186,8 @@ METRICS: list[MetricSpec] = [
         reads="texts", reference=True, labels={"mauve": "MAUVE", "mauve_seed_mean": "MAUVE (mean over k-means seeds)",
                                                 "mauve_seed_std": "MAUVE (std over k-means seeds)"},
         enabled=lambda o: bool(o.mauve_featurizer)),
-    MetricSpec(SEQUENCE_KL_KEYS, lambda c: SequenceKL(c.chain), reads="stats", pairs_with_reference=True,
+    MetricSpec(SEQUENCE_KL_KEYS, lambda c: SequenceKL(first_order(c.chain), world=hmm_world(c.chain)), reads="stats",
+               pairs_with_reference=True,
                labels={"kl_excess": "transition KL minus exact-sample KL (nats)",
                        "entropy_mm": "transition entropy, Miller-Madow (nats)",
                        "kl_mm": "transition KL, Miller-Madow (nats)",
@@ -179,6 +196,25 @@ METRICS: list[MetricSpec] = [
     MetricSpec(("seq_kl_fwd", "seq_kl_fwd_theory"), lambda c: ForwardSequenceKL(), reads="stats",
                labels={"seq_kl_fwd": "E_order KL(chain || sampler | order) per token (nats)",
                        "seq_kl_fwd_theory": "predicted E_order KL(chain || sampler | order) per token (nats)"}),
+]
+
+
+# ---- every-world metrics (HMM worlds; first-order runs keep the table above unchanged) -------------------------
+def _in_hmm_world(options: Any) -> bool:
+    return hmm_world(getattr(options, "chain", None)) is not None
+
+
+METRICS += [
+    MetricSpec(("world_nll",), lambda c: WorldNLL(c.chain), reads="stats", enabled=_in_hmm_world,
+               labels={"world_nll": "NLL per token under the world (nats)"}, figures=("world_nll",)),
+    MetricSpec(NGRAM_KL_KEYS, lambda c: NgramKL(c.chain), reads="stats", pairs_with_reference=True,
+               enabled=_in_hmm_world, figures=("ngram_kl2_excess", "ngram_kl3_excess"),
+               labels={**{f"ngram_kl{n}": f"{n}-gram KL to the exact marginal (nats)" for n in (1, 2, 3)},
+                       **{f"ngram_kl{n}_excess": f"{n}-gram KL minus exact-sample KL (nats)" for n in (1, 2, 3)}}),
+    MetricSpec(DEPENDENCE_KEYS, lambda c: DependenceProfile(c.chain), reads="stats", pairs_with_reference=True,
+               enabled=_in_hmm_world, figures=("dep_excess",),
+               labels={"dep_excess": "I(X_i; X_i+d) minus exact samples', mean over d (nats)",
+                       "dep_excess_far": "I(X_i; X_i+d) minus exact samples', d >= 16 (nats)"}),
 ]
 
 

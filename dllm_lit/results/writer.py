@@ -623,8 +623,24 @@ class ResultsWriter(Callback):
             from dllm_lit.results.figures import write_figures
 
             paths = write_figures(self.rows, self.out, formats=self.figure_formats, meta=self.meta)
+            paths += self._dependence_figure()
         self.log_rows(trainer, self.rows, figures=paths, files=[self.out / n for n in ("metrics.json", "samples.txt",
                                                                                         "samples.pt")])
+
+    def _dependence_figure(self) -> list[Path]:
+        """In an HMM world: ``figures/dependence_profile`` from the saved samples (exact curve vs every row's)."""
+        from dllm_lit.results.registry import hmm_world
+
+        if hmm_world(self.chain) is None or not self.save_samples or not (self.out / "samples.pt").is_file():
+            return []
+        from dllm_lit.results.dependence_figure import plot_dependence_profile
+        from dllm_lit.results.figures import run_caption
+
+        saved = torch.load(self.out / "samples.pt", weights_only=True)["rows"]
+        labels = [f"{r['label']} " + ("(exact samples)" if r["steps"] is None else f"steps={r['steps']}") for r in saved]
+        return plot_dependence_profile(self.chain, labels, [r["samples"] for r in saved],
+                                       self.out / "figures" / "dependence_profile", formats=self.figure_formats,
+                                       caption=run_caption(self.meta))
 
     # ------------------------------------------------------------------ files
     @staticmethod

@@ -104,5 +104,12 @@ class AR(Sampler):
         start = int(indices[0])
         if not torch.equal(indices.cpu(), torch.arange(start, start + indices.numel())):
             raise ValueError("AR chunks must hold consecutive sequence indices")
+        if not isinstance(self.chain, MarkovChain):  # an HMM world: exact samples only (check_options)
+            return self.chain.sample(indices.numel(), int(seq_len), seed=seed, start_index=start, device=indices.device)
         return self.chain.sample(indices.numel(), int(seq_len), seed=seed, start_index=start, device=indices.device,
                                  topk_probs=sharpened_rows(self.chain, self.beta))
+
+    def check_options(self) -> None:
+        """Sharpening (beta != 1) acts on a first-order chain's top-K rows; an HMM world is sampled exactly."""
+        if self.beta != 1 and self.chain is not None and not isinstance(self.chain, MarkovChain):
+            raise ValueError(f"beta must be 1 in an HMM world (sharpening needs a first-order chain), got {self.beta:g}")

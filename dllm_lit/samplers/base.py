@@ -85,8 +85,14 @@ class Sampler(L.LightningModule, ABC):
         if self.requires_denoiser:
             if self.denoiser is None:
                 from dllm_lit.denoisers.oracle import OracleDenoiser
+                from dllm_lit.markov.hmm import HMMWorld
 
-                self.denoiser = OracleDenoiser(chain, cache_dir=cache_dir).to(self.device)
+                if isinstance(chain, HMMWorld):  # beyond first order: the HMM oracle, generic sampler paths
+                    from dllm_lit.denoisers.hmm_oracle import HMMOracleDenoiser
+
+                    self.denoiser = HMMOracleDenoiser(chain).to(self.device)
+                else:
+                    self.denoiser = OracleDenoiser(chain, cache_dir=cache_dir).to(self.device)
             else:
                 self.denoiser.bind(chain)
         self.chain = chain

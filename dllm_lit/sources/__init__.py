@@ -16,6 +16,9 @@ from dllm_lit.sources.options import SparsityOptions
 from dllm_lit.sources.paper_artifact import PaperArtifact, load_paper_artifact, load_reference_samples
 from dllm_lit.sources.synthetic import Synthetic
 from dllm_lit.sources.text8 import Text8Chars
+from dllm_lit.sources.kth_order import KthOrderChars
+from dllm_lit.sources.switching_chains import SwitchingChains
+from dllm_lit.sources.hmm_synthetic import HMMSynthetic
 
 __all__ = [
     # the interface
@@ -23,6 +26,8 @@ __all__ = [
     "CORPUS_CHAIN_FORMAT",
     # sources
     "EnglishChars", "Synthetic", "ChainFile", "PaperArtifact", "Text8Chars", "LocalTextChars", "OpenWebTextBPE",
+    # HMM worlds
+    "KthOrderChars", "SwitchingChains", "HMMSynthetic",
     # functions behind them
     "english_char_chain", "load_paper_artifact", "load_reference_samples",
 ]

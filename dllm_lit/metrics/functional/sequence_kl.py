@@ -85,10 +85,11 @@ def _corrected(pairs: torch.Tensor, counts: torch.Tensor, chain: MarkovChain) ->
 
 
 def sequence_kl_values(codes: torch.Tensor, u: torch.Tensor | None, chain: MarkovChain,
-                       reference_codes: torch.Tensor | None) -> dict[str, float | None]:
+                       reference_codes: torch.Tensor | None, first_order: bool = True) -> dict[str, float | None]:
     """The five values from per-sequence transition codes [N, T - 1], per-sequence u = log q - log p [N]
     (None or containing NaN: the sampler reports no log q) and the reference row's codes (None: no
-    reference row).  Unavailable values are None."""
+    reference row).  Unavailable values are None; ``seq_kl_lower`` needs a first-order world (the chain rule
+    bound (T - 1) KL_trans holds only there)."""
     pairs, counts = torch.unique(codes.reshape(-1), return_counts=True)
     kl, entropy_mm, kl_mm = _corrected(pairs, counts, chain)
     T = codes.shape[1] + 1
@@ -98,7 +99,7 @@ def sequence_kl_values(codes: torch.Tensor, u: torch.Tensor | None, chain: Marko
         rp, rc = torch.unique(reference_codes.reshape(-1), return_counts=True)
         excess = kl - transition_metrics_from_pairs(rp, rc, chain)["kl"]
         out["kl_excess"] = excess
-        out["seq_kl_lower"] = (T - 1) / T * excess
+        out["seq_kl_lower"] = (T - 1) / T * excess if first_order else None
     if u is not None and u.numel() and bool(torch.isfinite(u).all()):
         out["seq_kl_upper"] = float(u.to(torch.float64).sum() / u.numel()) / T
     return out
@@ -113,8 +114,8 @@ class ResampledSequenceKL:
     """
 
     def __init__(self, codes: torch.Tensor, u: torch.Tensor | None, chain: MarkovChain,
-                 reference_codes: torch.Tensor | None) -> None:
-        self.chain = chain
+                 reference_codes: torch.Tensor | None, first_order: bool = True) -> None:
+        self.chain, self.first_order = chain, first_order
         self.T = codes.shape[1] + 1
         self.own = PairCounts(codes)
         self.ref = PairCounts(reference_codes) if reference_codes is not None else None
@@ -131,7 +132,8 @@ class ResampledSequenceKL:
             kl_ref = [transition_metrics_from_pairs(self.ref.pairs, ref[r], self.chain)["kl"] for r in range(weights.shape[0])]
             excess = torch.tensor([v[0] - k for v, k in zip(vals, kl_ref)], dtype=torch.float64)
             out["kl_excess"] = excess
-            out["seq_kl_lower"] = (self.T - 1) / self.T * excess
+            if self.first_order:
+                out["seq_kl_lower"] = (self.T - 1) / self.T * excess
         if self.u is not None:
             out["seq_kl_upper"] = (weights * self.u).sum(-1) / weights.sum(-1) / self.T
         return out

@@ -1,0 +1,119 @@
+"""HMM worlds: the exact posterior's cost, and the paper's grid on the order-2 English world.
+
+    python benchmarks/hmm.py posterior [--states 64 256 1024] [--batch 64] [--seq-len 1024] [--device cpu]
+    python benchmarks/hmm.py grid [--jobs 2]     # the 7 paper configs, order-2 English, N = T = 256, steps 8 32 128 256
+
+``posterior`` times :func:`dllm_lit.denoisers.hmm_posterior` (batched forward-backward, float64, absorbing masks,
+half the positions masked) on random dense HMMs (``hmm_synthetic``, V = 27) against a dense forward-backward run
+one sequence at a time as hmmlearn does (scaled forward and backward passes with numpy matrix-vector products,
+then the state posteriors pushed through B and the channel); both give the same posteriors (checked, 1e-10).
+The baseline's per-call time is measured on ``--baseline-sequences`` sequences and scaled to the batch (it is
+linear in the number of sequences).  It prints wall and CPU (process) seconds per call and the ratio.
+``grid`` runs ``benchmarks/grid.py`` with ``configs/data/kth_order.yaml`` (same parser and engine as the CLI).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's dllm_lit, also when another copy is installed
+
+
+def dense_forward_backward(A: np.ndarray, B: np.ndarray, mu: np.ndarray, L: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Token posteriors [T, V] of one sequence by the textbook scaled forward-backward (dense A, numpy)."""
+    T, S = z.shape[0], A.shape[0]
+    E = L[z] @ B.T  # [T, S] evidence per state
+    alpha = np.empty((T, S))
+    a = mu * E[0]
+    alpha[0] = a / a.sum()
+    for t in range(1, T):
+        a = (alpha[t - 1] @ A) * E[t]
+        alpha[t] = a / a.sum()
+    beta = np.empty((T, S))
+    beta[T - 1] = 1.0
+    for t in range(T - 1, 0, -1):
+        b = A @ (E[t] * beta[t])
+        beta[t - 1] = b / b.sum()
+    gamma = alpha * beta
+    gamma /= gamma.sum(1, keepdims=True)
+    # p(x_t | z) from the state posterior: p(x_t = v, s_t = s | z) propto gamma(s) B(s, v) L(z_t, v) / E(z_t, s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(E > 0, gamma / E, 0.0)
+    post = (w @ B) * L[z]
+    return post / post.sum(1, keepdims=True)
+
+
+def posterior(args: argparse.Namespace) -> None:
+    from dllm_lit.denoisers import ABSORBING, hmm_posterior
+    from dllm_lit.sources.hmm_synthetic import synthetic_hmm
+
+    torch.set_num_threads(1)
+    dev = torch.device(args.device)
+    print(f"B={args.batch} T={args.seq_len} V=27, absorbing masks (half masked), float64, device={dev}, one thread")
+    print(f"{'S':>6s} {'ours wall':>10s} {'ours cpu':>9s} {'dense wall':>11s} {'dense cpu':>10s} {'ratio':>6s}")
+    for S in args.states:
+        world = synthetic_hmm(S, 27, stay=0.5, emission_support=3, seed=0)
+        g = torch.Generator().manual_seed(1)
+        x = world.sample(args.batch, args.seq_len, seed=2)
+        z = torch.where(torch.rand(x.shape, generator=g) < 0.5, world.mask_id, x)
+        zd = z.to(dev)
+        hmm_posterior(world, zd[:2, :16])
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        w0, c0 = time.perf_counter(), time.process_time()
+        ours = hmm_posterior(world, zd)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        w1, c1 = time.perf_counter() - w0, time.process_time() - c0
+        A, B, mu = world.A.numpy(), world.B.numpy(), world.initial.numpy()
+        L = ABSORBING.likelihood(27).numpy()
+        n = min(args.baseline_sequences, args.batch)
+        w0, c0 = time.perf_counter(), time.process_time()
+        ref = [dense_forward_backward(A, B, mu, L, z[b].numpy()) for b in range(n)]
+        w2, c2 = (time.perf_counter() - w0) * args.batch / n, (time.process_time() - c0) * args.batch / n
+        err = max(float(np.abs(ours[b].cpu().numpy() - ref[b]).max()) for b in range(n))
+        assert err <= 1e-10, f"posteriors differ by {err}"
+        print(f"{S:>6d} {w1:>9.2f}s {c1:>8.2f}s {w2:>10.2f}s {c2:>9.2f}s {w1 / w2:>6.2f}   (max |diff| {err:.1e})",
+              flush=True)
+
+
+def grid(args: argparse.Namespace) -> None:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "grid.py"), "--data-config",
+           str(ROOT / "configs" / "data" / "kth_order.yaml"), "--num-sequences", str(args.num_sequences),
+           "--seq-len", str(args.seq_len), "--chunk-size", str(args.num_sequences), "--steps", *map(str, args.steps),
+           "--jobs", str(args.jobs)]
+    if args.configs:
+        cmd += ["--configs", *args.configs]
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    subprocess.run(cmd, check=True, env=env)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("posterior")
+    p.add_argument("--states", nargs="*", type=int, default=[64, 256, 1024])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--seq-len", type=int, default=1024)
+    p.add_argument("--baseline-sequences", type=int, default=4)
+    p.add_argument("--device", default="cpu")
+    g = sub.add_parser("grid")
+    g.add_argument("--num-sequences", type=int, default=256)
+    g.add_argument("--seq-len", type=int, default=256)
+    g.add_argument("--steps", nargs="*", type=int, default=[8, 32, 128, 256])
+    g.add_argument("--jobs", type=int, default=2)
+    g.add_argument("--configs", nargs="*", default=None)
+    args = ap.parse_args()
+    posterior(args) if args.what == "posterior" else grid(args)
+
+
+if __name__ == "__main__":
+    main()

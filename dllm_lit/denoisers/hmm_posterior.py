@@ -1,0 +1,85 @@
+"""Exact token posteriors of an HMM world under any evidence channel, by scaled forward-backward.
+
+With E(z, s) = sum_v L(z, v) B(s, v) the evidence a noisy token z puts on a hidden state
+(:mod:`dllm_lit.denoisers.channels`),
+
+    a_0 = mu,              f_t = normalise(a_t o E(z_t)),          a_{t+1} = f_t A       (predictive, left)
+    b_{T-1} = 1,           b_{t-1} = normalise(A (E(z_t) o b_t))                         (right)
+    p(x_t = v | z)       propto L(z_t, v) sum_s a_t(s) b_t(s) B(s, v)
+    p(x_t = v | z_{-t})  propto            sum_s a_t(s) b_t(s) B(s, v)                   (leave-one-out)
+
+Leave-one-out drops position t's own evidence only: the posterior an editing model approximates, and the
+ratio SEDD-uniform's score needs, p(z with z_t = y) / p(z) = sum_v L(y, v) q_t(v) / sum_v L(z_t, v) q_t(v),
+q_t the leave-one-out law.
+
+Zero-probability evidence (possible when A or B have zeros), the rule of the first-order reference
+(:mod:`dllm_lit.denoisers.forward_backward`): a forward message that vanishes restarts from E(z_t); in the
+backward pass, E(z_t) o b_t vanishing drops the evidence beyond t and A (.) vanishing drops all right evidence;
+a posterior that vanishes falls back to the left-only law.  Cost O(B T (S V + cost of m A)), memory B T S
+for the right messages.  Runs on any device, in float64 (the reference) or float32.
+"""
+from __future__ import annotations
+
+import torch
+
+from dllm_lit.denoisers.channels import ABSORBING, EvidenceChannel
+from dllm_lit.markov.hmm import HMMWorld
+
+__all__ = ["hmm_posterior", "hmm_likelihood_tables"]
+
+
+def _normalise_or(x: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    s = x.sum(-1, keepdim=True)
+    fs = fallback.sum(-1, keepdim=True)
+    return torch.where(s > 0, x / s.clamp_min(1e-300), fallback / fs.clamp_min(1e-300))
+
+
+def hmm_likelihood_tables(world: HMMWorld, channel: EvidenceChannel, dtype: torch.dtype = torch.float64,
+                          device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L [Z, V], E = L B^T [Z, S]) in ``dtype`` on ``device``."""
+    L = channel.likelihood(world.vocab_size)
+    E = L @ world.B.T
+    return L.to(device=device, dtype=dtype), E.to(device=device, dtype=dtype)
+
+
+@torch.no_grad()
+def hmm_posterior(world: HMMWorld, z: torch.Tensor, channel: EvidenceChannel = ABSORBING,
+                  leave_one_out: bool = False, dtype: torch.dtype = torch.float64,
+                  tables: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """p(x_t = v | z) (or | z_{-t} with ``leave_one_out``) for z [B, T] on z's device: [B, T, V] in ``dtype``."""
+    channel.check_tokens(z, world.vocab_size)
+    dev = z.device
+    L, E = tables if tables is not None else hmm_likelihood_tables(world, channel, dtype, dev)
+    Bm = world.B.to(device=dev, dtype=dtype)
+    Bsz, T = z.shape
+    S, V = world.num_states, world.vocab_size
+    z = z.long()
+    ones = torch.ones(Bsz, S, dtype=dtype, device=dev)
+    b = torch.empty(Bsz, T, S, dtype=dtype, device=dev)
+    b[:, T - 1] = 1.0 / S
+    for t in range(T - 1, 0, -1):
+        ev = E[z[:, t]]
+        m = _normalise_or(ev * b[:, t], ev)
+        b[:, t - 1] = _normalise_or(world.left(m), ones)
+    out = torch.empty(Bsz, T, V, dtype=dtype, device=dev)
+    a = world.initial.to(device=dev, dtype=dtype).expand(Bsz, S)
+    if world.order is not None:  # state s emits s mod V: m B is a sum over the S / V states of each token
+        def emit(m: torch.Tensor) -> torch.Tensor:
+            return m.view(Bsz, S // V, V).sum(1)
+    else:
+        def emit(m: torch.Tensor) -> torch.Tensor:
+            return m @ Bm
+    for t in range(T):
+        ev = E[z[:, t]]
+        left_only = emit(a)
+        q = emit(a * b[:, t])
+        if leave_one_out:
+            out[:, t] = _normalise_or(q, left_only)
+        else:
+            lz = L[z[:, t]]
+            out[:, t] = _normalise_or(q * lz, _normalise_or(left_only * lz, lz))
+        if t + 1 < T:
+            f = _normalise_or(a * ev, ev)
+            a = world.right(f)
+            a = a / a.sum(-1, keepdim=True).clamp_min(1e-300)
+    return out

@@ -1,0 +1,72 @@
+"""Every shipped sampler runs in an HMM world through the HMM oracle (generic denoiser paths), and the exact
+laws of MDLM, the paper's MDLM and LLaDA on a tiny HMM world (V = 3, S = 4) match their samples."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dllm_lit.samplers as samplers
+from conftest import chi_square_pvalue, sequence_counts
+from dllm_lit.denoisers import HMMOracleDenoiser
+from dllm_lit.markov import HMMWorld
+from exact_laws import chain_law, mdlm_law
+from test_llada import llada_law
+from test_mdlm_paper import mdlm_paper_law
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+V, S, T, N = 3, 4, 4, 20000
+ALPHA = 0.01
+
+
+@pytest.fixture(scope="module")
+def world() -> HMMWorld:
+    """A tiny HMM that is not a first-order chain (state persistence, overlapping emissions, some zeros)."""
+    A = torch.tensor([[0.7, 0.2, 0.1, 0.0], [0.1, 0.6, 0.0, 0.3], [0.25, 0.25, 0.5, 0.0], [0.0, 0.3, 0.2, 0.5]],
+                     dtype=torch.float64)
+    B = torch.tensor([[0.8, 0.2, 0.0], [0.1, 0.1, 0.8], [0.3, 0.6, 0.1], [0.0, 0.5, 0.5]], dtype=torch.float64)
+    return HMMWorld(emission=B, transition=A)
+
+
+@pytest.mark.parametrize("steps", [2, 3])
+def test_mdlm_law(world, steps) -> None:
+    s = samplers.MDLM().connect(world)
+    assert isinstance(s.denoiser, HMMOracleDenoiser)
+    x = s.sample(N, T, steps, seed=steps)
+    assert chi_square_pvalue(sequence_counts(x, V), mdlm_law(world, T, steps)) > ALPHA
+
+
+@pytest.mark.parametrize("steps", [2, 4])
+def test_mdlm_paper_law(world, steps) -> None:
+    s = samplers.MDLMPaper().connect(world)
+    law = mdlm_paper_law(world, T, steps)
+    x = s.sample(N, T, steps, seed=steps)
+    assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
+    if steps == T:  # one position per step: exact sequential sampling of the world
+        assert torch.allclose(law, chain_law(world, T), atol=1e-12)
+
+
+@pytest.mark.parametrize("remasking, temperature, steps, block_length",
+                         [("low_confidence", 1.0, 2, None), ("low_confidence", 1.0, 4, 2), ("random", 1.0, 2, None)])
+def test_llada_law(world, remasking, temperature, steps, block_length) -> None:
+    s = samplers.LLaDA(remasking=remasking, temperature=temperature, block_length=block_length).connect(world)
+    x = s.sample(N, T, steps, seed=steps)
+    law = llada_law(world, T, steps, remasking, temperature, block_length)
+    assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
+
+
+def test_exact_samples_are_rejected_against_a_biased_law(world) -> None:
+    """The tests have power in this world: exact samples fail against MDLM's 2-step law."""
+    x = world.sample(N, T, seed=11)
+    assert chi_square_pvalue(sequence_counts(x, V), mdlm_law(world, T, 2)) < ALPHA
+
+
+SHIPPED = [name for name in samplers.__all__ if name not in ("Sampler", "top_p_filter")]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_sampler_runs_in_an_hmm_world(world, name) -> None:
+    s = getattr(samplers, name)().connect(world)
+    steps = 8 if name != "AR" else None
+    x = s.sample(6, 32, steps, seed=1)
+    assert x.shape == (6, 32) and x.min() >= 0 and x.max() < V
+    assert torch.equal(s.sample(3, 32, steps, seed=1, start_index=3), x[3:])
