@@ -1,6 +1,6 @@
 """Split a learned denoiser's error from its sampler's error (one command, one table, one figure).
 
-    python -m dllm_lit.engine.decompose --config configs/decompose.yaml
+    python cli.py decompose --config configs/decompose.yaml     # or python -m dllm_lit.engine.decompose
 
 For a sampler whose ``denoiser`` is a learned model and the steps grid of that sampler:
 
@@ -111,6 +111,7 @@ def decompose(sampler: Sampler, data: MarkovDataModule, output_dir: str | os.Pat
     oracle_sampler = copy.deepcopy(sampler)  # same class and options, denoiser None: the exact oracle at connect
     sampler.denoiser = learned
     sampler.to(dev).connect(chain)
+    learned.check_length(T)  # before anything runs or is written
     oracle_sampler.to(dev).connect(chain)
 
     part_a = denoiser_error(sampler.denoiser, oracle_sampler.denoiser, chain, denoiser_sequences, T, seed,
@@ -209,12 +210,13 @@ def _figure(table: dict[str, Any], path: Path) -> None:
 
 
 def main(args: list[str] | None = None) -> dict[str, Any]:
-    """``python -m dllm_lit.engine.decompose --config configs/decompose.yaml [--data.seq_len 64] ...``."""
+    """``python cli.py decompose --config configs/decompose.yaml [--data.seq_len 64] ...`` (or ``python -m
+    dllm_lit.engine.decompose``)."""
     from jsonargparse import ArgumentParser
 
     from dllm_lit.cli import DEFAULT_SEED, exit_on_user_error
 
-    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="cli.py decompose", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", action="config")
     parser.add_subclass_arguments(Sampler, "sampler", required=True)
     parser.add_class_arguments(MarkovDataModule, "data")

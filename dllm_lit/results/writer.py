@@ -262,6 +262,7 @@ class ResultsWriter(Callback):
         self.out = Path(self.output_dir or trainer.default_root_dir)
         self._check_writable(self.out)
         self._check_mauve()
+        self._check_limits(trainer)  # every refusal comes before a previous run's files are touched
         self._package = _package_info()
         self._distributed = trainer.world_size > 1
         plan = self.plan
@@ -284,7 +285,6 @@ class ResultsWriter(Callback):
 
             rank_zero_info(f"{self.out}: {len(self._kept)} of {len(plan.rows)} rows are already complete for these "
                            "settings; sampling the others")
-        self._check_limits(trainer)
         self.meta = self.build_meta(complete=False)
         for logger in trainer.loggers:
             logger.log_hyperparams({"run": self.meta, "rows": {r.key: s for r, s in zip(plan.rows, self._settings)}})
@@ -318,7 +318,7 @@ class ResultsWriter(Callback):
                              "set results.mauve_num_buckets to auto or a smaller number")
 
     def _check_limits(self, trainer: L.Trainer) -> None:
-        """A run must sample every sequence of every pending row: refuse fast_dev_run / limit_predict_batches."""
+        """A run must sample every sequence of every row: refuse fast_dev_run / limit_predict_batches (before resume)."""
         pending = len(self.plan.pending_work())
         if getattr(trainer, "fast_dev_run", False):
             raise ValueError("trainer.fast_dev_run samples only the first work item, so rows would be incomplete: "

@@ -91,7 +91,9 @@ class Sampler(L.LightningModule, ABC):
         return self
 
     def use_plan(self, plan: "RunPlan") -> None:
-        """Run the work items of ``plan``; checks every row's settings for the plan's sequence length."""
+        """Run the work items of ``plan``; checks every row's settings (and the denoiser) for the plan's length."""
+        if self.denoiser is not None:
+            self.denoiser.check_length(plan.seq_len)
         for row in plan.rows:
             if row.sampler is self:
                 self.check_run(plan.seq_len, row.steps)
