@@ -14,7 +14,7 @@ The sampler class is chosen by ``model.class_path`` in the YAML; the chain by ``
 (default: the bundled English character chain, N = 512, T = 1024, seed 123).  Before predict,
 :func:`dllm_lit.engine.connect` wires the run; every run writes ``metrics.json`` and
 ``metrics.csv`` into ``results.output_dir`` (default ``trainer.default_root_dir``, itself
-``outputs/<sampler name>`` unless set).
+``outputs/<config name>`` unless set).
 """
 from __future__ import annotations
 
@@ -95,14 +95,24 @@ class DllmCLI(LightningCLI):
         check_environment(cfg)
 
     def before_instantiate_classes(self) -> None:
-        """Default output directory ``outputs/<sampler>[_<variant>]`` when ``trainer.default_root_dir`` is unset."""
+        """Default output directory when ``trainer.default_root_dir`` is unset: ``outputs/<config name>``.
+
+        The config name is the first ``--config`` file's name, plus ``_<name>`` of each further one
+        (``--config configs/mdlm.yaml --config configs/data/synthetic.yaml``: ``outputs/mdlm_synthetic``), so
+        every config writes its own folder; without a config file, the lower-cased sampler class (and variant).
+        """
         cfg = self.config.get(self.subcommand) if self.subcommand else self.config
         trainer, model = cfg.get("trainer"), cfg.get("model")
         if trainer is None or model is None or trainer.get("default_root_dir") is not None:
             return
-        name = str(model.get("class_path", "sampler")).rsplit(".", 1)[-1].lower()
-        variant = (model.get("init_args") or {}).get("variant")
-        trainer["default_root_dir"] = os.path.join("outputs", f"{name}_{variant}" if variant else name)
+        configs = [os.path.splitext(os.path.basename(str(getattr(c, "relative", c))))[0] for c in cfg.get("config") or []]
+        if configs:
+            name = "_".join(configs)
+        else:
+            name = str(model.get("class_path", "sampler")).rsplit(".", 1)[-1].lower()
+            variant = (model.get("init_args") or {}).get("variant")
+            name = f"{name}_{variant}" if variant else name
+        trainer["default_root_dir"] = os.path.join("outputs", name)
 
     def after_predict(self) -> None:
         """One table of the run's rows and where its files are."""

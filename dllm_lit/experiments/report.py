@@ -218,7 +218,7 @@ def varying_options(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[Any]
             by_class[s["class"]].append(s)
     out: dict[str, dict[str, list[Any]]] = {}
     for cls, settings in by_class.items():
-        keys = [k for k in settings[0] if k not in ("class", "denoiser", "chain")]
+        keys = [k for k in settings[0] if k not in ("class", "denoiser", "chain", "code")]
         varying: dict[str, list[Any]] = {}
         for k in keys:
             values = list(dict.fromkeys(json.dumps(s.get(k), sort_keys=True) for s in settings))

@@ -89,6 +89,11 @@ def load_metrics(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]
     return dict(data.get("meta") or {}), list(data["rows"])
 
 
+def _without_code(settings: Any) -> Any:
+    """A row's settings without the source hash (to tell a code change from a settings change)."""
+    return {k: v for k, v in settings.items() if k != "code"} if isinstance(settings, dict) else settings
+
+
 def _package_info() -> dict[str, Any]:
     try:
         from importlib.metadata import version
@@ -363,18 +368,24 @@ class ResultsWriter(Callback):
             except Exception:
                 samples = {}
         by_id = {(r.get("label"), r.get("steps")): r for r in rows}
-        kept = {}
+        kept, recoded = {}, []
         for i in range(len(self.plan.rows)):
             ident = self._row_identity(i)
             row = by_id.get((ident["label"], ident["steps"]))
+            if row is not None and _without_code(row.get("settings")) == _without_code(ident["settings"]) \
+                    and row["settings"].get("code") != ident["settings"].get("code"):
+                recoded.append(self.plan.rows[i].key)
             if row is None or row.get("settings") != ident["settings"]:
                 continue
             x = samples.get((ident["label"], ident["steps"]))
             if self.save_samples and (x is None or tuple(x.shape) != (self.plan.num_sequences, self.plan.seq_len)):
                 continue
             kept[i] = (row, x)
-        stale = len(rows) - len(kept)
-        if stale:
+        if recoded:
+            warnings.warn(f"{self.out}: the code of the sampler or denoiser changed since row(s) {', '.join(recoded)} "
+                          "were computed (settings[\"code\"]); they are computed again", stacklevel=2)
+        stale = len(rows) - len(kept) - len(recoded)
+        if stale > 0:
             warnings.warn(f"{self.out}: {stale} row(s) on disk are not part of this run or have other settings; "
                           "they are replaced", stacklevel=2)
         self._remove_figures()
