@@ -61,8 +61,14 @@ def load_paper_artifact(path: str | Path, trust_pickle: bool = False) -> tuple[M
     try:
         d = torch.load(path, map_location="cpu", weights_only=not trust_pickle)
     except Exception as exc:
-        hint = "" if trust_pickle else " (if the file is from a trusted source, retry with trust_pickle=True)"
-        raise ChainError(f"cannot read paper artifact {path}: {exc}{hint}") from exc
+        # only a valid pickle that holds non-tensor objects would load with full unpickling; a damaged or foreign
+        # file would not, so it gets no suggestion to lower the guard
+        text = str(exc)
+        if not trust_pickle and ("allowed global" in text or "Unsupported global" in text):
+            raise ChainError(f"cannot read paper artifact {path}: it holds objects other than tensors; if the file is "
+                             "from a trusted source, set --data.source.init_args.trust_pickle true") from exc
+        raise ChainError(f"cannot read paper artifact {path}: not a torch.save file of tensors "
+                         f"({type(exc).__name__})") from exc
     if not isinstance(d, dict):
         raise ChainError(f"{path}: expected a dict artifact, got {type(d).__name__}")
     eps = float(_first(d, "eps", "teleport_eps") or 0.0)
