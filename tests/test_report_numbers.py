@@ -60,3 +60,22 @@ def test_report_formats_wording_and_latex(run_dir, tmp_path) -> None:
     head = next(line for line in tex.splitlines() if line.startswith(r"\begin{tabular}"))
     columns = len(head.split("{")[2].rstrip("}"))
     assert columns <= 11 and r"\begin{table*}" in tex and r"\resizebox{\textwidth}" in tex
+
+
+def test_kl_bracket_figure_shows_all_values_without_an_empty_negative_region(tmp_path, monkeypatch) -> None:
+    from dllm_lit.results import figures as fig_mod
+
+    rows = [{"label": "mdlm", "sampler": "mdlm", "steps": s, "kl": 0.5 / s + 0.01, "kl_excess": 0.5 / s,
+             "seq_kl_lower": 0.4 / s, "seq_kl_upper": 2.0 / s} for s in (8, 32, 128)]
+    rows.append({"label": "ar", "sampler": "ar", "steps": None, "kl": 0.01})
+    captured = []
+    monkeypatch.setattr(fig_mod.plt, "close", lambda fig=None: captured.append(fig))
+    fig_mod.plot_kl_bracket(rows, tmp_path / "kl_bracket_vs_steps", formats=("png",))
+    fig = captured[0]
+    ax = fig.axes[0]
+    bottom, top = ax.get_ylim()
+    assert bottom == 0.0 and top >= 2.0 / 8  # nothing negative to show; the largest value (upper end) inside
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # the legend sits beside the axes, not on them
+    plt.close("all")
