@@ -79,3 +79,32 @@ def test_kl_bracket_figure_shows_all_values_without_an_empty_negative_region(tmp
     legend = ax.get_legend().get_window_extent()
     assert legend.x0 >= ax.get_window_extent().x1  # the legend sits beside the axes, not on them
     plt.close("all")
+
+
+def test_logged_table_has_interval_columns_and_the_run_ends_complete(tmp_path) -> None:
+    import lightning as L
+    from lightning.pytorch.loggers.logger import Logger
+
+    class Recorder(Logger):
+        name, version = "recorder", "0"
+        tables, params = [], []
+
+        def log_metrics(self, metrics, step=None) -> None:
+            pass
+
+        def log_hyperparams(self, params, *args, **kwargs) -> None:
+            self.params.append(params)
+
+        def log_table(self, key, columns, data) -> None:
+            self.tables.append((columns, data))
+
+    rec = Recorder()
+    trainer = L.Trainer(logger=rec, callbacks=[writer := ResultsWriter(output_dir=str(tmp_path), bootstrap_resamples=20)],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        devices=1, accelerator="cpu")
+    predict(MDLM(steps=[4]), MarkovDataModule(num_sequences=8, seq_len=12, seed=3), writer, trainer=trainer)
+    columns, data = rec.tables[-1]
+    assert {"kl", "kl_low", "kl_high", "nll_low", "nll_high"} <= set(columns)
+    row = dict(zip(columns, data[-1]))
+    assert row["kl_low"] <= row["kl"] <= row["kl_high"]
+    assert rec.params[0]["run"]["complete"] is False and rec.params[-1]["run"]["complete"] is True

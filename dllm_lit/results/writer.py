@@ -606,6 +606,8 @@ class ResultsWriter(Callback):
             paths = write_figures(self.rows, self.out, formats=self.figure_formats, meta=self.meta)
         self.log_rows(trainer, self.rows, figures=paths, files=[self.out / n for n in ("metrics.json", "samples.txt",
                                                                                         "samples.pt")])
+        for logger in trainer.loggers:  # the run config logged at set-up said complete: false
+            logger.log_hyperparams({"run": {**self.meta, "complete": True}})
 
     # ------------------------------------------------------------------ files
     @staticmethod
@@ -677,9 +679,19 @@ class ResultsWriter(Callback):
         if not rows:
             return
         main = next((r for r in reversed(rows) if r["steps"] is not None or r["label"] != "ar"), rows[-1])
-        cols = [c for c in rows[0].keys() if not c.endswith("_ci")]
-        data = [[json.dumps(r.get(c), sort_keys=True) if isinstance(r.get(c), (dict, list)) else r.get(c)
-                 for c in cols] for r in rows]
+        cols = []
+        for c in rows[0].keys():  # intervals as <key>_low / <key>_high columns, as in metrics.csv
+            cols += [f"{c[:-3]}_low", f"{c[:-3]}_high"] if c.endswith("_ci") else [c]
+
+        def cell(r: dict[str, Any], c: str) -> Any:
+            for end, i in (("_low", 0), ("_high", 1)):
+                if c.endswith(end) and f"{c[:-len(end)]}_ci" in r:
+                    ci = r[f"{c[:-len(end)]}_ci"]
+                    return ci[i] if isinstance(ci, (list, tuple)) else None
+            v = r.get(c)
+            return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+
+        data = [[cell(r, c) for c in cols] for r in rows]
         for logger in trainer.loggers:
             logger.log_metrics(cls._numeric(main), step=len(rows))
             if hasattr(logger, "log_table"):
