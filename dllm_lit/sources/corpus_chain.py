@@ -69,7 +69,7 @@ def corpus_documents(dataset: str, **options: Any):
         return iter_documents(dataset, **options)
     except DatasetUnavailableError as exc:
         raise DatasetUnavailableError(
-            f"cannot load dataset {dataset!r} from the Hugging Face Hub ({exc.reason}); set "
+            f"cannot load dataset {dataset!r} from the Hugging Face Hub (offline or unreachable: {exc.reason}); set "
             "--data.source.init_args.dataset to a local copy (a file or folder; plain text files through "
             "--data.source.init_args.data_files), or build the chain once with network (it is cached)",
             reason=exc.reason) from None
