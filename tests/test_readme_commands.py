@@ -46,6 +46,7 @@ CASES: list[tuple[str, str, list[str]]] = [
      ["--data.num_sequences", "8", "--data.seq_len", "16", "--denoiser_sequences", "8", "--bootstrap_resamples", "10",
       "--sampler.init_args.steps", "[4]"]),
     ("sweep sweeps/", "small", ["--dry-run"]),
+    ("python cli.py --help", "run", []),
 ]
 
 SKIPPED = ("<", "wandb ", "pytest", "benchmarks/")
