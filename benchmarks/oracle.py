@@ -14,7 +14,8 @@ K = 206, eps = 1e-4) with B = 8, T = 1024 and half the positions masked: the one
 time (and which matrix product built the powers), the time per call of both, the speed-up, and the
 max abs difference of their outputs.  ``--compare-dense`` also times the build with dense products for
 every chain (the arithmetic before sparse chains got the sparse product) and counts the float32 table
-entries in which the two builds differ (both tables in memory: ~11 GiB peak at V = 4096).
+entries in which the two builds differ (both tables in memory: ~11 GiB peak at V = 4096).  It runs with
+``DLLM_LIT_THREADS`` intra-op threads (default 1), as the CLI's sampling does.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import time
 import torch
 
 from dllm_lit.denoisers import OracleDenoiser, oracle_cache
+from dllm_lit.engine.threads import sampling_threads
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.sources import english_char_chain
 
@@ -146,7 +148,8 @@ def main() -> None:
     ap.add_argument("--compare-dense", action="store_true",
                     help="also build each table with dense products (the previous arithmetic) and compare")
     args = ap.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    torch.set_num_threads(sampling_threads())  # as the CLI samples: DLLM_LIT_THREADS, default 1
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads (DLLM_LIT_THREADS)")
     B, T = args.batch, args.seq_len
     bench("text8-sized (bundled English chars)", english_char_chain(), B, T, args.repeats, args.baseline_repeats,
           args.cache_dir, args.compare_dense)

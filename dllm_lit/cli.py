@@ -14,7 +14,7 @@ The sampler class is chosen by ``model.class_path`` in the YAML; the chain by ``
 (default: the bundled English character chain, N = 512, T = 1024, seed 123).  Before predict,
 :func:`dllm_lit.engine.connect` wires the run; every run writes ``metrics.json`` and
 ``metrics.csv`` into ``results.output_dir`` (default ``trainer.default_root_dir``, itself
-``outputs/<sampler name>`` unless set).
+``outputs/<config name>`` unless set).
 """
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ class DllmCLI(LightningCLI):
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
         base = LightningCLI.subcommands()
-        return {name: base[name] for name in ("fit", "predict")}
+        # predict samples with a wired sampler: a checkpoint path for the LightningModule means nothing there
+        return {"fit": base["fit"], "predict": base["predict"] | {"ckpt_path"}}
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ResultsWriter, "results")
@@ -88,6 +89,7 @@ class DllmCLI(LightningCLI):
             },
             save_config_kwargs={"overwrite": True},
             parser_class=DllmParser,
+            auto_configure_optimizers=False,  # samplers train nothing; DenoiserTraining configures its own AdamW
             args=args,
             run=run,
         )
@@ -101,14 +103,24 @@ class DllmCLI(LightningCLI):
         check_environment(cfg)
 
     def before_instantiate_classes(self) -> None:
-        """Default output directory ``outputs/<sampler>[_<variant>]`` when ``trainer.default_root_dir`` is unset."""
+        """Default output directory when ``trainer.default_root_dir`` is unset: ``outputs/<config name>``.
+
+        The config name is the first ``--config`` file's name, plus ``_<name>`` of each further one
+        (``--config configs/mdlm.yaml --config configs/data/synthetic.yaml``: ``outputs/mdlm_synthetic``), so
+        every config writes its own folder; without a config file, the lower-cased sampler class (and variant).
+        """
         cfg = self.config.get(self.subcommand) if self.subcommand else self.config
         trainer, model = cfg.get("trainer"), cfg.get("model")
         if trainer is None or model is None or trainer.get("default_root_dir") is not None:
             return
-        name = str(model.get("class_path", "sampler")).rsplit(".", 1)[-1].lower()
-        variant = (model.get("init_args") or {}).get("variant")
-        trainer["default_root_dir"] = os.path.join("outputs", f"{name}_{variant}" if variant else name)
+        configs = [os.path.splitext(os.path.basename(str(getattr(c, "relative", c))))[0] for c in cfg.get("config") or []]
+        if configs:
+            name = "_".join(configs)
+        else:
+            name = str(model.get("class_path", "sampler")).rsplit(".", 1)[-1].lower()
+            variant = (model.get("init_args") or {}).get("variant")
+            name = f"{name}_{variant}" if variant else name
+        trainer["default_root_dir"] = os.path.join("outputs", name)
 
     def after_predict(self) -> None:
         """One table of the run's rows and where its files are."""
@@ -134,6 +146,15 @@ class DllmCLI(LightningCLI):
         self._threads = torch.get_num_threads()
         torch.set_num_threads(sampling_threads())  # the step loops: see dllm_lit.engine.threads
         self._stop_watch = watch_peers(self.trainer)  # a multi-process run: an orphaned rank ends in one line
+
+    def after_fit(self) -> None:
+        """Validate once more at the end when the run stopped before its first validation (``max_steps`` below
+        ``val_check_interval``), so every fit reports ``val/kl``."""
+        if self.trainer.interrupted or "val/kl" in self.trainer.callback_metrics:
+            return
+        if self.trainer.limit_val_batches == 0:
+            return
+        self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)
 
     def before_fit(self) -> None:
         """Wire a training run: the chain's vocabulary and length build the model; data serves the chain."""
@@ -234,13 +255,34 @@ def _user_error(exc: BaseException) -> BaseException | None:
     return builtin[-1] if builtin else None
 
 
+#: ``cli.py --help``: every verb, one line each (``cli.py <verb> --help`` gives its options)
+USAGE = """usage: python cli.py VERB [options]     (python cli.py VERB --help lists a verb's options)
+
+verbs:
+  predict    sample with a sampler against the exact oracle and write metrics, samples and figures
+             python cli.py predict --config configs/remdm_conf.yaml
+  fit        train a learned denoiser on exact chain samples
+             python cli.py fit --config configs/train_denoiser.yaml
+  sweep      run a sweep file's grid locally (points resume, finished ones are skipped)
+             python cli.py sweep sweeps/paper_grid.yaml [--dry-run] [--set num_sequences=64]
+  report     tables (Markdown, LaTeX) and figures from finished runs
+             python cli.py report outputs/sweeps/paper_grid --out reports/paper_grid
+  decompose  split a learned denoiser's error from its sampler's error
+             python cli.py decompose --config configs/decompose.yaml
+
+Every sampler has a config in configs/; docs/README.md describes samplers, metrics and the oracle."""
+
+
 def main(args=None) -> DllmCLI:
     """Run the CLI; bad settings end with ``error: <message naming the field>`` and exit status 2.
 
     Set ``DLLM_LIT_TRACEBACK=1`` to see the full traceback instead.
     """
     argv = sys.argv[1:] if args is None else list(args)
-    if argv and argv[0] in COMMANDS:  # sweep / report: dllm_lit.experiments
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        raise SystemExit(0 if argv else 2)
+    if argv and argv[0] in COMMANDS:  # sweep / report / decompose: dllm_lit.experiments
         raise SystemExit(COMMANDS[argv[0]](argv[1:]))
     console.configure()
     warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # the frozen oracle used in validation

@@ -31,12 +31,17 @@ def _options_of(class_path: str | None) -> list[str]:
 
 
 def _classes_in(class_path: str) -> list[str]:
-    """Public names exported by the module part of ``class_path``."""
+    """The classes a config can name in the module part of ``class_path``: exported classes that are not
+    functions, exceptions, abstract or a base of another exported class (``Sampler``, ``top_p_filter`` are not)."""
     try:
         module = importlib.import_module(class_path.rsplit(".", 1)[0])
     except Exception:  # noqa: BLE001
         return []
-    return sorted(getattr(module, "__all__", []))
+    exported = {n: getattr(module, n, None) for n in getattr(module, "__all__", [])}
+    classes = {n: c for n, c in exported.items()
+               if inspect.isclass(c) and not issubclass(c, BaseException) and not inspect.isabstract(c)}
+    bases = {c for c in classes.values() for other in classes.values() if other is not c and issubclass(other, c)}
+    return sorted(n for n, c in classes.items() if c not in bases)
 
 
 def condense_parser_error(message: str) -> str:

@@ -63,6 +63,9 @@ class Denoiser(nn.Module, ABC):
             )
         return self
 
+    def check_length(self, seq_len: int) -> None:
+        """Refuse, at wiring, a sequence length the denoiser cannot read (the oracle reads any)."""
+
     def describe(self) -> dict[str, Any]:
         """What this denoiser is, for run metadata (class name and identifying settings)."""
         return {"denoiser": type(self).__name__}

@@ -135,6 +135,14 @@ class LearnedDenoiser(Denoiser):
         self.clear_cache()
         return self
 
+    def check_length(self, seq_len: int) -> None:
+        """The model's ``max_position_embeddings`` bounds the sequence length (checked when the run is wired)."""
+        limit = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        if isinstance(limit, int) and seq_len > limit:
+            raise DenoiserMismatchError(
+                f"the denoiser {self.source} reads at most {limit} positions, got data.seq_len={seq_len}; use "
+                f"--data.seq_len {limit} or less (or train the denoiser at this length)")
+
     # ------------------------------------------------------------------ evaluation
     def clear_cache(self) -> None:
         """Forget the cached state (the next query runs the model)."""
@@ -155,10 +163,7 @@ class LearnedDenoiser(Denoiser):
     def _evaluate(self, z: torch.Tensor) -> torch.Tensor:
         """log p(x0 | z) [B, T, V] (SUBS), ``batch_size`` rows per model call."""
         V = self.vocab_size
-        limit = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
-        if isinstance(limit, int) and z.shape[1] > limit:
-            raise ValueError(f"the denoiser {self.source} reads at most {limit} positions, got sequences of "
-                             f"{z.shape[1]}; use seq_len <= {limit} (or train the denoiser at this length)")
+        self.check_length(z.shape[1])
         masked = z == self.mask_id
         ids = torch.where(masked, torch.full_like(z, self.model_mask_id), z)
         outs = []

@@ -108,12 +108,66 @@ class OracleDenoiser(LocalDenoiser):
         # normalisers by a fixed-order sum: a row's float32 value is the same on every device and in any batch
         if self.strictly_positive:  # every P'^d > 0: the product never vanishes, normalise in place
             g = lf.mul_(rf)
-            return g.div_(fixed_order_sum(g, keepdim=True))
-        g = lf * rf
+            g = g.div_(self._canonical_sums(g, x_left, d_left, x_right, d_right))
+        else:
+            g = lf * rf
+            s = self._canonical_sums(g, x_left, d_left, x_right, d_right)
+            bad = s <= 0  # unreachable right neighbour: left-only law
+            g = torch.where(bad, lf, g)
+            g = g.div_(torch.where(bad, fixed_order_sum(lf, keepdim=True), s))
+        right_only = has_right & ~has_left
+        if bool(right_only.any()):
+            g[right_only] = self._right_only_rows(rf[right_only], x_right[right_only], d_right[right_only], g[right_only])
+        # a row normalised by its mirror's sum (or S) may exceed 1 by an ulp where it is a point mass; a row divided
+        # by its own sum never does, so the clamp changes nothing else
+        return g.clamp_(max=1.0)
+
+    def _canonical_sums(self, g: torch.Tensor, x_left: torch.Tensor, d_left: torch.Tensor, x_right: torch.Tensor,
+                        d_right: torch.Tensor) -> torch.Tensor:
+        """Row normalisers [n, 1]: the fixed-order sum of ``g``, except that a two-sided row with d_left > d_right
+        takes the sum of its mirror (a, d_right, b, d_left), sum_v P'^(d_right)(a, v) P'^(d_left)(v, b).
+
+        Both are P'^(d_left + d_right)(a, b) (Chapman-Kolmogorov), but summed over different products they round
+        differently.  The mirror positions of one gap between revealed tokens a ... b then share one normaliser, and
+        their numerators P'^(d1)(a, v) P'^(d2)(v, b) and P'^(d2)(a, v) P'^(d1)(v, b) are the same product at v = a = b:
+        the mathematically equal confidences are equal numbers (``docs/exactness.md``).
+        """
         s = fixed_order_sum(g, keepdim=True)
-        bad = s <= 0  # unreachable right neighbour: left-only law
-        g = torch.where(bad, lf, g)
-        return g.div_(torch.where(bad, fixed_order_sum(lf, keepdim=True), s))
+        swap = (d_left > d_right) & (d_right > 0)
+        if bool(swap.any()):
+            i = swap.nonzero().squeeze(1)
+            xl, dl, xr, dr = x_left[i], d_left[i], x_right[i], d_right[i]
+            r_idx, c_idx = self._table_rows(xl, dr, xr, dl)
+            lf, rf = self.table[r_idx], self.table[c_idx]
+            if not self.certified:
+                ones = torch.ones_like(dl, dtype=torch.bool)
+                lf, rf = self._beyond_cache(lf, rf, ones, ones, dr, dl)
+            s[i] = fixed_order_sum(lf.mul_(rf), keepdim=True)
+        return s
+
+    def _right_only_rows(self, rf: torch.Tensor, x_right: torch.Tensor, d_right: torch.Tensor,
+                         fallback: torch.Tensor) -> torch.Tensor:
+        """Rows with only a right neighbour b at distance d, written so that exact ties are exact in floats.
+
+        gamma(v) = P'^d(v, b) pi(v) / pi(b) (time reversal of the stationary chain), divided by the normaliser
+        S = sum_v P'^d(b, v) of the *left-only* row of b at distance d (S = 1 up to rounding).  At v = b this is
+        P'^d(b, b) * 1 / S: the same float operations, on the same table entry, as the left-only row of b at
+        distance d, so the mathematically equal confidences p(x_{i-d} = b | x_i = b) = p(x_{i+d} = b | x_i = b)
+        are equal numbers in every dtype and on every device, and a sampler's tie rule decides between them, not
+        the rounding of two different normalisers (``docs/exactness.md``).  Rows whose right neighbour has pi(b) = 0
+        keep ``fallback`` (the general formula).
+        """
+        V, D = self.vocab_size, self.depth
+        pi = self.table[2 * D * V]
+        pi_b = pi[x_right.long()]
+        left_rows = (2 * d_right.clamp(min=1, max=D) - 2) * V + x_right.long()
+        lb = self.table[left_rows]
+        if not self.certified:
+            lb, _ = self._beyond_cache(lb, lb, torch.ones_like(d_right, dtype=torch.bool),
+                                       torch.zeros_like(d_right, dtype=torch.bool), d_right, d_right)
+        g = rf * (pi / pi_b.clamp(min=torch.finfo(pi.dtype).tiny)[:, None])
+        g = g.div_(fixed_order_sum(lb, keepdim=True))
+        return torch.where((pi_b > 0)[:, None], g, fallback)
 
     def _table_rows(self, x_left, d_left, x_right, d_right) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows of the power table holding the left factor P'^d(x_left, .) and the right factor P'^d(., x_right)."""

@@ -88,7 +88,7 @@ def row_label(sampler: "Sampler") -> str:
     defaults = _default_settings(type(sampler))
     parts = []
     for key, value in settings.items():
-        if key in ("class", "steps", "denoiser", "chain") or key not in defaults or defaults[key] == value:
+        if key in ("class", "steps", "denoiser", "chain", "code") or key not in defaults or defaults[key] == value:
             continue
         text = _short(value)
         if text in tokens or f"{key}{text}" in tokens:

@@ -2,7 +2,9 @@
 
 ``python cli.py sweep sweeps/<name>.yaml`` runs a sweep file's grid without a W&B server
 (:mod:`~dllm_lit.experiments.sweep`); ``python cli.py report RUN_DIRS... --out DIR`` aggregates
-finished runs into tables and figures (:mod:`~dllm_lit.experiments.report`); one grid point is
+finished runs into tables and figures (:mod:`~dllm_lit.experiments.report`); ``python cli.py decompose
+--config configs/decompose.yaml`` splits a learned denoiser's error from its sampler's
+(:mod:`~dllm_lit.engine.decompose`); one grid point is
 :mod:`~dllm_lit.experiments.point` (what ``sweeps/run_point.py`` and W&B agents run).
 """
 from __future__ import annotations
@@ -28,7 +30,15 @@ def _conform(argv: list[str]) -> int:
     return main(argv)
 
 
+def _decompose(argv: list[str]) -> int:
+    from dllm_lit.engine.decompose import main
+
+    main(argv)
+    return 0
+
+
 #: subcommands of ``cli.py`` that are not Lightning's: name -> main(argv) -> exit status
-COMMANDS: dict[str, Callable[[list[str]], int]] = {"sweep": _sweep, "report": _report, "conform": _conform}
+COMMANDS: dict[str, Callable[[list[str]], int]] = {"sweep": _sweep, "report": _report, "conform": _conform,
+                                                   "decompose": _decompose}
 
 __all__ = ["COMMANDS"]

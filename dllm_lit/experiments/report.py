@@ -200,13 +200,21 @@ def _tex(text: str) -> str:
     return text
 
 
+#: the LaTeX table's columns (those present): the paper's main metrics, so the table fits a page as written;
+#: every metric is in the Markdown table and rows.json
+LATEX_KEYS = ("nll", "kl", "kl_excess", "tv", "entropy", "div3", "genppl", "mauve")
+
+
 def latex_table(rows: list[dict[str, Any]], keys: list[str] | None = None, caption: str = "") -> str:
+    """A ``table*`` of the :data:`LATEX_KEYS` columns, scaled to the text width (usable in a paper unedited)."""
     from dllm_lit.results import registry
 
-    keys = table_keys(rows) if keys is None else keys
+    present = table_keys(rows)
+    keys = [k for k in LATEX_KEYS if k in present] if keys is None else keys
     labels = registry.labels()
     head = ["sampler", "steps", "NFE", *[labels.get(k, k) for k in keys]]
-    out = [r"\begin{table}[t]", r"\centering", r"\scriptsize", r"\begin{tabular}{ll" + "r" * (len(head) - 2) + "}",
+    out = [r"\begin{table*}[t]", r"\centering", r"\scriptsize", r"\resizebox{\textwidth}{!}{%",
+           r"\begin{tabular}{ll" + "r" * (len(head) - 2) + "}",
            r"\toprule", " & ".join(_tex(h) for h in head) + r" \\", r"\midrule"]
     prev = None
     for r in _order(rows):
@@ -216,11 +224,22 @@ def latex_table(rows: list[dict[str, Any]], keys: list[str] | None = None, capti
         steps = "AR" if r.get("steps") is None else str(r["steps"])
         cells = [_tex(r["label"]), steps, _tex(_nfe(r)), *[_tex(_cell(r, k)) for k in keys]]
         out.append(" & ".join(cells) + r" \\")
-    out += [r"\bottomrule", r"\end{tabular}"]
+    out += [r"\bottomrule", r"\end{tabular}}"]
     if caption:
         out.append(r"\caption{" + _tex(caption) + "}")
-    out.append(r"\end{table}")
+    out.append(r"\end{table*}")
     return "\n".join(out) + "\n"
+
+
+def _interval_methods(runs: list[dict[str, Any]]) -> str:
+    """``centred: kl, tv; percentile: nll`` from the runs' ``meta.intervals.per_key`` (the method each column used)."""
+    by_method: dict[str, list[str]] = defaultdict(list)
+    for r in runs:
+        for key, m in ((r["meta"].get("intervals") or {}).get("per_key") or {}).items():
+            method = (m.get("method") if isinstance(m, dict) else m) or "none"
+            if key not in by_method[method]:
+                by_method[method].append(key)
+    return "; ".join(f"{method}: {', '.join(keys)}" for method, keys in by_method.items()) or "none recorded"
 
 
 def varying_options(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[Any]]]:
@@ -232,7 +251,7 @@ def varying_options(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[Any]
             by_class[s["class"]].append(s)
     out: dict[str, dict[str, list[Any]]] = {}
     for cls, settings in by_class.items():
-        keys = [k for k in settings[0] if k not in ("class", "denoiser", "chain")]
+        keys = [k for k in settings[0] if k not in ("class", "denoiser", "chain", "code")]
         varying: dict[str, list[Any]] = {}
         for k in keys:
             values = list(dict.fromkeys(json.dumps(s.get(k), sort_keys=True) for s in settings))
@@ -323,8 +342,8 @@ def write_report(runs: list[dict[str, Any]], out: Path, formats: tuple[str, ...]
                      f"{(m.get('package') or {}).get('commit', '–')} |")
     lines += ["", "## Table", "", "Values with their bootstrap interval "
               + ("(over several seeds: the mean, and the range of the seeds' values)" if len(seeds) > 1 else "")
-              + "; the transition metrics' *basic* intervals correct the plug-in bias and can sit below the value "
-              "(docs/metrics.md); NFE = denoiser evaluations per sequence (mean ± sd).", "", markdown_table(table),
+              + f"; interval methods as the runs recorded them ({_interval_methods(runs)}; docs/metrics.md); "
+              "NFE = denoiser evaluations per sequence (mean ± sd).", "", markdown_table(table),
               "LaTeX: `tables/results.tex`.", ""]
     theory = theory_table(table)
     if theory:
@@ -347,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="folder for the report")
     ap.add_argument("--group", action="store_true",
                     help="runs with different chains, N or T: one report per group (default: refuse)")
-    ap.add_argument("--formats", default="png", help="figure formats, comma separated: png, pdf, svg")
+    ap.add_argument("--formats", default="png,pdf,svg", help="figure formats, comma separated: png, pdf, svg (default: all three)")
     ns = ap.parse_args(argv)
     formats = tuple(f.strip() for f in ns.formats.split(",") if f.strip())
     bad = [f for f in formats if f not in ("png", "pdf", "svg")]

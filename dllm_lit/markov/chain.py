@@ -20,6 +20,7 @@ import torch
 
 from dllm_lit import rng
 from dllm_lit.hashing import sha256_tensors
+from dllm_lit.reductions import fixed_order_sum
 
 __all__ = ["MarkovChain", "ChainError"]
 
@@ -228,9 +229,9 @@ class MarkovChain:
             pi = self.nu.clone() if self.eps > 0 else torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=torch.float64)
             max_iter, check_every = 1_000_000, 16
             for it in range(1, max_iter + 1):
-                nxt = self.apply_right(pi[None])[0]
+                nxt = self._stationary_step(pi)
                 if it % check_every == 0:
-                    resid = (nxt - pi).abs().sum().item()
+                    resid = fixed_order_sum((nxt - pi).abs()).item()
                     if resid <= self.stationary_tol:
                         pi = nxt
                         break
@@ -240,8 +241,20 @@ class MarkovChain:
                     f"stationary law did not converge to tolerance {self.stationary_tol} within {max_iter} "
                     "power iterations; the chain is nearly reducible: pass stationary= explicitly"
                 )
-            self._stationary = pi / pi.sum()
+            self._stationary = pi / fixed_order_sum(pi)
         return self._stationary
+
+    def _stationary_step(self, pi: torch.Tensor) -> torch.Tensor:
+        """``pi P'`` for one float64 law [V], rounded the same way on every machine.
+
+        Matrix products and ``torch.sum`` group their additions by the CPU's vector width and the BLAS
+        build (AVX2, AVX-512, ARM), which moved pi, and with it ``unigram_l1``, by a few ulps between
+        machines.  Here every product is elementwise, the scatter-add visits the pairs in row order
+        and the teleport mass is a :func:`~dllm_lit.reductions.fixed_order_sum`.
+        """
+        flow = (pi[:, None] * self.nbr_prob).reshape(-1)
+        out = torch.zeros_like(pi).index_add_(0, self.nbr_idx.reshape(-1), flow)
+        return (1.0 - self.eps) * out + self.eps * fixed_order_sum(pi) * self.nu
 
     # ------------------------------------------------------------------ probabilities
     def transition_prob(self, prev: torch.Tensor, nxt: torch.Tensor) -> torch.Tensor:

@@ -10,11 +10,24 @@ skewed.  Everything is a deterministic function of ``seed``.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from dllm_lit.markov.chain import ChainError, MarkovChain
 
 __all__ = ["synthetic_chain"]
+
+
+def _zipf(n: int, a: float) -> list[float]:
+    """(k + 1)^(-a) / sum, k < n, by the C library's ``pow`` and a correctly rounded ``math.fsum``.
+
+    torch's vectorised ``pow`` and ``sum`` round differently on AVX2, AVX-512 and scalar CPUs (up to a
+    few ulps), which gave the "same" chain a different fingerprint, and different metrics, per machine.
+    """
+    w = [math.pow(k, -a) for k in range(1, n + 1)]
+    total = math.fsum(w)
+    return [x / total for x in w]
 
 
 def synthetic_chain(
@@ -35,12 +48,9 @@ def synthetic_chain(
     V, K = vocab_size, top_k
     nbr = torch.rand(V, V, generator=g).topk(K, dim=1).indices if K < V else torch.stack([torch.randperm(V, generator=g) for _ in range(V)])
     a = alpha * (0.8 + 0.4 * torch.rand(V, 1, generator=g, dtype=torch.float64))
-    ranks = torch.arange(1, K + 1, dtype=torch.float64)[None, :]
-    prob = ranks.pow(-a)
-    prob = prob / prob.sum(1, keepdim=True)
+    prob = torch.tensor([_zipf(K, ai) for ai in a[:, 0].tolist()], dtype=torch.float64).reshape(V, K)
     perm = torch.randperm(V, generator=g)
     nu = torch.empty(V, dtype=torch.float64)
-    nu[perm] = torch.arange(1, V + 1, dtype=torch.float64).pow(-alpha)
-    nu = nu / nu.sum()
+    nu[perm] = torch.tensor(_zipf(V, alpha), dtype=torch.float64)
     meta = {"source": "synthetic", "vocab_size": V, "top_k": K, "eps": eps, "alpha": alpha, "seed": seed}
     return MarkovChain(nbr, prob, eps=eps, nu=nu, metadata=meta)

@@ -66,12 +66,16 @@ def save_figure(fig, path: Path, formats: Iterable[str] = ("png",)) -> list[Path
     return out
 
 
-def finish_figure(fig, ax, path: Path, formats: Iterable[str], caption: str = "") -> list[Path]:
-    """Grid, legend and the run caption (bottom right), then :func:`save_figure`."""
+def finish_figure(fig, ax, path: Path, formats: Iterable[str], caption: str = "", legend_outside: bool = False) -> list[Path]:
+    """Grid, legend (inside, or right of the axes with ``legend_outside``) and the run caption (bottom right),
+    then :func:`save_figure`."""
     if caption:
         fig.text(0.99, 0.005, caption, fontsize=6, ha="right", va="bottom", color="0.35")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if legend_outside:
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    else:
+        ax.legend(fontsize=7)
     fig.tight_layout(rect=(0, 0.03 if caption else 0, 1, 1))
     return save_figure(fig, path, formats)
 
@@ -180,11 +184,12 @@ def plot_kl_bracket(rows: list[dict[str, Any]], path: Path, formats: Iterable[st
     series = _series(rows, "kl_excess", "steps")
     if not series:
         return []
-    fig, ax = plt.subplots(figsize=(5.6, 4.0), dpi=120)
-    all_steps = []
+    fig, ax = plt.subplots(figsize=(8.4, 4.0), dpi=120)
+    all_steps, drawn = [], []
     for name, rs in sorted(series.items()):
         xs = [r["steps"] for r in rs]
         all_steps += xs
+        drawn += [r[k] for r in rs for k in ("kl_excess", "kl", "seq_kl_lower", "seq_kl_upper") if r.get(k) is not None]
         (line,) = ax.plot(xs, [r["kl_excess"] for r in rs], marker="o", ms=3, label=f"{name}: KL - exact floor")
         color = line.get_color()
         ax.plot(xs, [r["kl"] for r in rs], ls=":", color=color, lw=1, label=f"{name}: plug-in KL")
@@ -199,12 +204,18 @@ def plot_kl_bracket(rows: list[dict[str, Any]], path: Path, formats: Iterable[st
     ref = next((r for r in rows if label_of(r) == REFERENCE_LABEL and r.get("kl") is not None), None)
     if ref is not None:
         ax.axhline(ref["kl"], color="black", ls="--", lw=1, label="exact samples: plug-in KL (floor)")
+    if ref is not None:
+        drawn.append(ref["kl"])
     _steps_axis(ax, all_steps)
     ax.set_yscale("symlog", linthresh=1e-4)
     ax.axhline(0.0, color="grey", lw=0.5)
+    # the drawn values and no more: room above the largest (no clipped top) and a negative region only as deep
+    # as the most negative floor-corrected value (none when every value is >= 0)
+    low, high = min(drawn + [0.0]), max(drawn + [1e-4])
+    ax.set_ylim(low * 2.0 if low < 0 else 0.0, high * 2.0)
     ax.set_xlabel("sampling steps")
     ax.set_ylabel("nats (per transition / per token)")
-    return finish_figure(fig, ax, path, formats, caption)
+    return finish_figure(fig, ax, path, formats, caption, legend_outside=True)
 
 
 def plot_forward_kl(rows: list[dict[str, Any]], path: Path, x: str = "steps", formats: Iterable[str] = ("png",),

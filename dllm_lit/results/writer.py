@@ -90,6 +90,11 @@ def load_metrics(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]
     return dict(data.get("meta") or {}), list(data["rows"])
 
 
+def _without_code(settings: Any) -> Any:
+    """A row's settings without the source hash (to tell a code change from a settings change)."""
+    return {k: v for k, v in settings.items() if k != "code"} if isinstance(settings, dict) else settings
+
+
 def _package_info() -> dict[str, Any]:
     try:
         from importlib.metadata import version
@@ -263,6 +268,7 @@ class ResultsWriter(Callback):
             raise ValueError("the results writer is not wired: call dllm_lit.engine.connect(...) before predict")
         self.out = self.claim_output(trainer)
         self._check_mauve()
+        self._check_limits(trainer)  # every refusal comes before a previous run's files are touched
         self._package = _package_info()
         self._distributed = trainer.world_size > 1
         plan = self.plan
@@ -285,7 +291,6 @@ class ResultsWriter(Callback):
 
             rank_zero_info(f"{self.out}: {len(self._kept)} of {len(plan.rows)} rows are already complete for these "
                            "settings; sampling the others")
-        self._check_limits(trainer)
         self.meta = self.build_meta(complete=False)
         for logger in trainer.loggers:
             logger.log_hyperparams({"run": self.meta, "rows": {r.key: s for r, s in zip(plan.rows, self._settings)}})
@@ -346,7 +351,7 @@ class ResultsWriter(Callback):
                              "set results.mauve_num_buckets to auto or a smaller number")
 
     def _check_limits(self, trainer: L.Trainer) -> None:
-        """A run must sample every sequence of every pending row: refuse fast_dev_run / limit_predict_batches."""
+        """A run must sample every sequence of every row: refuse fast_dev_run / limit_predict_batches (before resume)."""
         pending = len(self.plan.pending_work())
         if getattr(trainer, "fast_dev_run", False):
             raise ValueError("trainer.fast_dev_run samples only the first work item, so rows would be incomplete: "
@@ -391,18 +396,24 @@ class ResultsWriter(Callback):
             except Exception:
                 samples = {}
         by_id = {(r.get("label"), r.get("steps")): r for r in rows}
-        kept = {}
+        kept, recoded = {}, []
         for i in range(len(self.plan.rows)):
             ident = self._row_identity(i)
             row = by_id.get((ident["label"], ident["steps"]))
+            if row is not None and _without_code(row.get("settings")) == _without_code(ident["settings"]) \
+                    and row["settings"].get("code") != ident["settings"].get("code"):
+                recoded.append(self.plan.rows[i].key)
             if row is None or row.get("settings") != ident["settings"]:
                 continue
             x = samples.get((ident["label"], ident["steps"]))
             if self.save_samples and (x is None or tuple(x.shape) != (self.plan.num_sequences, self.plan.seq_len)):
                 continue
             kept[i] = (row, x)
-        stale = len(rows) - len(kept)
-        if stale:
+        if recoded:
+            warnings.warn(f"{self.out}: the code of the sampler or denoiser changed since row(s) {', '.join(recoded)} "
+                          "were computed (settings[\"code\"]); they are computed again", stacklevel=2)
+        stale = len(rows) - len(kept) - len(recoded)
+        if stale > 0:
             warnings.warn(f"{self.out}: {stale} row(s) on disk are not part of this run or have other settings; "
                           "they are replaced", stacklevel=2)
         self._remove_figures()
@@ -626,6 +637,8 @@ class ResultsWriter(Callback):
             paths += self._dependence_figure()
         self.log_rows(trainer, self.rows, figures=paths, files=[self.out / n for n in ("metrics.json", "samples.txt",
                                                                                         "samples.pt")])
+        for logger in trainer.loggers:  # the run config logged at set-up said complete: false
+            logger.log_hyperparams({"run": {**self.meta, "complete": True}})
 
     def _dependence_figure(self) -> list[Path]:
         """In an HMM world: ``figures/dependence_profile`` from the saved samples (exact curve vs every row's)."""
@@ -714,9 +727,19 @@ class ResultsWriter(Callback):
         if not rows:
             return
         main = next((r for r in reversed(rows) if r["steps"] is not None or r["label"] != "ar"), rows[-1])
-        cols = [c for c in rows[0].keys() if not c.endswith("_ci")]
-        data = [[json.dumps(r.get(c), sort_keys=True) if isinstance(r.get(c), (dict, list)) else r.get(c)
-                 for c in cols] for r in rows]
+        cols = []
+        for c in rows[0].keys():  # intervals as <key>_low / <key>_high columns, as in metrics.csv
+            cols += [f"{c[:-3]}_low", f"{c[:-3]}_high"] if c.endswith("_ci") else [c]
+
+        def cell(r: dict[str, Any], c: str) -> Any:
+            for end, i in (("_low", 0), ("_high", 1)):
+                if c.endswith(end) and f"{c[:-len(end)]}_ci" in r:
+                    ci = r[f"{c[:-len(end)]}_ci"]
+                    return ci[i] if isinstance(ci, (list, tuple)) else None
+            v = r.get(c)
+            return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+
+        data = [[cell(r, c) for c in cols] for r in rows]
         for logger in trainer.loggers:
             logger.log_metrics(cls._numeric(main), step=len(rows))
             if hasattr(logger, "log_table"):

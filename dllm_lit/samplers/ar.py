@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks
+from dllm_lit.code_identity import source_digest
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import sharpen
@@ -67,7 +68,7 @@ class AR(Sampler):
         return [Row(self.name, None, self, reference=self.beta == 1)]
 
     def settings(self) -> dict:
-        return {"class": "AR", "beta": self.beta, "denoiser": None}
+        return {"class": "AR", "beta": self.beta, "denoiser": None, "code": source_digest(type(self))}
 
     def nfe(self, seq_len: int, steps: int | None) -> None:
         """None: exact chain sampling evaluates no denoiser."""

@@ -19,6 +19,7 @@ import lightning as L
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.code_identity import source_digest
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.engine.budget import check_steps_count
 from dllm_lit.engine.process_group import release_process_group
@@ -100,7 +101,9 @@ class Sampler(L.LightningModule, ABC):
         return self
 
     def use_plan(self, plan: "RunPlan") -> None:
-        """Run the work items of ``plan``; checks every row's settings for the plan's sequence length."""
+        """Run the work items of ``plan``; checks every row's settings (and the denoiser) for the plan's length."""
+        if self.denoiser is not None:
+            self.denoiser.check_length(plan.seq_len)
         for row in plan.rows:
             if row.sampler is self:
                 self.check_run(plan.seq_len, row.steps)
@@ -113,7 +116,8 @@ class Sampler(L.LightningModule, ABC):
         """Check that a run of ``seq_len`` tokens with ``steps`` steps is possible (subclasses extend)."""
 
     def settings(self) -> dict[str, Any]:
-        """The constructor options (without the denoiser), for run metadata and resume checks."""
+        """The constructor options, the denoiser's description and ``code`` (:func:`~dllm_lit.code_identity.source_digest`),
+        for run metadata and resume checks."""
         out: dict[str, Any] = {"class": type(self).__name__}
         for name in inspect.signature(type(self).__init__).parameters:
             if name in ("self", "denoiser"):
@@ -121,6 +125,8 @@ class Sampler(L.LightningModule, ABC):
             value = self.steps_grid if name == "steps" else getattr(self, name, None)
             out[name] = value
         out["denoiser"] = self.denoiser.describe() if self.denoiser is not None else None
+        # the source of this sampler, its denoiser and the dllm_lit code they use: an edit invalidates kept rows
+        out["code"] = source_digest(type(self), *([type(self.denoiser)] if self.denoiser is not None else []))
         return out
 
     def rows(self) -> list["Row"]:

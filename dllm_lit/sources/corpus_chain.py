@@ -60,6 +60,21 @@ _HASH_LIMIT = 1 << 30  # files larger than this are fingerprinted by (path, size
 
 
 # ---------------------------------------------------------------------------------------------- validation
+def corpus_documents(dataset: str, **options: Any):
+    """:func:`~dllm_lit.corpus.documents.iter_documents` for a source's ``dataset``; a hub dataset that cannot be
+    reached fails with one line naming the option that points at a local copy."""
+    from dllm_lit.corpus.documents import DatasetUnavailableError, iter_documents
+
+    try:
+        return iter_documents(dataset, **options)
+    except DatasetUnavailableError as exc:
+        raise DatasetUnavailableError(
+            f"cannot load dataset {dataset!r} from the Hugging Face Hub (offline or unreachable: {exc.reason}); set "
+            "--data.source.init_args.dataset to a local copy (a file or folder; plain text files through "
+            "--data.source.init_args.data_files), or build the chain once with network (it is cached)",
+            reason=exc.reason) from None
+
+
 def check_data_files(data_files: Any) -> None:
     if data_files is None or isinstance(data_files, str):
         return

@@ -12,6 +12,7 @@ from dllm_lit.markov import save_chain
 from dllm_lit.sources.base import TextDecoder
 from dllm_lit.sources.corpus_chain import (
     CHAIN_FILE,
+    corpus_documents,
     COUNTS_FILE,
     TOKENIZER_FILE,
     CorpusChainSource,
@@ -94,10 +95,8 @@ class OpenWebTextBPE(CorpusChainSource):
 
     def _documents(self) -> Any:
         from dllm_lit.corpus.bpe import clean_documents
-        from dllm_lit.corpus.documents import iter_documents
-
         streaming = True if is_local(self.dataset) else self.streaming
-        raw = iter_documents(
+        raw = corpus_documents(
             self.dataset, split=self.split, text_field=self.text_field, streaming=streaming,
             data_files=self.data_files, sample_by=self.sample_by,
         )

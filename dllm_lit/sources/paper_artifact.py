@@ -62,8 +62,13 @@ def load_paper_artifact(path: str | Path, trust_pickle: bool = False) -> tuple[M
     try:
         d = torch.load(path, map_location="cpu", weights_only=not trust_pickle)
     except Exception as exc:
-        hint = "" if trust_pickle else " (if the file is from a trusted source, retry with trust_pickle=True)"
-        raise ChainError(f"cannot read paper artifact {path}: {load_failure(path, exc, not trust_pickle)}{hint}") from None
+        reason = load_failure(path, exc, not trust_pickle)
+        # only a valid pickle that holds non-tensor objects would load with full unpickling; a damaged or foreign
+        # file would not, so it gets no suggestion to lower the guard
+        if not trust_pickle and reason.startswith("it holds objects"):
+            raise ChainError(f"cannot read paper artifact {path}: {reason}; if the file is from a trusted source, "
+                             "set --data.source.init_args.trust_pickle true") from None
+        raise ChainError(f"cannot read paper artifact {path}: not a torch.save file of tensors ({reason})") from None
     if not isinstance(d, dict):
         raise ChainError(f"{path}: expected a dict artifact, got {type(d).__name__}")
     eps = float(_first(d, "eps", "teleport_eps") or 0.0)

@@ -5,7 +5,8 @@ from pathlib import Path
 from typing import Any
 
 from dllm_lit import checks
-from dllm_lit.sources.corpus_chain import CharCorpusChainSource, check_data_files, input_identity, is_local
+from dllm_lit.sources.corpus_chain import (CharCorpusChainSource, check_data_files, corpus_documents, input_identity,
+                                          is_local)
 from dllm_lit.sources.options import SparsityOptions
 
 __all__ = ["Text8Chars"]
@@ -59,10 +60,8 @@ class Text8Chars(CharCorpusChainSource):
 
     def _build_into(self, directory: Path) -> None:
         from dllm_lit.corpus.charlevel import count_char_bigrams
-        from dllm_lit.corpus.documents import iter_documents
-
         local = is_local(self.dataset)
-        docs = iter_documents(
+        docs = corpus_documents(
             self.dataset, split=self.split, text_field=self.text_field, data_files=self.data_files,
             streaming=local, sample_by="document",
         )
