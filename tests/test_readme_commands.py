@@ -47,9 +47,15 @@ CASES: list[tuple[str, str, list[str]]] = [
       "--sampler.init_args.steps", "[4]"]),
     ("sweep sweeps/", "small", ["--dry-run"]),
     ("python cli.py --help", "run", []),
+    ("--config examples/llada_external.yaml", "wire", []),
+    ("conform --sampler examples/llada_conform.yaml", "small", ["--samples", "2000"]),
+    ("--config configs/data/kth_order.yaml", "wire", []),
+    ("--config configs/data/switching_chains.yaml", "wire", []),
+    ("--config configs/data/hmm_synthetic.yaml", "wire", []),
 ]
 
-SKIPPED = ("<", "wandb ", "pytest", "benchmarks/")
+SKIPPED = ("<", "wandb ", "pytest", "benchmarks/",
+           "dllm_lit.experiments.world_sweep")  # reads a finished sweep's folder (tests/test_world_sweep.py runs it)
 
 
 def readme_commands() -> list[str]:
@@ -79,7 +85,7 @@ def scratch(tmp_path_factory) -> Path:
     from dllm_lit.markov import synthetic_chain
 
     root = tmp_path_factory.mktemp("readme")
-    for name in ("configs", "sweeps"):
+    for name in ("configs", "sweeps", "examples"):
         (root / name).symlink_to(REPO / name)
     (root / "book.txt").write_text("the quick brown fox jumps over the lazy dog. " * 200)
     ch = synthetic_chain(30, 5, eps=1e-4, seed=4)
