@@ -173,8 +173,9 @@ METRICS: list[MetricSpec] = [
                labels={"kl_excess": "transition KL minus exact-sample KL (nats)",
                        "entropy_mm": "transition entropy, Miller-Madow (nats)",
                        "kl_mm": "transition KL, Miller-Madow (nats)",
-                       "seq_kl_lower": "sequence KL per token, lower end (nats)",
-                       "seq_kl_upper": "sequence KL per token, upper end (nats)"}),
+                       "seq_kl_lower": "sequence KL per token, lower bound (DV, nats)",
+                       "seq_kl_upper": "sequence KL per token, upper end (nats)",
+                       "trans_kl_corrected": "(T-1)/T x floor-corrected transition KL (nats)"}),
 ]
 
 

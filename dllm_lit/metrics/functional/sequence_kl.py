@@ -16,13 +16,15 @@ M = N (T - 1) transitions, n_i = sum_j c(i, j), m_i = #{j : c(i, j) > 0}, q = P'
   with U the number of distinct observed pairs and R the number of distinct observed source
   states.  The cross-entropy term nll = -sum c_ij log q(j | i) / M is linear in the counts (q is
   known), so it needs no correction: ``kl_mm = nll - entropy_mm = kl - (U - R) / (2M)``.
-* **Sequence-level KL, lower end.**  For any sampler law p_s over length-T sequences and the
-  chain law p, the chain rule and joint convexity of KL give
-
-      KL(p_s || p) >= (T - 1) KL_trans(p_s),
-
-  KL_trans the *population* transition KL (the plug-in with expected counts).  Per token:
-  ``seq_kl_lower = (T - 1) / T * kl_excess``, the bound evaluated at the floor-corrected estimate.
+* **Sequence-level KL, lower end.**  ``seq_kl_lower`` is the cross-fitted Donsker-Varadhan bound
+  of :mod:`dllm_lit.metrics.functional.dv_bound`: an unbiased estimate of a valid lower bound on
+  KL(p_s || p) / T, with no plug-in bias, whose one-sided lower confidence bound is its interval's
+  low end.  It needs no reference row.
+* **Transition KL, floor-corrected (an estimate, not a bound).**  For any p_s, the chain rule and
+  joint convexity of KL give KL(p_s || p) >= (T - 1) KL_trans(p_s), KL_trans the *population*
+  transition KL; ``trans_kl_corrected = (T - 1) / T * kl_excess`` plugs the floor-corrected
+  estimate into it.  ``kl_excess`` keeps a first-order bias sum_i (k_i^row - k_i^ref) / (2M), so
+  this column can lie above the sequence KL (or below 0) at small N (T - 1) / V^2 (docs/metrics.md).
 * **Sequence-level KL, upper end.**  For a sampler whose unmasking order o does not depend on the
   tokens drawn, the law of a sample given its order is p_s(x | o) = prod_i q_i(x_i), q_i the law
   the token at i was drawn from (an argmax choice: 1), so with log q = sum_i log q_i(x_i) (reported
@@ -30,7 +32,9 @@ M = N (T - 1) transitions, n_i = sum_j c(i, j), m_i = #{j : c(i, j) > 0}, q = P'
 
       E[u] / T = E_o KL(p_s(. | o) || p) / T >= KL(p_s || p) / T =: seq_kl_upper's target bound.
 
-  ``seq_kl_upper = mean(u) / T`` is an unbiased estimate of that upper bound.
+  ``seq_kl_upper = mean(u) / T`` is an unbiased estimate of that upper bound.  When every
+  |u_n| / T <= :data:`EXACT_ZERO_TOL` (an exact sampler: u is float rounding of log q - log p) it
+  is reported as 0 with interval [0, 0].
 
 log p(x) floors every probability at 1e-30 (as ``nll`` and ``kl`` do), so an impossible sequence
 counts about 69 nats per impossible transition instead of an infinite value.
@@ -40,9 +44,11 @@ from __future__ import annotations
 import torch
 
 from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.metrics.functional.dv_bound import DVBound, dv_lower_bound
 from dllm_lit.metrics.functional.transition import PairCounts, transition_metrics_from_pairs
 
 __all__ = [
+    "EXACT_ZERO_TOL",
     "LOG_FLOOR",
     "SEQUENCE_KL_KEYS",
     "ResampledSequenceKL",
@@ -51,7 +57,11 @@ __all__ = [
     "sequence_log_prob",
 ]
 
-SEQUENCE_KL_KEYS = ("kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper")
+SEQUENCE_KL_KEYS = ("kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected")
+
+#: per-token |u| below which every sequence counts as exactly sampled (seq_kl_upper = 0): the float
+#: rounding of log q - log p of an exact sampler with the float32 oracle is far below it
+EXACT_ZERO_TOL = 3e-9
 
 #: probability floor in log p(x) (the transition metrics' clamp)
 LOG_FLOOR = 1e-30
@@ -84,28 +94,36 @@ def _corrected(pairs: torch.Tensor, counts: torch.Tensor, chain: MarkovChain) ->
     return m["kl"], m["entropy"] + bias, m["kl"] - bias
 
 
+def _exact_zero(u: torch.Tensor, T: int) -> bool:
+    return bool((u.abs() <= EXACT_ZERO_TOL * T).all())
+
+
 def sequence_kl_values(codes: torch.Tensor, u: torch.Tensor | None, chain: MarkovChain,
-                       reference_codes: torch.Tensor | None) -> dict[str, float | None]:
-    """The five values from per-sequence transition codes [N, T - 1], per-sequence u = log q - log p [N]
-    (None or containing NaN: the sampler reports no log q) and the reference row's codes (None: no
-    reference row).  Unavailable values are None."""
+                       reference_codes: torch.Tensor | None, dv: DVBound | None = None) -> dict[str, float | None]:
+    """The values of :data:`SEQUENCE_KL_KEYS` from per-sequence transition codes [N, T - 1] in index
+    order, per-sequence u = log q - log p [N] (None or containing NaN: the sampler reports no log q)
+    and the reference row's codes (None: no reference row); ``dv``: the DV bound if already
+    computed for these codes.  Unavailable values are None."""
     pairs, counts = torch.unique(codes.reshape(-1), return_counts=True)
     kl, entropy_mm, kl_mm = _corrected(pairs, counts, chain)
     T = codes.shape[1] + 1
+    dv = dv if dv is not None else dv_lower_bound(codes, chain)
     out: dict[str, float | None] = {"kl_excess": None, "entropy_mm": entropy_mm, "kl_mm": kl_mm,
-                                    "seq_kl_lower": None, "seq_kl_upper": None}
+                                    "seq_kl_lower": dv.value, "seq_kl_upper": None, "trans_kl_corrected": None}
     if reference_codes is not None:
         rp, rc = torch.unique(reference_codes.reshape(-1), return_counts=True)
         excess = kl - transition_metrics_from_pairs(rp, rc, chain)["kl"]
         out["kl_excess"] = excess
-        out["seq_kl_lower"] = (T - 1) / T * excess
+        out["trans_kl_corrected"] = (T - 1) / T * excess
     if u is not None and u.numel() and bool(torch.isfinite(u).all()):
-        out["seq_kl_upper"] = float(u.to(torch.float64).sum() / u.numel()) / T
+        exact = _exact_zero(u, T)
+        out["seq_kl_upper"] = 0.0 if exact else float(u.to(torch.float64).sum() / u.numel()) / T
     return out
 
 
 class ResampledSequenceKL:
-    """Bootstrap statistic of the five values: resample weights ``[B, N]`` -> ``{key: Tensor[B]}``.
+    """Bootstrap statistic of the values but ``seq_kl_lower`` (whose interval is its own one-sided
+    confidence bound): resample weights ``[B, N]`` -> ``{key: Tensor[B]}``.
 
     The sampler row and the reference row are resampled with the *same* weights (paired by sequence
     index: both rows hold sequences 0 .. N-1 of the same seed), so the interval of ``kl_excess`` is
@@ -120,6 +138,7 @@ class ResampledSequenceKL:
         self.ref = PairCounts(reference_codes) if reference_codes is not None else None
         ok = u is not None and u.numel() and bool(torch.isfinite(u).all())
         self.u = u.to(torch.float64).cpu() if ok else None
+        self.exact = self.u is not None and _exact_zero(self.u, self.T)
 
     def __call__(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
         own = self.own.counts(weights)
@@ -131,7 +150,9 @@ class ResampledSequenceKL:
             kl_ref = [transition_metrics_from_pairs(self.ref.pairs, ref[r], self.chain)["kl"] for r in range(weights.shape[0])]
             excess = torch.tensor([v[0] - k for v, k in zip(vals, kl_ref)], dtype=torch.float64)
             out["kl_excess"] = excess
-            out["seq_kl_lower"] = (self.T - 1) / self.T * excess
-        if self.u is not None:
+            out["trans_kl_corrected"] = (self.T - 1) / self.T * excess
+        if self.exact:
+            out["seq_kl_upper"] = torch.zeros(weights.shape[0], dtype=torch.float64)
+        elif self.u is not None:
             out["seq_kl_upper"] = (weights * self.u).sum(-1) / weights.sum(-1) / self.T
         return out
