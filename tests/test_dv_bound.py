@@ -54,7 +54,7 @@ def test_log_partition_equals_enumeration(k: int) -> None:
     possible = logp > -float("inf")
     codes = transition_codes(chain.sample(20, T, seed=1), V)
     feats = [fit_features(codes, chain, 1.0, 0.5), fit_features(codes, chain, 4.0, 1.0), TiltFeatures(-0.3),
-             TiltFeatures(0.6)]
+             TiltFeatures(0.6), TiltFeatures(-0.5, 0.5), TiltFeatures(-1.0, 1.0)]
     got = log_partition(chain, feats, T)
     for ft, value in zip(feats, got.tolist()):
         F = _F(ft, transition_codes(seqs, V), chain)
@@ -91,7 +91,7 @@ def test_bound_below_exact_sequence_kl() -> None:
             x, stats = sampler.generate_with_stats(torch.arange(400), T, steps, seed)
             codes = transition_codes(x, V)
             feats = [fit_features(codes[:200], chain, a, lam) for a, lam in ((1.0, 0.5), (4.0, 1.0))]
-            feats += [TiltFeatures(th) for th in (-0.3, 0.6)]
+            feats += [TiltFeatures(th, g) for th, g in ((-0.3, 0.0), (0.6, 0.0), (-1.0, 1.0))]
             for ft, lz in zip(feats, log_partition(chain, feats, T).tolist()):
                 assert float((law * _F(ft, seq_codes, chain)).sum()) - lz <= truth + 1e-12, name
             bound = dv_lower_bound(codes, chain)

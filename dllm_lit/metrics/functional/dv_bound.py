@@ -13,25 +13,31 @@ then, p being the chain (x_0 ~ pi, x_t ~ P(. | x_{t-1})), the normaliser is a tr
     E_p[e^F] = (pi o e^g)^T (P o e^f)^{T-1} 1,
 
 computed exactly (:func:`log_partition`, in log space: the vector is renormalised at each step and
-the log norms summed).  ``P o e^f`` is never built: with f constant (``c_i``) over the unobserved
-successors of each state, ``v^T (P o e^f) = (v o e^c)^T P + sum_{observed (i, j)} v_i P_ij (e^{f_ij} - e^{c_i}) e_j``,
-one top-K product (``MarkovChain.apply_right``) plus the observed pairs, O(V K + #pairs) a step.
+the log norms summed).  ``P o e^f`` is never built: for both feature families below it is a sparse
+matrix on the top-K lists and the observed pairs plus a rank-one term (P = (1 - eps) P_topK +
+eps 1 nu^T), so a step costs O(V K + #pairs) (:class:`Transfer`).
 
-**The features** are fitted on one half of the sequences: with counts c_ij (n_i = sum_j c_ij) and
-first-token counts m_x over N_fit sequences, a Dirichlet(alpha P(. | i)) posterior mean of the
-kernel, shrunk towards F = 0 by lambda in (0, 1]:
+**The features.**  Two families, both additive over bigrams:
 
-    f_ij = lambda log[(c_ij + alpha P_ij) / ((n_i + alpha) P_ij)],
-    g_x  = lambda log[(m_x + alpha pi_x) / ((N_fit + alpha) pi_x)]
+* *tilts* of the chain's own law (:class:`TiltFeatures`, a fixed grid :data:`TILTS`, nothing
+  fitted): F = theta log p(x) + gamma sum_t log pi(x_t), so A_ij = P_ij^{1+theta} pi_j^gamma (rows
+  sharpened for theta > 0, flattened for theta < 0; theta = -gamma a geometric mixture with pi^T,
+  the law of decoding every position from its marginal in one step);
+* *smoothed log-ratios* (:func:`fit_features`), fitted on one half of the sequences: with counts
+  c_ij (n_i = sum_j c_ij) and first-token counts m_x over N_fit sequences, a Dirichlet(alpha P(. | i))
+  posterior mean of the kernel, shrunk towards F = 0 by lambda in (0, 1]:
 
-(an unvisited state gets f = 0).  At lambda = 1 the smoothed kernel is stochastic and
-E_p[e^F] = 1; at lambda < 1 the normaliser is <= 1 (Hoelder).  A pair with P_ij = 0 adds nothing
-to E_p[e^F] whatever f_ij is; its f is capped at lambda * 69 nats (-log 1e-30, as ``nll``).
+      f_ij = lambda log[(c_ij + alpha P_ij) / ((n_i + alpha) P_ij)],
+      g_x  = lambda log[(m_x + alpha pi_x) / ((N_fit + alpha) pi_x)]
+
+  (an unvisited state gets f = 0).  At lambda = 1 the smoothed kernel is stochastic and
+  E_p[e^F] = 1; at lambda < 1 the normaliser is <= 1 (Hoelder).  A pair with P_ij = 0 adds nothing
+  to E_p[e^F] whatever f_ij is; its f is capped at lambda * 69 nats (-log 1e-30, as ``nll``).
 
 **Cross-fitting.**  The sequences (in index order) are split into halves A (even positions) and B
-(odd).  On A, each candidate (alpha, lambda) of :data:`CANDIDATES` is scored by the same bound
-fitted on one half of A and evaluated on the other (both ways, averaged), the best is refitted on
-all of A, and its bound L_A = mean_B(F_A) - log E_p[e^{F_A}] is evaluated on B, which took no part
+(odd).  On A, each tilt is scored by its bound on A, each candidate (alpha, lambda) of
+:data:`CANDIDATES` by the same bound fitted on one half of A and evaluated on the other (both ways,
+averaged); the best of all (refitted on all of A if a log-ratio) is F_A, and its bound L_A = mean_B(F_A) - log E_p[e^{F_A}] is evaluated on B, which took no part
 in choosing F_A; F = 0 (the bound 0) wins when no candidate scores above 0.  Symmetrically L_B.
 Given A, L_A is the mean of |B| independent terms whose expectation is a valid lower bound, so
 ``seq_kl_lower = (L_A + L_B) / (2 T)`` is an unbiased estimate of a lower bound on KL(q || p) / T,
@@ -58,8 +64,10 @@ __all__ = ["CANDIDATES", "DVBound", "FEATURE_CAP", "TILTS", "BigramFeatures", "T
 #: the (alpha, lambda) candidates scored on the fitting half (alpha: prior weight; lambda: shrinkage)
 CANDIDATES: tuple[tuple[float, float], ...] = tuple((a, lam) for a in (1.0, 4.0, 16.0, 64.0) for lam in (0.5, 1.0))
 
-#: the tilts theta of F = theta log p(x) scored on the fitting half
-TILTS: tuple[float, ...] = (-0.5, -0.3, -0.15, -0.05, 0.05, 0.15, 0.3, 0.6, 1.0)
+#: the tilts (theta, gamma) of :class:`TiltFeatures` scored on the fitting half: sharper or flatter
+#: rows, and geometric mixtures with one-step decoding (theta = -gamma)
+TILTS: tuple[tuple[float, float], ...] = tuple((th, 0.0) for th in (-0.5, -0.3, -0.15, -0.05, 0.05, 0.15, 0.3, 0.6, 1.0)) \
+    + tuple((-g, g) for g in (0.25, 0.5, 0.75, 1.0))
 
 #: |f| and |g| are capped at lambda times this (nats): -log 1e-30, the probability floor of ``nll``
 FEATURE_CAP = 69.0
@@ -122,28 +130,34 @@ class BigramFeatures:
 
 @dataclass(frozen=True)
 class TiltFeatures:
-    """F(x) = theta log p(x) (log p floored at 1e-30): the exponential tilt of the chain's own law,
-    which a sampler that sharpens (theta > 0) or flattens (theta < 0) its rows moves along."""
+    """F(x) = theta log p(x) + gamma sum_t log pi(x_t) (logs floored at 1e-30): tilts of the chain's
+    law towards sharper (theta > 0) or flatter (theta < 0) rows, and (theta = -gamma) geometric
+    mixtures of it with pi^T, the law of one-step decoding from the marginals."""
 
     theta: float
+    gamma: float = 0.0
 
     def values(self, codes: torch.Tensor, chain: MarkovChain) -> torch.Tensor:
         V = chain.vocab_size
-        lp = chain.kernel.clamp_min(1e-30).log().reshape(-1)[codes.reshape(-1)].view(codes.shape).sum(1)
-        return self.theta * (chain.stationary.clamp_min(1e-30).log()[codes[:, 0] // V] + lp)
+        flat = codes.reshape(-1)
+        lp = chain.kernel.clamp_min(1e-30).log().reshape(-1)[flat].view(codes.shape).sum(1)
+        log_pi = chain.stationary.clamp_min(1e-30).log()
+        out = self.theta * (log_pi[codes[:, 0] // V] + lp)
+        if self.gamma:
+            out = out + self.gamma * (log_pi[codes[:, 0] // V] + log_pi[flat % V].view(codes.shape).sum(1))
+        return out
 
     def transfer(self, chain: MarkovChain) -> Transfer:
-        """P^{1+theta} entrywise: outside the top-K lists P_ij = eps nu_j, a rank-one (eps nu_j)^{1+theta}."""
+        """A_ij = P_ij^{1+theta} pi_j^gamma, start pi^{1+theta+gamma}: outside the top-K lists P_ij = eps nu_j,
+        so that part of A is rank one."""
         e = 1.0 + self.theta
+        pw = lambda x: torch.where(x > 0, x.clamp_min(1e-300).pow(e), torch.zeros_like(x))  # noqa: E731
         ti, tj, tp = _topk_entries(chain)
-        full = (1.0 - chain.eps) * tp + chain.eps * chain.nu[tj]
-        tele = (chain.eps * chain.nu[tj]).pow(e) if chain.eps > 0 else torch.zeros_like(tp)
-        val = torch.where(full > 0, full.clamp_min(1e-300).pow(e), torch.zeros_like(full)) - tele
-        ones = torch.ones(chain.vocab_size, dtype=torch.float64)
-        b = chain.nu.pow(e) if chain.eps > 0 else torch.zeros_like(ones)
         pi = chain.stationary
-        return Transfer(ti, tj, val, ones * (chain.eps ** e if chain.eps > 0 else 0.0), b,
-                        torch.where(pi > 0, pi.clamp_min(1e-300).pow(e), torch.zeros_like(pi)))
+        col = pi.clamp_min(1e-30).pow(self.gamma) if self.gamma else torch.ones_like(pi)
+        val = (pw((1.0 - chain.eps) * tp + chain.eps * chain.nu[tj]) - pw(chain.eps * chain.nu[tj])) * col[tj]
+        a = torch.full_like(pi, chain.eps ** e if chain.eps > 0 else 0.0)
+        return Transfer(ti, tj, val, a, pw(chain.nu) * col, pw(pi) * col)
 
 
 def fit_features(codes: torch.Tensor, chain: MarkovChain, alpha: float, lam: float) -> BigramFeatures:
@@ -204,7 +218,7 @@ def _half_bound(fit: torch.Tensor, evaluate: torch.Tensor, chain: MarkovChain, T
     Candidates: the tilts of :data:`TILTS`, scored by their bound on ``fit`` (nothing is fitted);
     the smoothed log-ratios of :data:`CANDIDATES`, scored by two-fold cross-fitting within ``fit``;
     the best one is refitted on all of ``fit``.  None scoring above 0: F = 0."""
-    tilts = [TiltFeatures(th) for th in TILTS]
+    tilts = [TiltFeatures(th, g) for th, g in TILTS]
     folds = (fit[0::2], fit[1::2])
     feats = [fit_features(folds[k], chain, a, lam) for a, lam in CANDIDATES for k in (0, 1)]
     log_z = log_partition(chain, tilts + feats, T)
