@@ -32,7 +32,7 @@ from dllm_lit.metrics.functional.transition import transition_codes
 __all__ = ["SEQUENCE_KL_INTERVALS", "SEQUENCE_KL_KEYS", "SequenceKL"]
 
 _CENTRED = IntervalPolicy("centred")
-#: kl_excess, kl_mm and trans_kl_corrected are differences of plug-in functionals (they may be
+#: kl_excess, kl_mm, trans_kl_corrected and kl_cs are differences of plug-in functionals (they may be
 #: negative): centred intervals (the bootstrap spread around the estimate); entropy_mm is a plug-in
 #: entropy plus its first-order bias (centred, >= 0); seq_kl_upper is a mean over sequences:
 #: percentile; seq_kl_lower is cross-fitted over halves of the sequences, and its low end is its own
@@ -46,6 +46,7 @@ SEQUENCE_KL_INTERVALS: dict[str, IntervalPolicy] = {
                                    "mirror bound on the DV bound, not on the KL"),
     "seq_kl_upper": PERCENTILE,
     "trans_kl_corrected": _CENTRED,
+    "kl_cs": _CENTRED,
 }
 
 _STATES = {"codes": torch.int64, "u": torch.float64, "index": torch.int64}

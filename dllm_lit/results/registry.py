@@ -175,7 +175,8 @@ METRICS: list[MetricSpec] = [
                        "kl_mm": "transition KL, Miller-Madow (nats)",
                        "seq_kl_lower": "sequence KL per token, lower bound (DV, nats)",
                        "seq_kl_upper": "sequence KL per token, upper end (nats)",
-                       "trans_kl_corrected": "(T-1)/T x floor-corrected transition KL (nats)"}),
+                       "trans_kl_corrected": "(T-1)/T x floor-corrected transition KL (nats)",
+                       "kl_cs": "transition KL, Chao-Shen entropy (nats)"}),
 ]
 
 

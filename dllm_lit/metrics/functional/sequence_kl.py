@@ -16,6 +16,10 @@ M = N (T - 1) transitions, n_i = sum_j c(i, j), m_i = #{j : c(i, j) > 0}, q = P'
   with U the number of distinct observed pairs and R the number of distinct observed source
   states.  The cross-entropy term nll = -sum c_ij log q(j | i) / M is linear in the counts (q is
   known), so it needs no correction: ``kl_mm = nll - entropy_mm = kl - (U - R) / (2M)``.
+* **Chao-Shen.**  ``kl_cs = nll - H_cs``, H_cs the per-row Chao-Shen coverage-adjusted entropy
+  (:mod:`dllm_lit.metrics.functional.entropy`), which also accounts for unseen successors: the
+  point estimate of the population transition KL with the smallest bias measured at V >= 256
+  (docs/metrics.md).
 * **Sequence-level KL, lower end.**  ``seq_kl_lower`` is the cross-fitted Donsker-Varadhan bound
   of :mod:`dllm_lit.metrics.functional.dv_bound`: an unbiased estimate of a valid lower bound on
   KL(p_s || p) / T, with no plug-in bias, whose one-sided lower confidence bound is its interval's
@@ -46,6 +50,7 @@ import torch
 
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.metrics.functional.dv_bound import DVBound, dv_lower_bound
+from dllm_lit.metrics.functional.entropy import entropy_from_pairs
 from dllm_lit.metrics.functional.transition import PairCounts, transition_metrics_from_pairs
 
 __all__ = [
@@ -59,7 +64,7 @@ __all__ = [
     "sequence_log_prob",
 ]
 
-SEQUENCE_KL_KEYS = ("kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected")
+SEQUENCE_KL_KEYS = ("kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected", "kl_cs")
 
 #: seq_kl_upper is reported as exactly 0 when |mean(u)| / T <= EXACT_ZERO_TOL and every |u_n| / T <=
 #: EXACT_SEQUENCE_TOL: the float rounding of log q - log p of an exact sampler (paper-MDLM at steps = T,
@@ -92,11 +97,11 @@ def miller_madow_bias(pairs: torch.Tensor, counts: torch.Tensor, vocab_size: int
     return (observed.numel() - rows) / (2.0 * M)
 
 
-def _corrected(pairs: torch.Tensor, counts: torch.Tensor, chain: MarkovChain) -> tuple[float, float, float]:
-    """(kl, entropy_mm, kl_mm) of one set of weighted pair counts."""
+def _corrected(pairs: torch.Tensor, counts: torch.Tensor, chain: MarkovChain) -> tuple[float, float, float, float]:
+    """(kl, entropy_mm, kl_mm, kl_cs) of one set of weighted pair counts."""
     m = transition_metrics_from_pairs(pairs, counts, chain)
     bias = miller_madow_bias(pairs, counts, chain.vocab_size)
-    return m["kl"], m["entropy"] + bias, m["kl"] - bias
+    return m["kl"], m["entropy"] + bias, m["kl"] - bias, m["nll"] - entropy_from_pairs(pairs, counts, chain.vocab_size, "cs")
 
 
 def _exact_zero(u: torch.Tensor, T: int) -> bool:
@@ -111,11 +116,12 @@ def sequence_kl_values(codes: torch.Tensor, u: torch.Tensor | None, chain: Marko
     and the reference row's codes (None: no reference row); ``dv``: the DV bound if already
     computed for these codes.  Unavailable values are None."""
     pairs, counts = torch.unique(codes.reshape(-1), return_counts=True)
-    kl, entropy_mm, kl_mm = _corrected(pairs, counts, chain)
+    kl, entropy_mm, kl_mm, kl_cs = _corrected(pairs, counts, chain)
     T = codes.shape[1] + 1
     dv = dv if dv is not None else dv_lower_bound(codes, chain)
     out: dict[str, float | None] = {"kl_excess": None, "entropy_mm": entropy_mm, "kl_mm": kl_mm,
-                                    "seq_kl_lower": dv.value, "seq_kl_upper": None, "trans_kl_corrected": None}
+                                    "seq_kl_lower": dv.value, "seq_kl_upper": None, "trans_kl_corrected": None,
+                                    "kl_cs": kl_cs}
     if reference_codes is not None:
         rp, rc = torch.unique(reference_codes.reshape(-1), return_counts=True)
         excess = kl - transition_metrics_from_pairs(rp, rc, chain)["kl"]
@@ -150,7 +156,8 @@ class ResampledSequenceKL:
         own = self.own.counts(weights)
         vals = [_corrected(self.own.pairs, own[r], self.chain) for r in range(weights.shape[0])]
         out = {"entropy_mm": torch.tensor([v[1] for v in vals], dtype=torch.float64),
-               "kl_mm": torch.tensor([v[2] for v in vals], dtype=torch.float64)}
+               "kl_mm": torch.tensor([v[2] for v in vals], dtype=torch.float64),
+               "kl_cs": torch.tensor([v[3] for v in vals], dtype=torch.float64)}
         if self.ref is not None:
             ref = self.ref.counts(weights)
             kl_ref = [transition_metrics_from_pairs(self.ref.pairs, ref[r], self.chain)["kl"] for r in range(weights.shape[0])]
