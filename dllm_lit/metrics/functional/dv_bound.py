@@ -66,11 +66,15 @@ CANDIDATES: tuple[tuple[float, float], ...] = tuple((a, lam) for a in (1.0, 4.0,
 
 #: the tilts (theta, gamma) of :class:`TiltFeatures` scored on the fitting half: sharper or flatter
 #: rows, and geometric mixtures with one-step decoding (theta = -gamma)
-TILTS: tuple[tuple[float, float], ...] = tuple((th, 0.0) for th in (-0.5, -0.3, -0.15, -0.05, 0.05, 0.15, 0.3, 0.6, 1.0)) \
-    + tuple((-g, g) for g in (0.25, 0.5, 0.75, 1.0))
+TILTS: tuple[tuple[float, float], ...] = \
+    tuple((th, 0.0) for th in (-0.5, -0.3, -0.15, -0.05, -0.02, 0.02, 0.05, 0.15, 0.3, 0.6, 1.0)) \
+    + tuple((-g, g) for g in (0.01, 0.03, 0.1, 0.25, 0.5, 0.75, 1.0))
 
 #: |f| and |g| are capped at lambda times this (nats): -log 1e-30, the probability floor of ``nll``
 FEATURE_CAP = 69.0
+
+#: BigramFeatures.values gathers from a dense V x V table up to this many entries (else a sorted search)
+_DENSE_TABLE = 1 << 20
 
 #: the power iteration of the normaliser stops early once the renormalised vector is a fixed point to this L1 tolerance
 _FIXED_POINT_TOL = 1e-14
@@ -109,11 +113,15 @@ class BigramFeatures:
     def values(self, codes: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """F of each sequence from its transition codes [n, T - 1]: float64 [n]."""
         flat = codes.reshape(-1)
-        f = self.row_const[flat // vocab_size]
-        if self.pairs.numel():
-            pos = torch.searchsorted(self.pairs, flat).clamp(max=self.pairs.numel() - 1)
-            hit = self.pairs[pos] == flat
-            f = torch.where(hit, self.pair_f[pos], f)
+        if vocab_size * vocab_size <= _DENSE_TABLE:  # a dense table of f, then one gather
+            table = self.row_const[:, None].expand(vocab_size, vocab_size).reshape(-1).clone()
+            table[self.pairs] = self.pair_f
+            f = table[flat]
+        else:
+            f = self.row_const[flat // vocab_size]
+            if self.pairs.numel():
+                pos = torch.searchsorted(self.pairs, flat).clamp(max=self.pairs.numel() - 1)
+                f = torch.where(self.pairs[pos] == flat, self.pair_f[pos], f)
         return self.first[codes[:, 0] // vocab_size] + f.view(codes.shape).sum(1)
 
     def transfer(self, chain: MarkovChain) -> Transfer:
@@ -137,15 +145,20 @@ class TiltFeatures:
     theta: float
     gamma: float = 0.0
 
-    def values(self, codes: torch.Tensor, chain: MarkovChain) -> torch.Tensor:
+    @staticmethod
+    def statistics(codes: torch.Tensor, chain: MarkovChain) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log p(x), sum_t log pi(x_t)) of each sequence: F = theta * first + gamma * second."""
         V = chain.vocab_size
         flat = codes.reshape(-1)
-        lp = chain.kernel.clamp_min(1e-30).log().reshape(-1)[flat].view(codes.shape).sum(1)
         log_pi = chain.stationary.clamp_min(1e-30).log()
-        out = self.theta * (log_pi[codes[:, 0] // V] + lp)
-        if self.gamma:
-            out = out + self.gamma * (log_pi[codes[:, 0] // V] + log_pi[flat % V].view(codes.shape).sum(1))
-        return out
+        head = log_pi[codes[:, 0] // V]
+        lp = head + chain.kernel.clamp_min(1e-30).log().reshape(-1)[flat].view(codes.shape).sum(1)
+        return lp, head + log_pi[flat % V].view(codes.shape).sum(1)
+
+    def values(self, codes: torch.Tensor, chain: MarkovChain,
+               statistics: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        lp, lpi = statistics if statistics is not None else self.statistics(codes, chain)
+        return self.theta * lp + self.gamma * lpi
 
     def transfer(self, chain: MarkovChain) -> Transfer:
         """A_ij = P_ij^{1+theta} pi_j^gamma, start pi^{1+theta+gamma}: outside the top-K lists P_ij = eps nu_j,
@@ -222,7 +235,8 @@ def _half_bound(fit: torch.Tensor, evaluate: torch.Tensor, chain: MarkovChain, T
     folds = (fit[0::2], fit[1::2])
     feats = [fit_features(folds[k], chain, a, lam) for a, lam in CANDIDATES for k in (0, 1)]
     log_z = log_partition(chain, tilts + feats, T)
-    scores = [float(_values(ft, fit, chain).mean() - log_z[c]) for c, ft in enumerate(tilts)]
+    lp, lpi = (float(v.mean()) for v in TiltFeatures.statistics(fit, chain))  # F of a tilt is linear in them
+    scores = [ft.theta * lp + ft.gamma * lpi - float(log_z[c]) for c, ft in enumerate(tilts)]
     for c in range(len(CANDIDATES)):
         scores.append(sum(float(feats[2 * c + k].values(folds[1 - k], chain.vocab_size).mean()
                                 - log_z[len(tilts) + 2 * c + k]) for k in (0, 1)) / 2)
