@@ -15,6 +15,7 @@ import torch
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.metrics.bootstrap import SequenceBootstrapper
+from dllm_lit.metrics.functional import dv_bound
 from dllm_lit.metrics.functional.dv_bound import (
     TiltFeatures,
     dv_lower_bound,
@@ -43,10 +44,14 @@ def _F(ft, codes: torch.Tensor, chain: MarkovChain) -> torch.Tensor:
     return ft.values(codes, chain) if isinstance(ft, TiltFeatures) else ft.values(codes, chain.vocab_size)
 
 
+@pytest.mark.parametrize("dense", [True, False])
 @pytest.mark.parametrize("k", range(3))
-def test_log_partition_equals_enumeration(k: int) -> None:
+def test_log_partition_equals_enumeration(k: int, dense: bool, monkeypatch) -> None:
     """log (pi o e^g)^T (P o e^f)^{T-1} 1 = log sum_x p(x) e^{F(x)} over all V^T sequences, to 1e-12,
-    for fitted bigram features and tilts, with and without teleport (eps = 0: impossible transitions)."""
+    for fitted bigram features and tilts, with and without teleport (eps = 0: impossible transitions),
+    by the dense and by the sparse transfer product."""
+    if not dense:
+        monkeypatch.setattr(dv_bound, "_DENSE_TRANSFER", 0)
     chain = _chains()[k]
     V, T = chain.vocab_size, 5
     seqs = _all(V, T)

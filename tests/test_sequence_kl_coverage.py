@@ -65,6 +65,7 @@ def test_lower_bound_and_upper_interval_cover(case: str) -> None:
         below += intervals["seq_kl_lower"][0] <= truth
         lo, hi = intervals["seq_kl_upper"]
         covered += lo <= truth <= hi
+    print(f"{name}: lower confidence bound <= truth {below / SEEDS:.3f}, upper interval covers {covered / SEEDS:.3f}")
     assert below / SEEDS >= 0.93, (name, below / SEEDS)
     if upper_is_truth:
         assert 0.905 <= covered / SEEDS <= 0.985, (name, covered / SEEDS)
@@ -81,4 +82,5 @@ def test_exact_zero_reads_zero() -> None:
             values, intervals = _intervals(chain, sampler, 32, 16, 16, seed)
             assert values["seq_kl_upper"] == 0.0 and intervals["seq_kl_upper"] == (0.0, 0.0)
             below += intervals["seq_kl_lower"][0] <= 0.0
+        print(f"{type(sampler).__name__} exact: lower confidence bound <= 0 in {below / SEEDS:.3f}")
         assert below / SEEDS >= 0.93, below / SEEDS

@@ -59,7 +59,7 @@ from scipy.stats import t as student_t
 from dllm_lit.markov.chain import MarkovChain
 
 __all__ = ["CANDIDATES", "DVBound", "FEATURE_CAP", "TILTS", "BigramFeatures", "TiltFeatures", "Transfer", "dv_lower_bound",
-           "fit_features", "log_partition"]
+           "fit_features", "log_partition", "pair_counts"]
 
 #: the (alpha, lambda) candidates scored on the fitting half (alpha: prior weight; lambda: shrinkage)
 CANDIDATES: tuple[tuple[float, float], ...] = tuple((a, lam) for a in (1.0, 4.0, 16.0, 64.0) for lam in (0.5, 1.0))
@@ -75,6 +75,9 @@ FEATURE_CAP = 69.0
 
 #: BigramFeatures.values gathers from a dense V x V table up to this many entries (else a sorted search)
 _DENSE_TABLE = 1 << 20
+
+#: log_partition multiplies dense [n, V, V] transfer matrices when n V^2 is at most this
+_DENSE_TRANSFER = 1 << 22
 
 #: the power iteration of the normaliser stops early once the renormalised vector is a fixed point to this L1 tolerance
 _FIXED_POINT_TOL = 1e-14
@@ -173,11 +176,23 @@ class TiltFeatures:
         return Transfer(ti, tj, val, a, pw(chain.nu) * col, pw(pi) * col)
 
 
-def fit_features(codes: torch.Tensor, chain: MarkovChain, alpha: float, lam: float) -> BigramFeatures:
-    """The smoothed, shrunk log-ratio features of the module docstring from codes [n, T - 1]."""
+def pair_counts(codes: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(distinct pair codes ascending, their counts as float64) of codes [n, T - 1]."""
+    flat = codes.reshape(-1)
+    if vocab_size * vocab_size <= _DENSE_TABLE:
+        counts = torch.bincount(flat, minlength=vocab_size * vocab_size)
+        pairs = counts.nonzero().squeeze(1)
+        return pairs, counts[pairs].to(torch.float64)
+    pairs, c = torch.unique(flat, return_counts=True)
+    return pairs, c.to(torch.float64)
+
+
+def fit_features(codes: torch.Tensor, chain: MarkovChain, alpha: float, lam: float,
+                 counts: tuple[torch.Tensor, torch.Tensor] | None = None) -> BigramFeatures:
+    """The smoothed, shrunk log-ratio features of the module docstring from codes [n, T - 1]
+    (``counts``: their :func:`pair_counts`, if already known)."""
     V = chain.vocab_size
-    pairs, c = torch.unique(codes.reshape(-1), return_counts=True)
-    c = c.to(torch.float64)
+    pairs, c = counts if counts is not None else pair_counts(codes, V)
     i, j = pairs // V, pairs % V
     n_row = torch.zeros(V, dtype=torch.float64).index_add_(0, i, c)
     P = chain.kernel[i, j]
@@ -202,14 +217,22 @@ def log_partition(chain: MarkovChain, features: list, T: int) -> torch.Tensor:
     dst = torch.cat([k * V + t.dst for k, t in enumerate(tr)])
     val = torch.cat([t.val for t in tr])
     a, b = torch.stack([t.a for t in tr]), torch.stack([t.b for t in tr])
+    dense = None
+    if n * V * V <= _DENSE_TRANSFER:  # small chains: the n matrices A themselves, one batched product a step
+        dense = torch.zeros(n * V * V, dtype=torch.float64).index_put_(
+            ((src // V) * V * V + (src % V) * V + dst % V,), val, accumulate=True).view(n, V, V)
+        dense = dense + a[:, :, None] * b[:, None, :]
     v = torch.stack([t.start for t in tr])
     s = v.sum(1, keepdim=True)
     log_z = s.log().squeeze(1)
     v = v / s
     step = 1
     while step < T:
-        nxt = torch.zeros(n * V, dtype=torch.float64).index_add_(0, dst, v.reshape(-1)[src] * val).view(n, V)
-        nxt = (nxt + (v * a).sum(1, keepdim=True) * b).clamp_min(0.0)
+        if dense is not None:
+            nxt = torch.bmm(v[:, None, :], dense).squeeze(1).clamp_min(0.0)
+        else:
+            nxt = torch.zeros(n * V, dtype=torch.float64).index_add_(0, dst, v.reshape(-1)[src] * val).view(n, V)
+            nxt = (nxt + (v * a).sum(1, keepdim=True) * b).clamp_min(0.0)
         s = nxt.sum(1, keepdim=True)
         nxt = nxt / s
         log_z = log_z + s.log().squeeze(1)
@@ -233,7 +256,8 @@ def _half_bound(fit: torch.Tensor, evaluate: torch.Tensor, chain: MarkovChain, T
     the best one is refitted on all of ``fit``.  None scoring above 0: F = 0."""
     tilts = [TiltFeatures(th, g) for th, g in TILTS]
     folds = (fit[0::2], fit[1::2])
-    feats = [fit_features(folds[k], chain, a, lam) for a, lam in CANDIDATES for k in (0, 1)]
+    counts = [pair_counts(f, chain.vocab_size) for f in folds]  # the same for every candidate
+    feats = [fit_features(folds[k], chain, a, lam, counts[k]) for a, lam in CANDIDATES for k in (0, 1)]
     log_z = log_partition(chain, tilts + feats, T)
     lp, lpi = (float(v.mean()) for v in TiltFeatures.statistics(fit, chain))  # F of a tilt is linear in them
     scores = [ft.theta * lp + ft.gamma * lpi - float(log_z[c]) for c, ft in enumerate(tilts)]
