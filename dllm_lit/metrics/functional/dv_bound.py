@@ -51,6 +51,7 @@ the dependence between the two halves' estimates, so combining them this way is 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -222,6 +223,10 @@ def log_partition(chain: MarkovChain, features: list, T: int) -> torch.Tensor:
         dense = torch.zeros(n * V * V, dtype=torch.float64).index_put_(
             ((src // V) * V * V + (src % V) * V + dst % V,), val, accumulate=True).view(n, V, V)
         dense = dense + a[:, :, None] * b[:, None, :]
+    else:  # S^T as one block-diagonal CSR matrix: a step is one sparse product plus the rank-one terms
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+            sparse_t = torch.sparse_coo_tensor(torch.stack([dst, src]), val, (n * V, n * V)).coalesce().to_sparse_csr()
     v = torch.stack([t.start for t in tr])
     s = v.sum(1, keepdim=True)
     log_z = s.log().squeeze(1)
@@ -231,7 +236,7 @@ def log_partition(chain: MarkovChain, features: list, T: int) -> torch.Tensor:
         if dense is not None:
             nxt = torch.bmm(v[:, None, :], dense).squeeze(1).clamp_min(0.0)
         else:
-            nxt = torch.zeros(n * V, dtype=torch.float64).index_add_(0, dst, v.reshape(-1)[src] * val).view(n, V)
+            nxt = torch.sparse.mm(sparse_t, v.reshape(-1, 1)).view(n, V)
             nxt = (nxt + (v * a).sum(1, keepdim=True) * b).clamp_min(0.0)
         s = nxt.sum(1, keepdim=True)
         nxt = nxt / s
