@@ -16,11 +16,11 @@ from dllm_lit.results import ResultsWriter
 from dllm_lit.samplers import MDLM
 
 METRICS = {"nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac", "div2", "div3", "dup_rate",
-           "kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper"}
+           "kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected", "kl_cs"}
 #: columns without an interval (metrics.json meta.intervals.per_key says why)
 NO_INTERVAL = {"dup_rate", "support_frac"}
 #: floor-corrected differences: may be negative (e.g. 0 - noise), intervals contain the estimate
-SIGNED = {"kl_excess", "kl_mm", "seq_kl_lower", "seq_kl_upper"}
+SIGNED = {"kl_excess", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected", "kl_cs"}
 #: the forward sequence KL and its prediction (null on the reference row; MDLM's argmax fill: no prediction)
 FORWARD = {"seq_kl_fwd", "seq_kl_fwd_theory"}
 KEYS = {"sampler", "label", "steps", "seed", "nfe", "nfe_std", "settings"} | METRICS | FORWARD | \

@@ -119,11 +119,12 @@ def test_spec_validation_and_registration(restore_registry) -> None:
     default = registry.enabled_specs(ResultsWriter())
     assert [k for s in default for k in s.keys] == [
         "nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac", "div2", "div3", "dup_rate",
-        "kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper", "seq_kl_fwd", "seq_kl_fwd_theory"]
+        "kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected", "kl_cs",
+        "seq_kl_fwd", "seq_kl_fwd_theory"]
     lm = registry.enabled_specs(ResultsWriter(genppl_model="m", mauve_featurizer="m"))
     assert [(s.name, s.reads, s.reference) for s in lm[-4:]] == [
         ("genppl", "texts", False), ("mauve+mauve_seed_mean+mauve_seed_std", "texts", True),
-        ("kl_excess+entropy_mm+kl_mm+seq_kl_lower+seq_kl_upper", "stats", False),
+        ("kl_excess+entropy_mm+kl_mm+seq_kl_lower+seq_kl_upper+trans_kl_corrected+kl_cs", "stats", False),
         ("seq_kl_fwd+seq_kl_fwd_theory", "stats", False)]
     # then the HMM-world figures (drawn only when rows carry those keys)
     assert registry.figure_keys() == ("kl", "nll", "entropy", "div3", "world_nll", "ngram_kl2_excess",

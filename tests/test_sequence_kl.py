@@ -234,7 +234,7 @@ def test_pairing_with_the_reference_row(chain: MarkovChain) -> None:
     values, intervals = results[0]
     kl = lambda x: TransitionMetrics(ch).forward(x)["kl"]  # noqa: E731
     assert values["kl_excess"] == pytest.approx(kl(row_x) - kl(ref_x), rel=1e-12)
-    assert values["seq_kl_lower"] == pytest.approx((T - 1) / T * values["kl_excess"], rel=1e-12)
+    assert values["trans_kl_corrected"] == pytest.approx((T - 1) / T * values["kl_excess"], rel=1e-12)
     for key, (lo, hi) in intervals.items():
         assert lo <= values[key] <= hi, key
 

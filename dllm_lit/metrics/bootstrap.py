@@ -99,6 +99,8 @@ def metric_interval(
         order: optional permutation applied to the sequences of ``sequence_statistics()`` first.
         policy: overrides the metric's ``interval_policy``.
 
+    A key whose policy is ``"lower_confidence"`` takes its interval from ``metric.own_intervals(confidence)``.
+
     Returns:
         ``(low, high)``, ``{key: (low, high)}`` for a metric with several values, or None when the
         policy has no interval.
@@ -118,7 +120,12 @@ def metric_interval(
             raise ValueError(f"got {order.numel()} sequence indices for {num_items} sequences")
         statistics = {k: v[order.to(v.device)] for k, v in statistics.items()}
     statistic = metric.resampling_statistic(statistics)
-    return bootstrap_interval(statistic, num_items, policy, num_resamples, confidence, seed)
+    out = bootstrap_interval(statistic, num_items, policy, num_resamples, confidence, seed)
+    own = [k for k, p in policy.items() if p.method == "lower_confidence"] if isinstance(policy, Mapping) else []
+    if own:  # intervals the metric computes itself (not from the resamples): added to the bootstrapped ones
+        computed = metric.own_intervals(confidence)
+        out = {**(out or {}), **{k: computed[k] for k in own}}
+    return out
 
 
 def _declared_policy(metric: Any) -> Policies:

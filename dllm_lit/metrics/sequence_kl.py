@@ -1,5 +1,6 @@
 """Floor-corrected KL, Miller-Madow-corrected entropy and KL, and the sequence-level KL bracket
-(definitions in :mod:`dllm_lit.metrics.functional.sequence_kl` and ``docs/metrics.md``).
+(definitions in :mod:`dllm_lit.metrics.functional.sequence_kl`, the lower end's in
+:mod:`dllm_lit.metrics.functional.dv_bound`, and ``docs/metrics.md``).
 
 :class:`SequenceKL` reads each row's samples with the sampler's per-sequence statistics (its
 ``log_q``) and, through :meth:`SequenceKL.pair_with`, the same metric of the run's reference row
@@ -19,6 +20,7 @@ from torchmetrics import Metric
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.metrics.bootstrap import PERCENTILE, IntervalPolicy, SequenceBootstrapMixin
 from dllm_lit.metrics.distributed import EmptyMetricError, TypedCatStateMixin, synced_cat_states
+from dllm_lit.metrics.functional.dv_bound import DVBound, dv_lower_bound
 from dllm_lit.metrics.functional.sequence_kl import (
     SEQUENCE_KL_KEYS,
     ResampledSequenceKL,
@@ -30,15 +32,21 @@ from dllm_lit.metrics.functional.transition import transition_codes
 __all__ = ["SEQUENCE_KL_INTERVALS", "SEQUENCE_KL_KEYS", "SequenceKL"]
 
 _CENTRED = IntervalPolicy("centred")
-#: kl_excess, kl_mm and seq_kl_lower are differences of plug-in functionals (they may be negative):
-#: centred intervals (the bootstrap spread around the estimate); entropy_mm is a plug-in entropy plus
-#: its first-order bias (centred, >= 0); seq_kl_upper is a mean over sequences: percentile.
+#: kl_excess, kl_mm, trans_kl_corrected and kl_cs are differences of plug-in functionals (they may be
+#: negative): centred intervals (the bootstrap spread around the estimate); entropy_mm is a plug-in
+#: entropy plus its first-order bias (centred, >= 0); seq_kl_upper is a mean over sequences:
+#: percentile; seq_kl_lower is cross-fitted over halves of the sequences, and its low end is its own
+#: one-sided lower confidence bound (dllm_lit.metrics.functional.dv_bound).
 SEQUENCE_KL_INTERVALS: dict[str, IntervalPolicy] = {
     "kl_excess": _CENTRED,
     "entropy_mm": IntervalPolicy("centred", lower_bound=0.0),
     "kl_mm": _CENTRED,
-    "seq_kl_lower": _CENTRED,
+    "seq_kl_lower": IntervalPolicy("lower_confidence", reason="low end: one-sided lower confidence bound on the "
+                                   "sequence KL per token (Student t over cross-fitted halves); high end: the "
+                                   "mirror bound on the DV bound, not on the KL"),
     "seq_kl_upper": PERCENTILE,
+    "trans_kl_corrected": _CENTRED,
+    "kl_cs": _CENTRED,
 }
 
 _STATES = {"codes": torch.int64, "u": torch.float64, "index": torch.int64}
@@ -48,9 +56,10 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
     """``update(samples[n, T], stats)`` with ``stats = {"index": int64[n], "log_q": float64[n], ...}``;
     ``compute()`` returns ``{key: float | None}`` over :data:`SEQUENCE_KL_KEYS`.
 
-    ``kl_excess`` and ``seq_kl_lower`` need the reference row's metric (:meth:`pair_with`; None
-    without one); ``seq_kl_upper`` needs ``log_q`` for every sequence (None when the sampler reports
-    NaN).  Memory: 8 (T - 1) + 16 bytes per sequence.
+    ``kl_excess`` and ``trans_kl_corrected`` need the reference row's metric (:meth:`pair_with`;
+    None without one); ``seq_kl_upper`` needs ``log_q`` for every sequence (None when the sampler
+    reports NaN).  ``seq_kl_lower``'s interval comes from :meth:`own_intervals`, not from resamples.
+    Memory: 8 (T - 1) + 16 bytes per sequence.
     """
 
     full_state_update = False
@@ -66,6 +75,7 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
         #: (a first-order bound) is None
         self.chain, self.world = chain, world
         self.reference: SequenceKL | None = None
+        self._dv: tuple[int, DVBound] | None = None  # (sequences seen, bound) of the last compute
         self.add_state("codes", default=[], dist_reduce_fx="cat")
         self.add_state("u", default=[], dist_reduce_fx="cat")
         self.add_state("index", default=[], dist_reduce_fx="cat")
@@ -84,6 +94,7 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
             raise ValueError("SequenceKL needs the global sequence index in stats['index']")
         x = samples.long().cpu()
         n, T = x.shape
+        self._dv = None
         seen = int(self.length)
         if seen and seen != T:
             raise ValueError(f"SequenceKL needs one sequence length, got {seen} and {T}")
@@ -117,9 +128,29 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
             raise ValueError("the reference row must hold the same sequence indices as the row it is paired with")
         return codes, u, ref_codes
 
+    def _dv_bound(self, codes: Tensor) -> DVBound:
+        """The DV bound of the index-ordered codes, computed once per state (compute and interval share it)."""
+        if self._dv is None or self._dv[0] != codes.shape[0]:
+            self._dv = (codes.shape[0], dv_lower_bound(codes, self.chain))
+        return self._dv[1]
+
     def compute(self) -> dict[str, float | None]:
         codes, u, ref = self._all()
-        return sequence_kl_values(codes, u, self.chain, ref, first_order=self.world is None)
+        first_order = self.world is None
+        return sequence_kl_values(codes, u, self.chain, ref, self._dv_bound(codes) if first_order else None,
+                                  first_order=first_order)
+
+    def own_intervals(self, confidence: float) -> dict[str, tuple[float, float]]:
+        """``{"seq_kl_lower": (lower, upper)}``: one-sided confidence bounds of the DV bound at level
+        ``confidence`` (collective under DDP); nothing in an HMM world, where the bound is not defined."""
+        codes, _, _ = self._ordered()
+        if self.world is not None:
+            return {}
+        return {"seq_kl_lower": self._dv_bound(codes).interval(confidence)}
+
+    def reset(self) -> None:
+        super().reset()
+        self._dv = None
 
     # ------------------------------------------------------------------ interval protocol
     def sequence_statistics(self) -> dict[str, Tensor]:

@@ -32,6 +32,9 @@ From the ``B`` resampled values an :class:`IntervalPolicy` makes the interval at
   describes the estimator's sampling spread around its own expectation at this ``N`` and ``T`` -
   what a comparison of two rows at equal ``N`` and ``T`` needs; the bias itself is reported by the
   floor-corrected columns (``docs/metrics.md``).
+* ``"lower_confidence"``: not a bootstrap: the metric computes the interval itself (its
+  ``own_intervals(confidence)``), a one-sided lower confidence bound at level :math:`1-\alpha` as
+  the low end (``seq_kl_lower``, whose sequences are split rather than resampled).
 * ``None``: no interval, with the reason stated by the policy.
 
 A metric with several values may give one policy per value (a mapping ``{key: IntervalPolicy}``);
@@ -75,7 +78,7 @@ Interval = tuple[float, float]
 #: a statistic maps resample counts ``[B, N]`` to one value per resample, ``[B]``, or to several named ones
 Statistic = Callable[[Tensor], Union[Tensor, Mapping[str, Tensor]]]
 
-_METHODS = ("percentile", "basic", "centred")
+_METHODS = ("percentile", "basic", "centred", "lower_confidence")
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,8 @@ class IntervalPolicy:
     """How a metric turns its bootstrap distribution into an interval (see the module docstring).
 
     Attributes:
-        method: ``"percentile"``, ``"basic"`` or ``None`` (the metric has no interval).
+        method: ``"percentile"``, ``"basic"``, ``"centred"``, ``"lower_confidence"`` (the metric's own,
+            see the module docstring) or ``None`` (the metric has no interval).
         reason: why there is no interval (required when ``method`` is None).
         lower_bound: ``"basic"`` / ``"centred"`` only: endpoints are clipped at this lower bound of the statistic.
         transform: ``"percentile"`` only: a monotone increasing map applied to both endpoints.
@@ -120,6 +124,8 @@ class IntervalPolicy:
         if self.method is None:
             return {"method": None, "reason": self.reason}
         out: dict[str, object] = {"method": self.method}
+        if self.reason is not None:
+            out["reason"] = self.reason
         if self.lower_bound is not None:
             out["lower_bound"] = self.lower_bound
         if self.transform is not None:
@@ -150,6 +156,8 @@ class IntervalPolicy:
             if self.lower_bound is not None:
                 lower, upper = max(self.lower_bound, lower), max(self.lower_bound, upper)
             return lower, upper
+        if self.method == "lower_confidence":
+            raise ValueError("a lower_confidence interval is computed by the metric (own_intervals), not from resamples")
         raise ValueError(f"no interval: {self.reason}")
 
 

@@ -16,13 +16,19 @@ M = N (T - 1) transitions, n_i = sum_j c(i, j), m_i = #{j : c(i, j) > 0}, q = P'
   with U the number of distinct observed pairs and R the number of distinct observed source
   states.  The cross-entropy term nll = -sum c_ij log q(j | i) / M is linear in the counts (q is
   known), so it needs no correction: ``kl_mm = nll - entropy_mm = kl - (U - R) / (2M)``.
-* **Sequence-level KL, lower end.**  For any sampler law p_s over length-T sequences and the
-  chain law p, the chain rule and joint convexity of KL give
-
-      KL(p_s || p) >= (T - 1) KL_trans(p_s),
-
-  KL_trans the *population* transition KL (the plug-in with expected counts).  Per token:
-  ``seq_kl_lower = (T - 1) / T * kl_excess``, the bound evaluated at the floor-corrected estimate.
+* **Chao-Shen.**  ``kl_cs = nll - H_cs``, H_cs the per-row Chao-Shen coverage-adjusted entropy
+  (:mod:`dllm_lit.metrics.functional.entropy`), which also accounts for unseen successors: the
+  point estimate of the population transition KL with the smallest bias measured at V >= 256
+  (docs/metrics.md).
+* **Sequence-level KL, lower end.**  ``seq_kl_lower`` is the cross-fitted Donsker-Varadhan bound
+  of :mod:`dllm_lit.metrics.functional.dv_bound`: an unbiased estimate of a valid lower bound on
+  KL(p_s || p) / T, with no plug-in bias, whose one-sided lower confidence bound is its interval's
+  low end.  It needs no reference row.
+* **Transition KL, floor-corrected (an estimate, not a bound).**  For any p_s, the chain rule and
+  joint convexity of KL give KL(p_s || p) >= (T - 1) KL_trans(p_s), KL_trans the *population*
+  transition KL; ``trans_kl_corrected = (T - 1) / T * kl_excess`` plugs the floor-corrected
+  estimate into it.  ``kl_excess`` keeps a first-order bias sum_i (k_i^row - k_i^ref) / (2M), so
+  this column can lie above the sequence KL (or below 0) at small N (T - 1) / V^2 (docs/metrics.md).
 * **Sequence-level KL, upper end.**  For a sampler whose unmasking order o does not depend on the
   tokens drawn, the law of a sample given its order is p_s(x | o) = prod_i q_i(x_i), q_i the law
   the token at i was drawn from (an argmax choice: 1), so with log q = sum_i log q_i(x_i) (reported
@@ -30,7 +36,10 @@ M = N (T - 1) transitions, n_i = sum_j c(i, j), m_i = #{j : c(i, j) > 0}, q = P'
 
       E[u] / T = E_o KL(p_s(. | o) || p) / T >= KL(p_s || p) / T =: seq_kl_upper's target bound.
 
-  ``seq_kl_upper = mean(u) / T`` is an unbiased estimate of that upper bound.
+  ``seq_kl_upper = mean(u) / T`` is an unbiased estimate of that upper bound.  When
+  |mean(u)| / T <= :data:`EXACT_ZERO_TOL` and every |u_n| / T <= :data:`EXACT_SEQUENCE_TOL` (an
+  exact sampler: u is the float rounding of log q - log p) it is reported as 0 with interval [0, 0]:
+  0 within 1e-8 nats per token.
 
 log p(x) floors every probability at 1e-30 (as ``nll`` and ``kl`` do), so an impossible sequence
 counts about 69 nats per impossible transition instead of an infinite value.
@@ -40,9 +49,13 @@ from __future__ import annotations
 import torch
 
 from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.metrics.functional.dv_bound import DVBound, dv_lower_bound
+from dllm_lit.metrics.functional.entropy import entropy_from_pairs
 from dllm_lit.metrics.functional.transition import PairCounts, transition_metrics_from_pairs
 
 __all__ = [
+    "EXACT_SEQUENCE_TOL",
+    "EXACT_ZERO_TOL",
     "LOG_FLOOR",
     "SEQUENCE_KL_KEYS",
     "ResampledSequenceKL",
@@ -51,7 +64,15 @@ __all__ = [
     "sequence_log_prob",
 ]
 
-SEQUENCE_KL_KEYS = ("kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper")
+SEQUENCE_KL_KEYS = ("kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected", "kl_cs")
+
+#: seq_kl_upper is reported as exactly 0 when |mean(u)| / T <= EXACT_ZERO_TOL and every |u_n| / T <=
+#: EXACT_SEQUENCE_TOL: the float rounding of log q - log p of an exact sampler (paper-MDLM at steps = T,
+#: FHS) with the float32 oracle (English chain, T = 64 / 256: max |u_n| / T = 1.5e-8 / 5.9e-9, |mean| / T
+#: = 5e-11 / 5.5e-10; a V = 27 chain at T = 16, 32 sequences: |mean| / T up to 3.2e-9), while a sampler
+#: with any error has |u_n| / T of order its KL per token
+EXACT_ZERO_TOL = 1e-8
+EXACT_SEQUENCE_TOL = 1e-6
 
 #: probability floor in log p(x) (the transition metrics' clamp)
 LOG_FLOOR = 1e-30
@@ -77,36 +98,49 @@ def miller_madow_bias(pairs: torch.Tensor, counts: torch.Tensor, vocab_size: int
     return (observed.numel() - rows) / (2.0 * M)
 
 
-def _corrected(pairs: torch.Tensor, counts: torch.Tensor, chain: MarkovChain) -> tuple[float, float, float]:
-    """(kl, entropy_mm, kl_mm) of one set of weighted pair counts."""
+def _corrected(pairs: torch.Tensor, counts: torch.Tensor, chain: MarkovChain) -> tuple[float, float, float, float]:
+    """(kl, entropy_mm, kl_mm, kl_cs) of one set of weighted pair counts."""
     m = transition_metrics_from_pairs(pairs, counts, chain)
     bias = miller_madow_bias(pairs, counts, chain.vocab_size)
-    return m["kl"], m["entropy"] + bias, m["kl"] - bias
+    return m["kl"], m["entropy"] + bias, m["kl"] - bias, m["nll"] - entropy_from_pairs(pairs, counts, chain.vocab_size, "cs")
+
+
+def _exact_zero(u: torch.Tensor, T: int) -> bool:
+    u = u.to(torch.float64)
+    return bool((u.abs() <= EXACT_SEQUENCE_TOL * T).all()) and abs(float(u.mean())) <= EXACT_ZERO_TOL * T
 
 
 def sequence_kl_values(codes: torch.Tensor, u: torch.Tensor | None, chain: MarkovChain,
-                       reference_codes: torch.Tensor | None, first_order: bool = True) -> dict[str, float | None]:
-    """The five values from per-sequence transition codes [N, T - 1], per-sequence u = log q - log p [N]
-    (None or containing NaN: the sampler reports no log q) and the reference row's codes (None: no
-    reference row).  Unavailable values are None; ``seq_kl_lower`` needs a first-order world (the chain rule
-    bound (T - 1) KL_trans holds only there)."""
+                       reference_codes: torch.Tensor | None, dv: DVBound | None = None,
+                       first_order: bool = True) -> dict[str, float | None]:
+    """The values of :data:`SEQUENCE_KL_KEYS` from per-sequence transition codes [N, T - 1] in index
+    order, per-sequence u = log q - log p [N] (None or containing NaN: the sampler reports no log q)
+    and the reference row's codes (None: no reference row); ``dv``: the DV bound if already
+    computed for these codes.  Unavailable values are None; ``seq_kl_lower`` and ``trans_kl_corrected``
+    need a first-order world (the bigram-additive DV bound and the chain-rule estimate hold only there)."""
     pairs, counts = torch.unique(codes.reshape(-1), return_counts=True)
-    kl, entropy_mm, kl_mm = _corrected(pairs, counts, chain)
+    kl, entropy_mm, kl_mm, kl_cs = _corrected(pairs, counts, chain)
     T = codes.shape[1] + 1
+    if first_order and dv is None:
+        dv = dv_lower_bound(codes, chain)
     out: dict[str, float | None] = {"kl_excess": None, "entropy_mm": entropy_mm, "kl_mm": kl_mm,
-                                    "seq_kl_lower": None, "seq_kl_upper": None}
+                                    "seq_kl_lower": dv.value if first_order else None, "seq_kl_upper": None,
+                                    "trans_kl_corrected": None,
+                                    "kl_cs": kl_cs}
     if reference_codes is not None:
         rp, rc = torch.unique(reference_codes.reshape(-1), return_counts=True)
         excess = kl - transition_metrics_from_pairs(rp, rc, chain)["kl"]
         out["kl_excess"] = excess
-        out["seq_kl_lower"] = (T - 1) / T * excess if first_order else None
+        out["trans_kl_corrected"] = (T - 1) / T * excess if first_order else None
     if u is not None and u.numel() and bool(torch.isfinite(u).all()):
-        out["seq_kl_upper"] = float(u.to(torch.float64).sum() / u.numel()) / T
+        exact = _exact_zero(u, T)
+        out["seq_kl_upper"] = 0.0 if exact else float(u.to(torch.float64).sum() / u.numel()) / T
     return out
 
 
 class ResampledSequenceKL:
-    """Bootstrap statistic of the five values: resample weights ``[B, N]`` -> ``{key: Tensor[B]}``.
+    """Bootstrap statistic of the values but ``seq_kl_lower`` (whose interval is its own one-sided
+    confidence bound): resample weights ``[B, N]`` -> ``{key: Tensor[B]}``.
 
     The sampler row and the reference row are resampled with the *same* weights (paired by sequence
     index: both rows hold sequences 0 .. N-1 of the same seed), so the interval of ``kl_excess`` is
@@ -121,19 +155,23 @@ class ResampledSequenceKL:
         self.ref = PairCounts(reference_codes) if reference_codes is not None else None
         ok = u is not None and u.numel() and bool(torch.isfinite(u).all())
         self.u = u.to(torch.float64).cpu() if ok else None
+        self.exact = self.u is not None and _exact_zero(self.u, self.T)
 
     def __call__(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
         own = self.own.counts(weights)
         vals = [_corrected(self.own.pairs, own[r], self.chain) for r in range(weights.shape[0])]
         out = {"entropy_mm": torch.tensor([v[1] for v in vals], dtype=torch.float64),
-               "kl_mm": torch.tensor([v[2] for v in vals], dtype=torch.float64)}
+               "kl_mm": torch.tensor([v[2] for v in vals], dtype=torch.float64),
+               "kl_cs": torch.tensor([v[3] for v in vals], dtype=torch.float64)}
         if self.ref is not None:
             ref = self.ref.counts(weights)
             kl_ref = [transition_metrics_from_pairs(self.ref.pairs, ref[r], self.chain)["kl"] for r in range(weights.shape[0])]
             excess = torch.tensor([v[0] - k for v, k in zip(vals, kl_ref)], dtype=torch.float64)
             out["kl_excess"] = excess
             if self.first_order:
-                out["seq_kl_lower"] = (self.T - 1) / self.T * excess
-        if self.u is not None:
+                out["trans_kl_corrected"] = (self.T - 1) / self.T * excess
+        if self.exact:
+            out["seq_kl_upper"] = torch.zeros(weights.shape[0], dtype=torch.float64)
+        elif self.u is not None:
             out["seq_kl_upper"] = (weights * self.u).sum(-1) / weights.sum(-1) / self.T
         return out

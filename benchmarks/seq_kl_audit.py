@@ -1,0 +1,194 @@
+"""Audit of the sequence-KL bracket against exact truths: is the lower end a bound, how tight is it?
+
+For each case (a chain, a sampler, N sequences of length T) and seeds 0 .. S-1 it draws the
+sampler's samples and prints, per case:
+
+* ``truth``: the exact per-token sequence KL KL(p_s || p) / T, from a closed form or a dynamic
+  program (see below); where none exists (paper-MDLM at 1 < steps < T) the column shows
+  ``<=E[up]``, the mean of the upper end over the seeds, an upper bound of the truth;
+* ``lcb<=truth``: share of seeds whose lower confidence bound (``seq_kl_lower_ci[0]``, level 0.95)
+  is <= the truth; ``lcb<=up``: share <= that seed's ``seq_kl_upper`` point value;
+* ``dv/truth``, ``lcb/truth``: mean tightness of the bound's estimate and of its confidence bound;
+* ``old/truth`` and ``old>truth``: the former lower end ``trans_kl_corrected`` = (T - 1)/T
+  ``kl_excess`` (paired with exact chain samples of the same seed and indices), its mean ratio and
+  the share of seeds in which it exceeded the truth;
+* ``ent bias``: mean error of the per-row entropy estimates of the transition entropy (plug-in,
+  Miller-Madow, Chao-Shen) against the exact one, when the truth is a Markov law;
+* ``cpu/seed``: process time of the lower bound per seed (s).
+
+Exact truths: AR(beta) is a Markov chain with kernel P_beta, so KL = sum_t mu_t . KL(P_beta(.|i) ||
+P(.|i)), mu_t its marginals; one-step paper-MDLM draws every position from its marginal pi, so the
+law is pi^T and KL / T = (T - 1)/T (-H(pi) - sum_ij pi_i pi_j log P_ij) (infinite when P has zeros);
+V = 3 cases by the dynamic program of ``tests/exact_laws.py``.
+
+    python benchmarks/seq_kl_audit.py [--seeds 20] [--groups tiny synthetic english]
+
+The machine's load changes the cpu column only.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from dllm_lit.denoisers import OracleDenoiser  # noqa: E402
+from dllm_lit.markov import MarkovChain, synthetic_chain  # noqa: E402
+from dllm_lit.metrics.functional.dv_bound import dv_lower_bound  # noqa: E402
+from dllm_lit.metrics.functional.entropy import ENTROPY_ESTIMATORS, transition_entropy  # noqa: E402
+from dllm_lit.metrics.functional.sequence_kl import sequence_kl_values, sequence_log_prob  # noqa: E402
+from dllm_lit.metrics.functional.transition import transition_codes  # noqa: E402
+from dllm_lit.samplers import AR, MDLM, MDLMPaper  # noqa: E402
+from dllm_lit.samplers.ar import sharpened_rows  # noqa: E402
+from dllm_lit.sources import english_char_chain  # noqa: E402
+
+KERNEL3 = [[0.6, 0.3, 0.1], [0.2, 0.1, 0.7], [0.5, 0.25, 0.25]]
+
+
+def ar_kernel(chain: MarkovChain, beta: float) -> torch.Tensor:
+    """Dense P_beta = (1 - eps) normalise(P_topK^beta) + eps nu (AR's kernel)."""
+    Q = torch.zeros(chain.vocab_size, chain.vocab_size, dtype=torch.float64)
+    Q.scatter_(1, chain.nbr_idx, sharpened_rows(chain, beta) * (1.0 - chain.eps))
+    return Q + chain.eps * chain.nu[None, :]
+
+
+def ar_truth(chain: MarkovChain, beta: float, T: int) -> float:
+    """KL(p_beta || p) / T of AR(beta) (x_0 ~ pi for both)."""
+    Q, P = ar_kernel(chain, beta), chain.kernel
+    rows = torch.where(Q > 0, Q * (Q.clamp_min(1e-300).log() - P.clamp_min(1e-300).log()), torch.zeros_like(Q)).sum(1)
+    mu, total = chain.stationary.clone(), 0.0
+    for _ in range(T - 1):
+        total += float(mu @ rows)
+        mu = mu @ Q
+    return total / T
+
+
+def ar_entropy(chain: MarkovChain, beta: float, T: int) -> float:
+    """The population transition entropy sum_i w_i H(P_beta(. | i)), w the pooled source law of t = 0 .. T-2."""
+    Q = ar_kernel(chain, beta)
+    h = -(torch.where(Q > 0, Q * Q.clamp_min(1e-300).log(), torch.zeros_like(Q))).sum(1)
+    mu, w = chain.stationary.clone(), torch.zeros(chain.vocab_size, dtype=torch.float64)
+    for _ in range(T - 1):
+        w += mu
+        mu = mu @ Q
+    return float((w / (T - 1)) @ h)
+
+
+def product_truth(chain: MarkovChain, T: int) -> float:
+    """KL(pi^T || p) / T of one-step paper-MDLM (every position drawn from pi)."""
+    pi, P = chain.stationary, chain.kernel
+    if bool(((pi[:, None] * pi[None, :] > 0) & (P == 0)).any()):
+        return math.inf
+    cross = float((pi[:, None] * pi[None, :] * P.clamp_min(1e-300).log()).sum())
+    h = -float((pi * pi.clamp_min(1e-300).log()).sum())
+    return (T - 1) / T * (-h - cross)
+
+
+def product_entropy(chain: MarkovChain) -> float:
+    pi = chain.stationary
+    return -float((pi * pi.clamp_min(1e-300).log()).sum())
+
+
+def dp_truth(chain: MarkovChain, law: torch.Tensor, T: int) -> float:
+    from exact_laws import chain_law
+
+    p = chain_law(chain, T)
+    keep = law > 0
+    return float((law[keep] * (law[keep] / p[keep]).log()).sum()) / T
+
+
+def tiny_cases():
+    from exact_laws import mdlm_law
+
+    chain = MarkovChain.from_kernel(torch.tensor(KERNEL3, dtype=torch.float64))
+    seqs = torch.tensor(list(itertools.product(range(3), repeat=5)))
+    ar2 = AR(beta=2.0, chain=chain)
+    mdlm = MDLM(OracleDenoiser(chain, dtype=torch.float64))
+    one = MDLMPaper(OracleDenoiser(chain, dtype=torch.float64))
+    for s in (mdlm, one):
+        s.connect(chain)
+    for N in (64, 512):
+        yield ("V3 ar_beta2", chain, ar2, N, 5, None, dp_truth(chain, ar2.log_prob(seqs).exp(), 5), None)
+        yield ("V3 mdlm s2", chain, mdlm, N, 5, 2, dp_truth(chain, mdlm_law(chain, 5, 2), 5), None)
+        yield ("V3 paper s1", chain, one, N, 5, 1, product_truth(chain, 5), product_entropy(chain))
+        yield ("V3 exact", chain, AR(chain=chain), N, 5, None, 0.0, ar_entropy(chain, 1.0, 5))
+
+
+def synthetic_cases():
+    for V, K in ((256, 32), (1024, 52)):
+        chain = synthetic_chain(V, K, eps=1e-4, seed=0)
+        one = MDLMPaper()
+        one.connect(chain)
+        for N, T in ((64, 64), (256, 256)):
+            for beta in (0.9, 1.25):
+                yield (f"V{V} ar_beta{beta}", chain, AR(beta=beta, chain=chain), N, T, None, ar_truth(chain, beta, T),
+                       ar_entropy(chain, beta, T))
+            yield (f"V{V} paper s1", chain, one, N, T, 1, product_truth(chain, T), product_entropy(chain))
+            yield (f"V{V} exact", chain, AR(chain=chain), N, T, None, 0.0, ar_entropy(chain, 1.0, T))
+
+
+def english_cases():
+    chain = english_char_chain()
+    paper = MDLMPaper()
+    paper.connect(chain)
+    for steps in (1, 16, 64, 128, 256):
+        truth = product_truth(chain, 256) if steps == 1 else (0.0 if steps == 256 else None)
+        yield (f"english paper s{steps}", chain, paper, 512, 256, steps, truth,
+               product_entropy(chain) if steps == 1 else (ar_entropy(chain, 1.0, 256) if steps == 256 else None))
+
+
+def run_case(name, chain, sampler, N, T, steps, truth, entropy, seeds: int) -> str:
+    V = chain.vocab_size
+    ref = AR(chain=chain)
+    rows, cpu = [], 0.0
+    for seed in range(seeds):
+        x, stats = sampler.generate_with_stats(torch.arange(N), T, steps, seed)
+        codes = transition_codes(x, V)
+        u = stats["log_q"] - sequence_log_prob(chain, x)
+        t0 = time.process_time()
+        dv = dv_lower_bound(codes, chain)
+        cpu += time.process_time() - t0
+        lcb = dv.interval(0.95)[0]
+        vals = sequence_kl_values(codes, u, chain, transition_codes(ref.generate(torch.arange(N), T, None, seed), V), dv)
+        ent = {k: transition_entropy(codes, V, k) for k in ENTROPY_ESTIMATORS}
+        rows.append((dv.value, lcb, vals["seq_kl_upper"], vals["trans_kl_corrected"], ent))
+    ups = [r[2] for r in rows]
+    ceiling = sum(ups) / len(ups)
+    target = truth if truth is not None else ceiling
+    frac = lambda xs: f"{100 * sum(xs) / len(xs):5.1f}%"  # noqa: E731
+    ratio = (lambda v: f"{sum(v) / len(v) / target:7.3f}") if 0 < target < math.inf else (lambda v: "      -")
+    ent_bias = "-"
+    if entropy is not None:
+        ent_bias = " ".join(f"{k}:{sum(r[4][k] for r in rows) / len(rows) - entropy:+.1e}" for k in ENTROPY_ESTIMATORS)
+    truth_s = (f"{truth:9.3g}" if truth is not None else f"<={ceiling:7.3g}")
+    return (f"{name:22s} {N:4d}x{T:<4d} {truth_s:>10s} {frac([r[1] <= target for r in rows])} "
+            f"{frac([r[1] <= r[2] for r in rows])} {ratio([r[0] for r in rows])} {ratio([r[1] for r in rows])} "
+            f"{ratio([r[3] for r in rows])} {frac([r[3] > target for r in rows])} {cpu / seeds:8.2f}  {ent_bias}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--groups", nargs="+", default=["tiny", "synthetic", "english"],
+                    choices=["tiny", "synthetic", "english"])
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    print(f"seeds per case: {args.seeds}; level 0.95 (one-sided lower confidence bound)")
+    print(f"{'case':22s} {'N x T':9s} {'truth':>10s} {'lcb<=truth':>6s} {'lcb<=up':>6s} {'dv/truth':>7s} "
+          f"{'lcb/truth':>7s} {'old/truth':>7s} {'old>truth':>6s} {'cpu/seed':>8s}  entropy bias (nats)")
+    groups = {"tiny": tiny_cases, "synthetic": synthetic_cases, "english": english_cases}
+    for g in args.groups:
+        for case in groups[g]():
+            print(run_case(*case, seeds=args.seeds), flush=True)
+
+
+if __name__ == "__main__":
+    main()
