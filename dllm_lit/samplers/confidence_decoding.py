@@ -291,7 +291,8 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
                   propose: Callable[[StepView], torch.Tensor], score: Score, tie_rule: str,
                   tie_u: StepUniforms | None, schedule: list[list[int]] | None = None, count: Count | None = None,
                   use_cache: bool = True, width: int | None = None, bound: str | None = None,
-                  fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+                  fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                  score_reads_tokens: bool = True) -> torch.Tensor:
     """Decode the masked positions of ``blocks`` in x [B, T] (in place), block after block.
 
     Fixed schedule: ``schedule[blk][i]`` positions commit at step i of block blk (global step
@@ -317,6 +318,11 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     With the cache, a ``bound``, a ``law``, a fixed schedule, tie rule "lowest" or "highest" and a local
     denoiser with a row-free bound, a block whose sequences all hold the same number of masked positions is
     decoded over those positions only (:mod:`~dllm_lit.samplers.compact_decoding`; identical draws).
+
+    ``score_reads_tokens=False`` declares that ``score(view)`` reads posterior features only, never ``view.tok``
+    (entropy, margin): the positions are then ranked first and proposals drawn only at the committed ones.
+    Every other proposal would be discarded and proposals are keyed by (step, position), so the draws are
+    identical; a step then draws k proposals instead of one per masked position.
     """
     B, dev = x.shape[0], x.device
     if width is None:
@@ -325,12 +331,13 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     taken = torch.zeros(B, dtype=torch.long, device=dev)
     for sl in sub_batches(B, width, L, use_cache):
         _decode(den, x[sl], sl.start, taken[sl], blocks, features, widths, propose, score, tie_rule,
-                tie_u.rows(sl) if tie_u is not None else None, schedule, count, use_cache, width, bound, fresh, law)
+                tie_u.rows(sl) if tie_u is not None else None, schedule, count, use_cache, width, bound, fresh, law,
+                score_reads_tokens)
     return taken.to(torch.float64)
 
 
 def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_rule, tie_u, schedule, count,
-            use_cache, width, bound, fresh, law) -> None:
+            use_cache, width, bound, fresh, law, score_reads_tokens=True) -> None:
     """:func:`decode_blocks` on rows row0.. of the caller's batch (``x``, ``taken`` and ``tie_u`` are these rows)."""
     B, dev = x.shape[0], x.device
     M = den.mask_id
@@ -366,17 +373,23 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                 p = p + lo
                 post.load(x, b, p)
                 view = StepView(post, b, p, j if schedule is not None else taken[b], lo, hi)
-                view.tok = propose(view)
                 scores = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
-                scores[b, p - lo] = score(view)
                 proposal = torch.zeros((B, L), dtype=torch.long, device=dev)
-                proposal[b, p - lo] = view.tok
+                if score_reads_tokens:
+                    view.tok = propose(view)
+                    proposal[b, p - lo] = view.tok
+                    scores[b, p - lo] = score(view)
+                else:  # rank first, draw at the committed positions only (see decode_blocks)
+                    scores[b, p - lo] = score(view)
+                    proposal = _LazyProposals(post, masked, b, p, lo, view.j, propose, proposal)
             keys = None
             if tie_rule == "random":
                 keys = tie_u.block(j if schedule is not None else taken, lo, hi, slot=TIE_SLOT)
             if schedule is not None and tie_rule != "random":
                 # the stable top-k set by a k-th-value threshold (no full sort)
                 sel = topk_mask_by_rule(scores, k, tie_rule)
+                if isinstance(proposal, _LazyProposals):
+                    proposal = proposal.at_mask(sel)
                 x[:, lo:hi] = torch.where(sel, proposal, x[:, lo:hi])
                 continue
             order = rank_positions(scores, tie_rule, keys)
@@ -394,8 +407,39 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             keep = torch.arange(kmax, device=dev)[None, :] < n[:, None]
             rr = rows[:, None].expand(B, kmax)[keep]
             cc = sel[keep]
-            x[rr, cc + lo] = proposal[rr, cc]
+            if isinstance(proposal, _LazyProposals):
+                x[rr, cc + lo] = proposal.at(rr, cc)
+            else:
+                x[rr, cc + lo] = proposal[rr, cc]
         base += len(schedule[blk]) if schedule is not None else 0
+
+
+class _LazyProposals:
+    """The proposals of one step drawn on demand at the positions that commit (``score_reads_tokens=False``):
+    ``propose`` on a :class:`StepView` of those positions, with the step index ``j`` of the full view (an int, or
+    one per loaded position), and without the cache the loaded positions' indices as ``sel``."""
+
+    def __init__(self, post: BlockPosteriors, masked: torch.Tensor, b: torch.Tensor, p: torch.Tensor, lo: int, j,
+                 propose, dense: torch.Tensor) -> None:
+        self.post, self.masked, self.lo, self.j, self.propose, self.dense = post, masked, lo, j, propose, dense
+        self.index = None
+        if post.cache is None or not isinstance(j, int):  # loaded-position index of every masked (b, p)
+            self.index = torch.full(dense.shape, -1, dtype=torch.long, device=dense.device)
+            self.index[b, p - lo] = torch.arange(b.numel(), device=dense.device)
+
+    def at(self, rb: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """Proposals at block columns q of rows rb (masked positions)."""
+        sel = None if self.index is None else self.index[rb, q]
+        j = self.j if isinstance(self.j, int) else self.j[sel]
+        view = StepView(self.post, rb, q + self.lo, j, self.lo, self.post.hi,
+                        sel if self.post.cache is None else None)
+        return self.propose(view)
+
+    def at_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """[B, L] tensor holding the proposals where ``mask`` and a masked position (0 elsewhere)."""
+        rb, q = nonzero_pairs(mask & self.masked)
+        self.dense[rb, q] = self.at(rb, q)
+        return self.dense
 
 
 def _decode_compact(block: CompactBlock, counts: list[int], base: int, propose, score, tie_rule: str) -> None:

@@ -123,11 +123,16 @@ class Dream(Sampler):
             return decode_in_order(self.denoiser, x, decode, steps - 1, draw)
 
         alg, V = self.alg, self.vocab_size
+        # entropy and margin read the posterior only: positions are ranked first and proposals drawn where they
+        # commit, from rows recomputed there (the cache keeps no [V] rows: "probs" is recomputed where read)
+        by_feature = alg != "maskgit_plus"
 
         def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
             q = self._law(probs)
             out = {"argmax": q.argmax(-1)}
-            if tau != 0:
+            if by_feature:
+                out["probs"] = probs
+            elif tau != 0:
                 out["cdf"] = q.cumsum(-1)
             if alg == "maskgit_plus":
                 out["q"] = q
@@ -139,7 +144,9 @@ class Dream(Sampler):
             return out
 
         widths = {"argmax": ((), torch.int64)}
-        if tau != 0:
+        if by_feature:
+            widths["probs"] = ((V,), None)
+        elif tau != 0:
             widths["cdf"] = ((V,), torch.float64)
         widths.update({"maskgit_plus": {"q": ((V,), torch.float64)}, "topk_margin": {"margin": ((), torch.float64)},
                        "entropy": {"negent": ((), torch.float64)}}[alg])
@@ -156,8 +163,17 @@ class Dream(Sampler):
                 s = s / alg_temp - torch.log(-torch.log(u))
             return s
 
-        decode_blocks(self.denoiser, x, [(0, T)], features=features, widths=widths,
-                      propose=lambda view: propose_tokens(view, tau, tok_u), score=score, tie_rule=self.tie_rule,
-                      tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
-                      schedule=[dream_schedule(T, steps, self.eps)], use_cache=self.use_cache)
+        def propose(view) -> torch.Tensor:
+            if not by_feature or tau == 0:
+                return propose_tokens(view, tau, tok_u)
+            u = view.uniforms(tok_u)
+            if view.post.draws_law:  # the cache's rows, drawn by the float64 cdf of q: the stored-cdf draw
+                return view.post.draw_law(view, u)[0]
+            return categorical_from_cdf(self._law(view.get("probs")).cumsum(-1), u)
+
+        decode_blocks(self.denoiser, x, [(0, T)], features=features, widths=widths, propose=propose, score=score,
+                      tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
+                      schedule=[dream_schedule(T, steps, self.eps)], use_cache=self.use_cache,
+                      fresh=("probs",) if by_feature else (),
+                      law=self._law if by_feature and tau != 0 else None, score_reads_tokens=not by_feature)
         return x
