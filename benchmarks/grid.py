@@ -5,6 +5,7 @@
     python benchmarks/grid.py --all                 # plus every modern sampler (Fast-dLLM, Dream, EB, PC, FHS, ...)
     python benchmarks/grid.py --num-sequences 64 --seq-len 256 --configs configs/mdlm.yaml
     python benchmarks/grid.py --synthetic --jobs 2   # configs spread over 2 processes (one core each)
+    python benchmarks/grid.py --all --direct        # without the CLI's parser (a machine without jsonargparse)
 
 Every config goes through the same parser and engine as ``cli.py predict`` (``DllmCLI`` with
 ``run=False``, then :func:`dllm_lit.engine.predict`), with one shared chain and oracle and the
@@ -72,6 +73,48 @@ def build(config: str, args: argparse.Namespace, out: str, steps: list[int]):
         sys.argv = argv0
 
 
+class _Built:
+    """What :func:`build_direct` returns: the parts of a ``DllmCLI`` that :func:`run_unit` reads."""
+
+    def __init__(self, model, datamodule, trainer) -> None:
+        self.model, self.datamodule, self.trainer = model, datamodule, trainer
+
+
+def build_direct(config: str, args: argparse.Namespace, out: str, steps: list[int]) -> _Built:
+    """:func:`build` without the CLI (for machines without ``jsonargparse``): the sampler from the config's model
+    block, the data module with the English or the synthetic chain's source, the writer with the same switches,
+    a quiet single-device Trainer.  Same settings, so the same samples and metrics."""
+    import importlib
+
+    import lightning as L
+    import yaml
+
+    from dllm_lit.data import MarkovDataModule
+    from dllm_lit.results import ResultsWriter
+
+    def instantiate(block: dict):
+        module, name = block["class_path"].rsplit(".", 1)
+        return getattr(importlib.import_module(module), name)(**(block.get("init_args") or {}))
+
+    model = yaml.safe_load(Path(config).read_text())["model"]
+    init = dict(model.get("init_args") or {})
+    if has_steps(config):
+        init["steps"] = steps
+    sampler = instantiate({"class_path": model["class_path"], "init_args": init})
+    source = None
+    if args.synthetic:
+        source = instantiate(yaml.safe_load((ROOT / "configs" / "data" / "synthetic.yaml").read_text())
+                             ["data"]["init_args"]["source"])
+    datamodule = MarkovDataModule(source=source, num_sequences=args.num_sequences, seq_len=args.seq_len,
+                                  chunk_size=args.chunk_size, seed=args.seed)
+    L.seed_everything(args.seed, verbose=False)
+    writer = ResultsWriter(output_dir=out, bootstrap_resamples=0, save_samples=False, figures=False,
+                           num_text_examples=0)
+    trainer = L.Trainer(accelerator=args.accelerator, devices=1, logger=False, enable_checkpointing=False,
+                        enable_model_summary=False, enable_progress_bar=False, default_root_dir=out, callbacks=[writer])
+    return _Built(sampler, datamodule, trainer)
+
+
 _SHARED: dict = {}
 
 
@@ -84,7 +127,7 @@ def run_unit(config: str, steps: list[int],
     from dllm_lit.markov import MarkovChain
     setup = None
     with tempfile.TemporaryDirectory() as out:
-        cli = build(config, args, out, steps)
+        cli = (build_direct if args.direct else build)(config, args, out, steps)
         if "chain" not in _SHARED:
             t0 = time.perf_counter()
             chain = cli.datamodule.build_chain()
@@ -137,6 +180,8 @@ def main() -> None:
     ap.add_argument("--data-config", default=None, help="a data fragment, e.g. configs/data/kth_order.yaml")
     ap.add_argument("--accelerator", default="gpu" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (configs run in parallel, one thread each)")
+    ap.add_argument("--direct", action="store_true",
+                    help="build each config without the CLI (where jsonargparse is missing, e.g. a bare GPU image)")
     args = ap.parse_args()
     if args.jobs < 1:
         ap.error(f"--jobs must be >= 1, got {args.jobs}")

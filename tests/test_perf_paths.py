@@ -1,6 +1,8 @@
 """Fast paths give draws identical to the straightforward computation (dense, sparse + teleport, eps = 0 chains)."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -418,3 +420,51 @@ def test_commits_equal_the_stable_topk(tie_rule: str) -> None:
                 cols, tok = _commits(scores, proposal, k, tie_rule)
                 ref = topk_mask_by_rule(scores, k, tie_rule).nonzero()[:, 1].view(5, k)
                 assert torch.equal(cols, ref) and torch.equal(tok, proposal.gather(1, ref))
+
+
+def _modern(oracle, kind: str, tau: float = 1.0):
+    """The modern rules whose fast paths skip proposals (entropy, margin, bounded scores, KL only where rows move)."""
+    from dllm_lit.samplers import KLASS, Dream, EBSampler, MaskGIT, PCSampler
+    return {"maskgit": lambda: MaskGIT(oracle, temperature=tau),
+            "maskgit_c0": lambda: MaskGIT(oracle, temperature=tau, choice_temperature=0.0),  # ties at the cut
+            "klass": lambda: KLASS(oracle, temperature=0.0, conf_threshold=0.3, kl_threshold=0.05),
+            "klass_blocks": lambda: KLASS(oracle, temperature=0.0, block_length=16, conf_threshold=0.3,
+                                          kl_threshold=0.05),
+            "dream_entropy": lambda: Dream(oracle, alg="entropy", temperature=tau),
+            "dream_topk_margin": lambda: Dream(oracle, alg="topk_margin", temperature=tau),
+            "dream_maskgit_plus": lambda: Dream(oracle, alg="maskgit_plus", temperature=tau),
+            "dream_maskgit_plus_highest": lambda: Dream(oracle, alg="maskgit_plus", temperature=tau,
+                                                        tie_rule="highest"),
+            "eb_sampler": lambda: EBSampler(oracle, temperature=tau, gamma=0.05),
+            "pc_sampler": lambda: PCSampler(oracle, temperature=tau, lambd=0.05, alpha=1.5),
+            "pc_sampler_blocks": lambda: PCSampler(oracle, temperature=tau, block_length=16)}[kind]()
+
+
+@functools.lru_cache(maxsize=None)
+def _oracle(name: str) -> tuple[MarkovChain, OracleDenoiser]:
+    """A test chain and its oracle, built once per session ("v256": a vocabulary where bounded draws go in rounds)."""
+    chain = synthetic_chain(256, 8, eps=0.05, seed=4) if name == "v256" else _chains()[name]
+    return chain, OracleDenoiser(chain)
+
+
+@pytest.mark.usefixtures("single_thread")
+@pytest.mark.parametrize("name", ["dense", "sparse_teleport", "eps0", "v256"])
+@pytest.mark.parametrize("kind", ["maskgit", "maskgit_c0", "klass", "klass_blocks", "dream_entropy",
+                                  "dream_topk_margin", "dream_maskgit_plus", "dream_maskgit_plus_highest",
+                                  "eb_sampler", "pc_sampler", "pc_sampler_blocks"])
+def test_modern_fast_paths_equal_the_direct_step(name, kind) -> None:
+    """The fast paths of the modern rules (use_cache: ranking before drawing, proposals only where a bound reaches
+    the cut, compact columns, KL rows only where a neighbour changed) give the draws and NFE of the direct step
+    (use_cache False: every proposal drawn, every row recomputed), at step counts below, at and above T."""
+    chain, oracle = _oracle(name)
+    T = 32
+    for steps in (4, 32, 48):
+        s = _modern(oracle, kind)
+        s.connect(chain)
+        out = []
+        for use_cache in (False, True):
+            s.use_cache = use_cache
+            out.append(s.generate_with_stats(torch.arange(6), T, steps, 5))
+        (x0, st0), (x1, st1) = out
+        assert torch.equal(x0, x1), (name, kind, steps)
+        assert torch.equal(st0["nfe"], st1["nfe"]), (name, kind, steps)

@@ -52,15 +52,18 @@ class CompactBlock:
     (``row * n + column``): proposals are then drawn by :meth:`draw_law`.
     ``law``: posterior rows -> the unnormalised proposal law; ``row0``: the state's first row in the caller's batch;
     ``exact_bounds``: whether refreshed bounds may be exact row maxima (worth it where rows are cheap: exact bounds
-    make fewer draws).
+    make fewer draws); ``law_scores``: drawn proposals come with their probability under ``law`` (normalised) instead
+    of the posterior's.
     """
 
     names: frozenset[str] = frozenset()  #: no stored row features
     draws_law = True
 
     def __init__(self, den: LocalDenoiser, x: torch.Tensor, lo: int, hi: int,
-                 law: Callable[[torch.Tensor], torch.Tensor], row0: int = 0, exact_bounds: bool = True) -> None:
+                 law: Callable[[torch.Tensor], torch.Tensor], row0: int = 0, exact_bounds: bool = True,
+                 law_scores: bool = False) -> None:
         self.den, self.x, self.lo, self.hi, self.law, self.row0 = den, x, lo, hi, law, row0
+        self.law_scores = law_scores
         self.exact_bounds = exact_bounds
         B = x.shape[0]
         left, right = nearest_revealed(x, den.mask_id)
@@ -95,8 +98,9 @@ class CompactBlock:
 
     def _row_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         """What the block needs of a posterior row: its proposal law's float64 cdf, its maximum, the row."""
-        return {"cdf": self.law(rows).to(torch.float64).cumsum(-1), "max": rows.amax(-1).to(torch.float64),
-                "rows": rows}
+        law = self.law(rows)
+        return {"cdf": law.to(torch.float64).cumsum(-1), "max": rows.amax(-1).to(torch.float64),
+                "rows": law if self.law_scores else rows}
 
     def _rows_by_key(self, query: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
         """:func:`rows_by_key` of the queries: from the block's memo, else one row per distinct key (None when the
@@ -129,12 +133,14 @@ class CompactBlock:
             flat_bound[sel] = f["max"].index_select(0, index)
             return tok, f["rows"].reshape(-1).index_select(0, index * self.den.vocab_size + tok)
         tok = torch.empty_like(sel)
-        prob = torch.empty(sel.shape, dtype=self.den.output_dtype, device=sel.device)
+        prob = torch.empty(sel.shape, dtype=torch.float64 if self.law_scores else self.den.output_dtype,
+                           device=sel.device)
         for sl in row_chunks(sel.numel(), self.den.vocab_size, sel.device):
             rows = self.den.probs_given_neighbours(*(q[sl] for q in query))
-            t = categorical(self.law(rows), u[sl])
+            law = self.law(rows)
+            t = categorical(law, u[sl])
             tok[sl] = t
-            prob[sl] = rows.gather(1, t[:, None]).squeeze(1)
+            prob[sl] = (law if self.law_scores else rows).gather(1, t[:, None]).squeeze(1)
             flat_bound[sel[sl]] = rows.t().contiguous().amax(0).to(torch.float64)  # max over dim 0: vectorised
         return tok, prob
 

@@ -135,12 +135,14 @@ class BlockPosteriors:
     ``law``: the proposal law (posterior rows -> unnormalised law), for :meth:`PosteriorCache.draw`.  With a
     ``law`` and a denoiser that bounds max_v p without rows (:func:`has_max_prob_bound`), the feature
     ``bound`` is that bound, refreshed from the neighbours alone, and no row features are computed at refresh.
+    ``law_scores``: drawn proposals come with their probability under the (normalised) proposal law instead of
+    the posterior's (:meth:`PosteriorCache.draw`).
     """
 
     def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features, widths: Widths,
                  device: torch.device, use_cache: bool = True, width: int | None = None, row0: int = 0,
                  fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 bound: str | None = None) -> None:
+                 bound: str | None = None, law_scores: bool = False) -> None:
         self.den, self.lo, self.hi, self.features, self.row0 = denoiser, lo, hi, features, row0
         self.names = set(widths)
         if width is None:
@@ -150,9 +152,11 @@ class BlockPosteriors:
             if law is not None and bound is not None and has_max_prob_bound(denoiser):
                 widths = {name: w for name, w in widths.items() if name in fresh}
                 widths[bound] = ((), torch.float64)
-                self.cache = PosteriorCache(denoiser, B, lo, hi, None, widths, device, fresh, law=law, bound=bound)
+                self.cache = PosteriorCache(denoiser, B, lo, hi, None, widths, device, fresh, law=law, bound=bound,
+                                            law_scores=law_scores)
             else:
-                self.cache = PosteriorCache(denoiser, B, lo, hi, features, widths, device, fresh, law=law)
+                self.cache = PosteriorCache(denoiser, B, lo, hi, features, widths, device, fresh, law=law,
+                                            law_scores=law_scores)
         self._feats: dict[str, torch.Tensor] = {}
 
     def load(self, x: torch.Tensor, b: torch.Tensor | None, p: torch.Tensor | None) -> None:
@@ -178,8 +182,8 @@ class BlockPosteriors:
         return self.cache is not None and self.cache.law is not None
 
     def draw_law(self, view: "StepView", u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Proposals from the proposal law at the view's positions and their posterior probabilities
-        (:meth:`PosteriorCache.draw`)."""
+        """Proposals from the proposal law at the view's positions and their posterior (or, with ``law_scores``,
+        proposal-law) probabilities (:meth:`PosteriorCache.draw`)."""
         return self.cache.draw(view.rows, view.p, u)
 
     def draw(self, u: torch.Tensor, name: str, b: torch.Tensor, p: torch.Tensor,
@@ -270,6 +274,8 @@ def propose_step(post: BlockPosteriors, x: torch.Tensor, b: torch.Tensor, p: tor
 
 
 Score = Callable[[StepView], torch.Tensor]
+#: (bound feature values, absolute positions) -> upper bounds of the score there (float64, same shape)
+ScoreBound = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: adaptive count: (scores sorted descending [B, L] with -inf where no masked position, masked count [B]) -> n [B]
 Count = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -291,7 +297,9 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
                   propose: Callable[[StepView], torch.Tensor], score: Score, tie_rule: str,
                   tie_u: StepUniforms | None, schedule: list[list[int]] | None = None, count: Count | None = None,
                   use_cache: bool = True, width: int | None = None, bound: str | None = None,
-                  fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+                  fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                  score_reads_tokens: bool = True, score_bound: ScoreBound | None = None,
+                  law_scores: bool = False) -> torch.Tensor:
     """Decode the masked positions of ``blocks`` in x [B, T] (in place), block after block.
 
     Fixed schedule: ``schedule[blk][i]`` positions commit at step i of block blk (global step
@@ -317,6 +325,16 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     With the cache, a ``bound``, a ``law``, a fixed schedule, tie rule "lowest" or "highest" and a local
     denoiser with a row-free bound, a block whose sequences all hold the same number of masked positions is
     decoded over those positions only (:mod:`~dllm_lit.samplers.compact_decoding`; identical draws).
+
+    ``score_reads_tokens=False`` declares that ``score(view)`` reads posterior features only, never ``view.tok``
+    (entropy, margin): the positions are then ranked first and proposals drawn only at the committed ones.
+    Every other proposal would be discarded and proposals are keyed by (step, position), so the draws are
+    identical; a step then draws k proposals instead of one per masked position.
+
+    ``score_bound(bound, pos)``: maps the ``bound`` feature's values (float64, any shape) at absolute positions
+    ``pos`` (same shape) to upper bounds of the score (None: the bound feature bounds the score itself).  With
+    ``law_scores``, ``view.tok_prob`` of a drawn proposal is its probability under the proposal law ``law``
+    (which must then be normalised) instead of the posterior's.
     """
     B, dev = x.shape[0], x.device
     if width is None:
@@ -325,12 +343,13 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     taken = torch.zeros(B, dtype=torch.long, device=dev)
     for sl in sub_batches(B, width, L, use_cache):
         _decode(den, x[sl], sl.start, taken[sl], blocks, features, widths, propose, score, tie_rule,
-                tie_u.rows(sl) if tie_u is not None else None, schedule, count, use_cache, width, bound, fresh, law)
+                tie_u.rows(sl) if tie_u is not None else None, schedule, count, use_cache, width, bound, fresh, law,
+                score_reads_tokens, score_bound, law_scores)
     return taken.to(torch.float64)
 
 
 def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_rule, tie_u, schedule, count,
-            use_cache, width, bound, fresh, law) -> None:
+            use_cache, width, bound, fresh, law, score_reads_tokens=True, score_bound=None, law_scores=False) -> None:
     """:func:`decode_blocks` on rows row0.. of the caller's batch (``x``, ``taken`` and ``tie_u`` are these rows)."""
     B, dev = x.shape[0], x.device
     M = den.mask_id
@@ -340,12 +359,13 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
         L = hi - lo
         if (bound is not None and schedule is not None and law is not None and use_cache and tie_rule != "random"
                 and compact_applies(den, x, lo, hi, schedule[blk])):
-            block = CompactBlock(den, x, lo, hi, law, row0, exact_bounds=den.vocab_size < ROUNDS_MIN_VOCAB)
-            _decode_compact(block, schedule[blk], base, propose, score, tie_rule)
+            block = CompactBlock(den, x, lo, hi, law, row0, exact_bounds=den.vocab_size < ROUNDS_MIN_VOCAB,
+                                 law_scores=law_scores)
+            _decode_compact(block, schedule[blk], base, propose, score, tie_rule, score_bound)
             base += len(schedule[blk])
             continue
         post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width, row0, fresh, law,
-                               bound if schedule is not None else None)
+                               bound if schedule is not None else None, law_scores)
         i = 0
         while True:
             if schedule is not None:
@@ -360,23 +380,29 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             if schedule is None and not bool(masked.any()):
                 break
             if bound is not None and schedule is not None:
-                scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score)
+                scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score, score_bound)
             else:
                 b, p = nonzero_pairs(masked)
                 p = p + lo
                 post.load(x, b, p)
                 view = StepView(post, b, p, j if schedule is not None else taken[b], lo, hi)
-                view.tok = propose(view)
                 scores = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
-                scores[b, p - lo] = score(view)
                 proposal = torch.zeros((B, L), dtype=torch.long, device=dev)
-                proposal[b, p - lo] = view.tok
+                if score_reads_tokens:
+                    view.tok = propose(view)
+                    proposal[b, p - lo] = view.tok
+                    scores[b, p - lo] = score(view)
+                else:  # rank first, draw at the committed positions only (see decode_blocks)
+                    scores[b, p - lo] = score(view)
+                    proposal = _LazyProposals(post, masked, b, p, lo, view.j, propose, proposal)
             keys = None
             if tie_rule == "random":
                 keys = tie_u.block(j if schedule is not None else taken, lo, hi, slot=TIE_SLOT)
             if schedule is not None and tie_rule != "random":
                 # the stable top-k set by a k-th-value threshold (no full sort)
                 sel = topk_mask_by_rule(scores, k, tie_rule)
+                if isinstance(proposal, _LazyProposals):
+                    proposal = proposal.at_mask(sel)
                 x[:, lo:hi] = torch.where(sel, proposal, x[:, lo:hi])
                 continue
             order = rank_positions(scores, tie_rule, keys)
@@ -394,11 +420,43 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             keep = torch.arange(kmax, device=dev)[None, :] < n[:, None]
             rr = rows[:, None].expand(B, kmax)[keep]
             cc = sel[keep]
-            x[rr, cc + lo] = proposal[rr, cc]
+            if isinstance(proposal, _LazyProposals):
+                x[rr, cc + lo] = proposal.at(rr, cc)
+            else:
+                x[rr, cc + lo] = proposal[rr, cc]
         base += len(schedule[blk]) if schedule is not None else 0
 
 
-def _decode_compact(block: CompactBlock, counts: list[int], base: int, propose, score, tie_rule: str) -> None:
+class _LazyProposals:
+    """The proposals of one step drawn on demand at the positions that commit (``score_reads_tokens=False``):
+    ``propose`` on a :class:`StepView` of those positions, with the step index ``j`` of the full view (an int, or
+    one per loaded position), and without the cache the loaded positions' indices as ``sel``."""
+
+    def __init__(self, post: BlockPosteriors, masked: torch.Tensor, b: torch.Tensor, p: torch.Tensor, lo: int, j,
+                 propose, dense: torch.Tensor) -> None:
+        self.post, self.masked, self.lo, self.j, self.propose, self.dense = post, masked, lo, j, propose, dense
+        self.index = None
+        if post.cache is None or not isinstance(j, int):  # loaded-position index of every masked (b, p)
+            self.index = torch.full(dense.shape, -1, dtype=torch.long, device=dense.device)
+            self.index[b, p - lo] = torch.arange(b.numel(), device=dense.device)
+
+    def at(self, rb: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """Proposals at block columns q of rows rb (masked positions)."""
+        sel = None if self.index is None else self.index[rb, q]
+        j = self.j if isinstance(self.j, int) else self.j[sel]
+        view = StepView(self.post, rb, q + self.lo, j, self.lo, self.post.hi,
+                        sel if self.post.cache is None else None)
+        return self.propose(view)
+
+    def at_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """[B, L] tensor holding the proposals where ``mask`` and a masked position (0 elsewhere)."""
+        rb, q = nonzero_pairs(mask & self.masked)
+        self.dense[rb, q] = self.at(rb, q)
+        return self.dense
+
+
+def _decode_compact(block: CompactBlock, counts: list[int], base: int, propose, score, tie_rule: str,
+                    score_bound: ScoreBound | None = None) -> None:
     """Decode ``block`` with ``counts[i]`` commits at step ``base + i``, as :func:`_score_bounded` and the stable
     top-k of :func:`_decode` over the block's masked columns (identical commits; see
     :mod:`~dllm_lit.samplers.compact_decoding`): after an uncapped round every bound that reaches the k-th
@@ -423,13 +481,15 @@ def _decode_compact(block: CompactBlock, counts: list[int], base: int, propose, 
             return s
 
         size = min(first_draws(k, V), n)
-        drawn = [(torch.topk(block.bound, size, dim=1).indices + (rows * n)[:, None]).view(-1)]
+        # draws only tighten the bounds of drawn columns, which are never candidates again: one map per step
+        ub = block.bound if score_bound is None else score_bound(block.bound, block.pos)
+        drawn = [(torch.topk(ub, size, dim=1).indices + (rows * n)[:, None]).view(-1)]
         first = fill(drawn[0]).view(B, size)
         # <= the final k-th score
         kth = first.amax(1, keepdim=True) if k == 1 else torch.topk(first, k, dim=1).values[:, -1:]
         capped = True
         while capped:
-            cand = block.bound >= kth
+            cand = ub >= kth
             for sel in drawn:
                 cand.view(-1)[sel] = False
             if not bool(cand.any()):
@@ -437,7 +497,7 @@ def _decode_compact(block: CompactBlock, counts: list[int], base: int, propose, 
             size *= 4
             capped = size < n and V >= ROUNDS_MIN_VOCAB
             if capped:
-                cand &= topk_stable_mask(torch.where(cand, block.bound, -torch.inf), size)
+                cand &= topk_stable_mask(torch.where(cand, ub, -torch.inf), size)
             drawn.append(flat_nonzero(cand))
             fill(drawn[-1])
             if capped:
@@ -480,7 +540,7 @@ def _commits(scores: torch.Tensor, proposal: torch.Tensor, k: int, tie_rule: str
 
 
 def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int, k: int, bound: str,
-                   propose, score) -> tuple[torch.Tensor, torch.Tensor]:
+                   propose, score, score_bound: ScoreBound | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Scores and proposals [B, L] of the block, computed only where a proposal can be among the k best
     (see :func:`decode_blocks`); -inf scores elsewhere."""
     B, L = masked.shape
@@ -496,6 +556,8 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
         ub[b, p] = post.get(bound, b, p + lo).to(torch.float64)
         index = torch.full((B, L), -1, dtype=torch.long, device=dev)
         index[b, p] = torch.arange(b.numel(), device=dev)
+    if score_bound is not None:
+        ub = torch.where(masked, score_bound(ub, torch.arange(lo, post.hi, device=dev).expand(B, L)), -torch.inf)
     scores = torch.full((B, L), -torch.inf, dtype=torch.float64, device=dev)
     proposal = torch.zeros((B, L), dtype=torch.long, device=dev)
 

@@ -123,11 +123,24 @@ class Dream(Sampler):
             return decode_in_order(self.denoiser, x, decode, steps - 1, draw)
 
         alg, V = self.alg, self.vocab_size
+        # entropy and margin read the posterior only: positions are ranked first and proposals drawn where they
+        # commit, from rows recomputed there (the cache keeps no [V] rows: "probs" is recomputed where read)
+        by_feature = alg != "maskgit_plus"
+        # maskgit_plus at temperature 1 without filters or alg_temp: q(x̂) <= max q, and max q exceeds max p by at
+        # most the float32 row sum's rounding (q = p / sum p in float64): proposals drawn only where the score can
+        # be among the k best, as LLaDA's confidences
+        bounded = not by_feature and tau == 1 and (self.top_p is None or self.top_p >= 1) and self.top_k is None \
+            and not self.alg_temp
+        row_sum_slack = 1.0 + 4 * V * 2.0**-24
 
         def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
             q = self._law(probs)
             out = {"argmax": q.argmax(-1)}
-            if tau != 0:
+            if by_feature or bounded:
+                out["probs"] = probs
+            if bounded:
+                out["pmax"] = probs.amax(-1)
+            elif not by_feature and tau != 0:
                 out["cdf"] = q.cumsum(-1)
             if alg == "maskgit_plus":
                 out["q"] = q
@@ -139,16 +152,20 @@ class Dream(Sampler):
             return out
 
         widths = {"argmax": ((), torch.int64)}
-        if tau != 0:
+        if by_feature or bounded:
+            widths["probs"] = ((V,), None)
+        if bounded:
+            widths["pmax"] = ((), None)
+        elif not by_feature and tau != 0:
             widths["cdf"] = ((V,), torch.float64)
-        widths.update({"maskgit_plus": {"q": ((V,), torch.float64)}, "topk_margin": {"margin": ((), torch.float64)},
-                       "entropy": {"negent": ((), torch.float64)}}[alg])
+        widths.update({"maskgit_plus": {} if bounded else {"q": ((V,), torch.float64)},
+                       "topk_margin": {"margin": ((), torch.float64)}, "entropy": {"negent": ((), torch.float64)}}[alg])
         gumbel_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
         alg_temp = self.alg_temp
 
         def score(view) -> torch.Tensor:
             if alg == "maskgit_plus":
-                s = view.get("q", view.tok)
+                s = view.tok_prob if bounded else view.get("q", view.tok)
             else:
                 s = view.get("margin" if alg == "topk_margin" else "negent")
             if alg_temp:  # Gumbel top-k = sampling without replacement from softmax(s / alg_temp)
@@ -156,8 +173,23 @@ class Dream(Sampler):
                 s = s / alg_temp - torch.log(-torch.log(u))
             return s
 
-        decode_blocks(self.denoiser, x, [(0, T)], features=features, widths=widths,
-                      propose=lambda view: propose_tokens(view, tau, tok_u), score=score, tie_rule=self.tie_rule,
-                      tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
-                      schedule=[dream_schedule(T, steps, self.eps)], use_cache=self.use_cache)
+        def propose(view) -> torch.Tensor:
+            if not (by_feature or bounded) or tau == 0:
+                return propose_tokens(view, tau, tok_u)
+            u = view.uniforms(tok_u)
+            if view.post.draws_law:  # the cache's rows, drawn by the float64 cdf of q: the stored-cdf draw
+                tok, view.tok_prob = view.post.draw_law(view, u)  # with law_scores: q(x̂)
+                return tok
+            q = self._law(view.get("probs"))
+            tok = categorical_from_cdf(q.cumsum(-1), u)
+            view.tok_prob = q.gather(1, tok[:, None]).squeeze(1)
+            return tok
+
+        decode_blocks(self.denoiser, x, [(0, T)], features=features, widths=widths, propose=propose, score=score,
+                      tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
+                      schedule=[dream_schedule(T, steps, self.eps)], use_cache=self.use_cache,
+                      fresh=("probs",) if by_feature or bounded else (),
+                      law=self._law if (by_feature or bounded) and tau != 0 else None, score_reads_tokens=not by_feature,
+                      bound="pmax" if bounded else None, law_scores=bounded,
+                      score_bound=(lambda b, pos: (b * row_sum_slack).clamp(max=1.0)) if bounded else None)
         return x

@@ -27,7 +27,7 @@ from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (decode_blocks, posterior_entropy, proposal_features,
                                                    proposal_widths, propose_tokens, ranking_options, with_tie_rule)
-from dllm_lit.samplers.draws import StepUniforms
+from dllm_lit.samplers.draws import StepUniforms, tempered_law
 
 __all__ = ["EBSampler", "entropy_bound_count"]
 
@@ -73,13 +73,17 @@ class EBSampler(Sampler):
         x = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
         tau, gamma, tok_u = self.temperature, self.gamma, StepUniforms(seed, indices, steps)
 
+        # the entropies alone rank the positions: proposals are drawn where they commit, from rows recomputed
+        # there (the cache keeps the entropy and argmax per position, no [V] rows)
         def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
-            return {**proposal_features(probs, tau), "entropy": posterior_entropy(probs)}
+            return {**proposal_features(probs, tau, cdf=False), "entropy": posterior_entropy(probs)}
 
-        widths = {**proposal_widths(self.vocab_size, tau), "entropy": ((), torch.float64)}
+        widths = {**proposal_widths(self.vocab_size, tau, cdf=False), "entropy": ((), torch.float64)}
         nfe = decode_blocks(
             self.denoiser, x, [(0, seq_len)], features=features, widths=widths,
             propose=lambda view: propose_tokens(view, tau, tok_u), score=lambda view: -view.get("entropy"),
             tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
-            count=lambda sorted_scores, m: entropy_bound_count(sorted_scores, gamma), use_cache=self.use_cache)
+            count=lambda sorted_scores, m: entropy_bound_count(sorted_scores, gamma), use_cache=self.use_cache,
+            fresh=("probs",), law=(lambda probs: tempered_law(probs, tau)) if tau > 0 else None,
+            score_reads_tokens=False)
         return x, nfe

@@ -42,8 +42,9 @@ from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, confidence, in_sub_batches, proposal_features,
                                                    proposal_widths, propose_step)
-from dllm_lit.samplers.draws import StepUniforms
-from dllm_lit.samplers.selection import transfer_schedule
+from dllm_lit.denoisers.local import neighbour_distances
+from dllm_lit.samplers.draws import StepUniforms, row_chunks
+from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
 
 __all__ = ["KLASS", "KL_EPS", "stability_kl"]
 
@@ -117,10 +118,14 @@ class KLASS(Sampler):
         prev = torch.zeros((B, bl, V), dtype=torch.float64, device=dev)  # q: rows of the previous call
         for blk in range(nb):
             lo, hi = blk * bl, (blk + 1) * bl
-            post = BlockPosteriors(den, B, lo, hi, lambda probs: proposal_features(probs, tau),
-                                   proposal_widths(V, tau), dev, self.use_cache, width)
+            post = BlockPosteriors(den, B, lo, hi, lambda probs: proposal_features(probs, tau, cdf=tau != 0),
+                                   proposal_widths(V, tau, cdf=tau != 0), dev, self.use_cache, width,
+                                   fresh=("probs",) if tau == 0 else ())
+            cache = post.cache
+            # greedy proposals over a cache of neighbours: rows only where a neighbour changed (see docstring)
+            fast = tau == 0 and cache is not None and cache.local
             hist = torch.zeros((B, bl, H), dtype=torch.float64, device=dev)
-            nxt = torch.zeros_like(prev)
+            nxt = torch.zeros_like(prev) if blk + 1 < nb else None
             for s, k in enumerate(transfer_schedule(bl, S)):
                 masked = x[:, lo:hi] == M
                 b, q = nonzero_pairs(masked)
@@ -129,29 +134,64 @@ class KLASS(Sampler):
                 active = masked.any(1)
                 nfe += active
                 p = q + lo
-                view = propose_step(post, x, b, p, blk * S + s, tau, tok_u)
-                tok, conf, cur = view.tok, confidence(view), view.get("probs").to(torch.float64)
-                kl = stability_kl(cur, prev[b, q])
-                prev[b, q] = cur
-                hist[b, q] = torch.cat([hist[b, q, 1:], kl[:, None]], 1)
+                if fast:
+                    before = (cache.left, cache.right)  # the previous call's neighbours (refresh replaces them)
+                    post.load(x, b, p)
+                    tok, conf = cache.get("argmax", b, p), cache.get("pmax", b, p).to(torch.float64)
+                    kl = torch.zeros((B, bl), dtype=torch.float64, device=dev)
+                    if s == 0:  # against the previous block's last rows (zeros before the first call)
+                        kl[b, q] = _kl_at(cache, b, p, lambda rb, rq: prev[rb, rq - lo])
+                    else:  # 0 exactly where the neighbours, hence the rows, are those of the previous call
+                        changed = masked & ((cache.left != before[0]) | (cache.right != before[1]))
+                        cb, cq = nonzero_pairs(changed)
+                        if cb.numel():
+                            kl[cb, cq] = _kl_at(cache, cb, cq + lo,
+                                                lambda rb, rp: _rows_from(cache, before, rb, rp).to(torch.float64))
+                    hist = torch.cat([hist[:, :, 1:], kl[:, :, None]], 2)
+                    hq = hist[b, q]
+                else:
+                    view = propose_step(post, x, b, p, blk * S + s, tau, tok_u)
+                    tok, conf, cur = view.tok, confidence(view), view.get("probs").to(torch.float64)
+                    kl = stability_kl(cur, prev[b, q])
+                    prev[b, q] = cur
+                    hq = torch.cat([hist[b, q, 1:], kl[:, None]], 1)
+                    hist[b, q] = hq
                 if s == S - 1:
                     commit = torch.ones_like(b, dtype=torch.bool)
                 else:
-                    ready = (conf > self.conf_threshold) & (hist[b, q] < self.kl_threshold).all(1) if s >= H - 1 \
+                    ready = (conf > self.conf_threshold) & (hq < self.kl_threshold).all(1) if s >= H - 1 \
                         else torch.zeros_like(b, dtype=torch.bool)
                     any_ready = torch.zeros(B, dtype=torch.bool, device=dev).index_fill_(0, b[ready], True)
                     score = torch.full((B, bl), -math.inf, dtype=torch.float64, device=dev)
                     score[b, q] = conf
-                    order = torch.sort(score, dim=1, descending=True, stable=True).indices
-                    rank = torch.empty_like(order).scatter_(1, order, torch.arange(bl, device=dev).expand(B, bl))
-                    commit = torch.where(any_ready[b], ready, rank[b, q] < k)
+                    # rank < k in the stable descending order: the stable top-k set
+                    commit = torch.where(any_ready[b], ready, topk_stable_mask(score, k)[b, q])
                 left = torch.zeros(B, dtype=torch.long, device=dev).index_add_(0, b, (~commit).long())
                 done = active & (left == 0)
-                if blk + 1 < nb and bool(done.any()):  # the next block's q: rows at this (last) call's state
+                if nxt is not None and bool(done.any()):  # the next block's q: rows at this (last) call's state
                     d = rows_b[done]
                     db = d.repeat_interleave(bl)
                     dp = torch.arange(hi, hi + bl, device=dev).repeat(d.numel())
                     nxt[d] = den.probs_at(x, db, dp).to(torch.float64).view(d.numel(), bl, V)
                 x[b[commit], p[commit]] = tok[commit]
-            prev = nxt
+            if nxt is not None:
+                prev = nxt
         return x, nfe
+
+
+def _rows_from(cache, neighbours: tuple[torch.Tensor, torch.Tensor], b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Posterior rows at masked (b, p) of the cache's state given earlier nearest revealed neighbours (the block's
+    [B, L] left / right indices): revealed tokens never change, so these are the rows of that earlier state."""
+    T = cache.z.shape[1]
+    a, c = neighbours[0][b, p - cache.lo].long(), neighbours[1][b, p - cache.lo].long()
+    d1, d2 = neighbour_distances(p, a, c, T)
+    return cache.den.probs_given_neighbours(cache.z[b, a.clamp(min=0)], d1, cache.z[b, c.clamp(max=T - 1)], d2)
+
+
+def _kl_at(cache, b: torch.Tensor, p: torch.Tensor, previous) -> torch.Tensor:
+    """:func:`stability_kl` of the current rows at masked (b, p) against ``previous(b, p)`` (float64 rows), in
+    chunks of rows (bounded memory)."""
+    out = torch.empty(b.shape, dtype=torch.float64, device=b.device)
+    for sl in row_chunks(b.numel(), cache.den.vocab_size, b.device):
+        out[sl] = stability_kl(cache.posterior(b[sl], p[sl]).to(torch.float64), previous(b[sl], p[sl]))
+    return out

@@ -44,9 +44,10 @@ from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, confidence, in_sub_batches, proposal_features,
-                                                   proposal_widths, propose_step)
-from dllm_lit.samplers.draws import StepUniforms
+from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, StepView, confidence, first_draws, in_sub_batches,
+                                                   proposal_features, proposal_widths, propose_step, propose_tokens)
+from dllm_lit.samplers.draws import StepUniforms, tempered_law
+from dllm_lit.samplers.selection import topk_stable_mask
 
 __all__ = ["MaskGIT", "SCHEDULES", "mask_ratio", "num_masked_next"]
 
@@ -101,6 +102,12 @@ class MaskGIT(Sampler):
         x = torch.full((B, T), M, dtype=torch.long, device=dev)
         tok_u = StepUniforms(seed, indices, steps)
         gum_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
+        if tau > 0 and self.use_cache:  # bounded path: proposals drawn only where they can commit
+            post = BlockPosteriors(self.denoiser, B, 0, T, lambda probs: proposal_features(probs, tau, cdf=False),
+                                   proposal_widths(V, tau, cdf=False), dev, self.use_cache, fresh=("probs",),
+                                   law=lambda probs: tempered_law(probs, tau), bound="pmax")
+            if post.cache is not None and post.cache.bound is not None:
+                return self._bounded(x, post, steps, tok_u, gum_u)
         post = BlockPosteriors(self.denoiser, B, 0, T, lambda probs: proposal_features(probs, tau),
                                proposal_widths(V, tau), dev, self.use_cache, width)
         N = T
@@ -124,4 +131,70 @@ class MaskGIT(Sampler):
             cut = score.sort(1).values.gather(1, keep[:, None])  # (keep + 1)-th smallest
             commit = ~(score[b, p] < cut[b, 0])
             x[b[commit], p[commit]] = tok[commit]
+        return x
+
+    def _bounded(self, x: torch.Tensor, post: BlockPosteriors, steps: int, tok_u: StepUniforms,
+                 gum_u: StepUniforms) -> torch.Tensor:
+        """The loop of :meth:`generate` with proposals drawn only where they can commit (same commits).
+
+        The cut is the (keep + 1)-th smallest score among the m masked positions, i.e. the k-th largest with
+        k = m - keep.  With b_l >= p_l(x̂_l) the cache's row-free bound of the posterior maximum, the score is at
+        most log b_l + noise G_l (G_l needs no proposal).  Proposals are drawn first at the positions of largest
+        such bound, then wherever the bound reaches the k-th largest score drawn so far (a lower bound of the
+        cut); every other position scores strictly below the cut, so it stays masked whatever its proposal, and
+        the k-th largest score over the drawn positions is the cut itself.  Proposals and Gumbel noise are keyed
+        by (step, position), so the commits are identical (ties at the cut included).
+        """
+        B, T, dev = x.shape[0], x.shape[1], x.device
+        M, tau = self.mask_id, self.temperature
+        for t in range(steps):
+            masked = x == M
+            b, p = nonzero_pairs(masked)
+            if b.numel() == 0:
+                break
+            post.load(x, None, None)
+            if t == steps - 1:
+                view = StepView(post, b, p, t, 0, T)
+                x[b, p] = propose_tokens(view, tau, tok_u)
+                break
+            noise = self.choice_temperature * (1.0 - (t + 1) / steps)
+            gumbel = torch.zeros(b.shape, dtype=torch.float64, device=dev)
+            if noise > 0:  # the same numbers as generate's - noise log(-log u) at the masked positions
+                gumbel = -(noise * torch.log(-torch.log(gum_u.at(t, b, p))))
+            ub = torch.full((B, T), -math.inf, dtype=torch.float64, device=dev)
+            ub[b, p] = post.cache.store["pmax"][b, p].log() + gumbel
+            ub_gumbel = torch.zeros((B, T), dtype=torch.float64, device=dev)
+            ub_gumbel[b, p] = gumbel
+            m = masked.sum(1)
+            k = m - num_masked_next(T, t, steps, m, self.schedule)  # [B]; 0 where one position is left
+            kmax = int(k.max())
+            if kmax == 0:
+                continue
+            score = torch.full((B, T), -math.inf, dtype=torch.float64, device=dev)
+            proposal = torch.zeros((B, T), dtype=torch.long, device=dev)
+
+            def fill(where: torch.Tensor) -> None:
+                rb, q = nonzero_pairs(where)
+                view = StepView(post, rb, q, t, 0, T)
+                view.tok = propose_tokens(view, tau, tok_u)
+                s = confidence(view).log()
+                if noise > 0:
+                    s = s + ub_gumbel[rb, q]
+                score[rb, q] = s
+                proposal[rb, q] = view.tok
+
+            drawn = topk_stable_mask(ub, min(T, first_draws(kmax, self.vocab_size))) & masked
+            fill(drawn)
+            while True:
+                kth = torch.topk(score, kmax, dim=1).values.gather(1, (k - 1).clamp(min=0)[:, None])  # <= the cut
+                kth = torch.where(k[:, None] > 0, kth, math.inf)
+                # below the cut by an ulp's worth: log evaluated in another array may round the other way
+                lower = torch.where(k[:, None] > 0, kth - 1e-12 * (1.0 + kth.abs()), math.inf)
+                cand = (ub >= lower) & masked & ~drawn
+                if not bool(cand.any()):
+                    break
+                fill(cand)
+                drawn |= cand
+            commit = drawn & (score >= kth)
+            x[commit] = proposal[commit]
         return x

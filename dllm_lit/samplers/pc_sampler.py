@@ -24,7 +24,7 @@ from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence, decode_blocks,
                                                    proposal_features, proposal_widths, propose_tokens, ranking_options,
                                                    with_tie_rule)
-from dllm_lit.samplers.draws import StepUniforms
+from dllm_lit.samplers.draws import StepUniforms, tempered_law
 from dllm_lit.samplers.selection import transfer_schedule
 
 __all__ = ["PCSampler"]
@@ -85,11 +85,22 @@ class PCSampler(Sampler):
             return torch.exp(-lambd * (view.p - view.lo).to(torch.float64)) * calibrated
 
         bl = blocks[0][1] - blocks[0][0]
+        top = float(neg_log_bg.max().clamp(min=0.0))
+
+        def score_bound(bound: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+            # p(x̂) <= bound and -log(pi(x̂) + eps) <= top: the score's factors at their largest (rounding is
+            # monotone); 1e-12 covers an ulp of exp evaluated in another array
+            decay = torch.exp(-lambd * (pos - pos.div(bl, rounding_mode="floor") * bl).to(torch.float64))
+            return decay * (bound * top).clamp(max=alpha) * (1.0 + 1e-12)
+
+        # proposals are drawn only where the score can be among the k best (as LLaDA's confidences)
         decode_blocks(
             self.denoiser, x, blocks,
-            features=lambda probs: proposal_features(probs, tau), widths=proposal_widths(self.vocab_size, tau),
+            features=lambda probs: proposal_features(probs, tau, cdf=False),
+            widths=proposal_widths(self.vocab_size, tau, cdf=False),
             propose=lambda view: propose_tokens(view, tau, tok_u), score=score,
             tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
             schedule=[transfer_schedule(bl, steps // len(blocks))] * len(blocks), use_cache=self.use_cache,
-            width=2 * self.vocab_size + 2)
+            width=2 * self.vocab_size + 2, bound="pmax", fresh=("probs",),
+            law=(lambda probs: tempered_law(probs, tau)) if tau > 0 else None, score_bound=score_bound)
         return x

@@ -56,12 +56,14 @@ class PosteriorCache:
             provides :meth:`~dllm_lit.denoisers.LocalDenoiser.max_prob_bound`, is computed from the neighbours
             alone at refresh (no posterior rows) and tightened to the exact row maximum wherever :meth:`draw`
             computes a row.  ``features`` may then be None (no row features at all).
+        law_scores: :meth:`draw` returns each proposal's probability under ``law`` (a normalised law) instead of
+            the posterior's.
     """
 
     def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features,
                  widths: dict[str, tuple[tuple[int, ...], torch.dtype]], device: torch.device,
                  fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 bound: str | None = None) -> None:
+                 bound: str | None = None, law_scores: bool = False) -> None:
         self.den = denoiser
         self.lo, self.hi = lo, hi
         self.features = features
@@ -76,6 +78,7 @@ class PosteriorCache:
         self.z: torch.Tensor | None = None
         self.law = law if self.local else None  # draw() reads rows from the stored neighbours
         self.bound = bound
+        self.law_scores = law_scores
 
     @staticmethod
     def fits(B: int, width: int, budget: int = DEFAULT_CACHE_ELEMENTS, length: int = 1) -> bool:
@@ -175,12 +178,13 @@ class PosteriorCache:
         if self.law is None:
             raise ValueError("PosteriorCache.draw needs a proposal law and a LocalDenoiser")
         tok = torch.empty_like(b)
-        prob = torch.empty(b.shape, dtype=self.den.output_dtype, device=b.device)
+        prob = torch.empty(b.shape, dtype=torch.float64 if self.law_scores else self.den.output_dtype, device=b.device)
         for sl in row_chunks(b.numel(), self.den.vocab_size, b.device):
             rows = self.posterior(b[sl], p[sl])
-            t = categorical(self.law(rows), u[sl])
+            law = self.law(rows)
+            t = categorical(law, u[sl])
             tok[sl] = t
-            prob[sl] = rows.gather(1, t[:, None]).squeeze(1)
+            prob[sl] = (law if self.law_scores else rows).gather(1, t[:, None]).squeeze(1)
             if self.bound is not None:
                 self.store[self.bound][b[sl], p[sl] - self.lo] = rows.amax(-1).to(torch.float64)
         return tok, prob
