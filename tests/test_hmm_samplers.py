@@ -63,7 +63,13 @@ def test_exact_samples_are_rejected_against_a_biased_law(world) -> None:
 SHIPPED = [name for name in samplers.__all__ if name not in ("Sampler", "top_p_filter")]
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+def test_external_sampler_refuses_an_hmm_world(world) -> None:
+    """The oracle model (OracleForMaskedLM) answers first-order chains only: refused in one line at wiring."""
+    with pytest.raises(ValueError, match="first-order chains only"):
+        samplers.ExternalSampler(generate="examples.llada_generate:generate").connect(world)
+
+
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n != "ExternalSampler"])
 def test_every_sampler_runs_in_an_hmm_world(world, name) -> None:
     s = getattr(samplers, name)().connect(world)
     steps = 8 if name != "AR" else None

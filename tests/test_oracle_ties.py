@@ -61,7 +61,11 @@ def test_mirror_positions_in_a_gap_tie(dtype) -> None:
     for chain in _chains():
         oracle = OracleDenoiser(chain, dtype=dtype)
         a = torch.arange(chain.vocab_size)
-        for d1, d2 in ((1, 2), (1, 5), (2, 7), (3, 80)):
+        # (3, 80): beyond the table; exact ties there only for a certified table (mixed by then). A chain whose
+        # powers never converge keeps 64 powers and multiplies further in a fixed order per side, so its mirror
+        # rows at d > 64 agree to rounding only (docs/exactness.md, "Ties")
+        pairs = ((1, 2), (1, 5), (2, 7)) + (((3, 80),) if oracle.certified else ())
+        for d1, d2 in pairs:
             one = oracle.probs_given_neighbours(a, torch.full_like(a, d1), a, torch.full_like(a, d2))
             two = oracle.probs_given_neighbours(a, torch.full_like(a, d2), a, torch.full_like(a, d1))
             ok = chain.kernel.diagonal() > 0  # a reachable from a in every gap length here

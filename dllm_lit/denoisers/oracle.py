@@ -133,16 +133,15 @@ class OracleDenoiser(LocalDenoiser):
         the mathematically equal confidences are equal numbers (``docs/exactness.md``).
         """
         s = fixed_order_sum(g, keepdim=True)
-        swap = (d_left > d_right) & (d_right > 0)
+        swap = (d_left > d_right) & (d_right > 0)  # any batch shape: boolean indexing keeps it general
         if bool(swap.any()):
-            i = swap.nonzero().squeeze(1)
-            xl, dl, xr, dr = x_left[i], d_left[i], x_right[i], d_right[i]
+            xl, dl, xr, dr = x_left[swap], d_left[swap], x_right[swap], d_right[swap]
             r_idx, c_idx = self._table_rows(xl, dr, xr, dl)
             lf, rf = self.table[r_idx], self.table[c_idx]
             if not self.certified:
                 ones = torch.ones_like(dl, dtype=torch.bool)
                 lf, rf = self._beyond_cache(lf, rf, ones, ones, dr, dl)
-            s[i] = fixed_order_sum(lf.mul_(rf), keepdim=True)
+            s[swap] = fixed_order_sum(lf.mul_(rf), keepdim=True)
         return s
 
     def _right_only_rows(self, rf: torch.Tensor, x_right: torch.Tensor, d_right: torch.Tensor,

@@ -115,7 +115,11 @@ class ExternalSampler(Sampler):
     def connect(self, chain, cache_dir=None) -> "ExternalSampler":
         """Build the oracle model of ``chain`` (its power table cached in ``cache_dir``)."""
         from dllm_lit.hf import OracleForMaskedLM
+        from dllm_lit.markov import MarkovChain
 
+        if not isinstance(chain, MarkovChain):
+            raise ValueError(f"ExternalSampler runs on first-order chains only (the oracle model answers a "
+                             f"MarkovChain), got {type(chain).__name__}: use a first-order data source")
         self.chain = chain
         self.model = OracleForMaskedLM.from_chain(chain, cache_dir=cache_dir, **self.model_options).to(self.device)
         self.denoiser = self.model.oracle(self.model.dtype, self.device)
