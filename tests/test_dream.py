@@ -1,95 +1,17 @@
 """Dream's alg family: exact law (DP), ordered-decoding and cache fast paths, schedule, settings."""
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from conftest import GenericDenoiser, chi_square_pvalue, sequence_counts
 from dllm_lit.samplers import Dream
-from exact_laws import (PosteriorCache, law_vector, plackett_luce_choice, product_step, ranked_choice,
-                        score_select_law, tempered_options)
+from exact_laws import dream_counts as schedule
+from exact_laws import dream_law
 
 V, N = 3, 20000
 ALPHA = 0.01
 EPS = 1e-3
-
-
-def q_law(g: torch.Tensor, temperature: float, top_p: float | None, top_k: int | None) -> torch.Tensor:
-    """Dream's sample_tokens law at one position, written out: tempered, top-p keeping the crossing token, top-k."""
-    q = g.clone() if temperature == 0 else g.clamp_min(0) ** (1 / temperature)
-    q = q / q.sum()
-    if top_p is not None:
-        order = sorted(range(V), key=lambda v: (-float(q[v]), v))
-        keep, before = set(), 0.0
-        for v in order:
-            assert abs(before - top_p) > 1e-6, "a cumulative mass sits on top_p (float32 oracle vs float64 DP)"
-            if before <= top_p:
-                keep.add(v)
-            before += float(q[v])
-        q = torch.tensor([float(q[v]) if v in keep else 0.0 for v in range(V)], dtype=torch.float64)
-        q = q / q.sum()
-    if top_k is not None:
-        kth = sorted(q.tolist(), reverse=True)[top_k - 1]
-        q = torch.where(q >= kth, q, torch.zeros_like(q))
-        q = q / q.sum()
-    return q
-
-
-def schedule(n: int, steps: int) -> list[int]:
-    ts = torch.linspace(1, EPS, steps + 1)  # float32, as upstream
-    out = []
-    for i in range(steps):
-        k = int(torch.tensor(float(n)) * (1 - ts[i + 1] / ts[i])) if i < steps - 1 else n
-        out.append(k)
-        n -= k
-    return out
-
-
-def dream_law(chain, T: int, steps: int, alg: str, temperature: float, alg_temp: float = 0.0,
-              top_p: float | None = None, top_k: int | None = None, tie_rule: str = "lowest") -> torch.Tensor:
-    M = chain.mask_id
-
-    def q_of(g_row):
-        return q_law(g_row, temperature, top_p, top_k)
-
-    def options(q):  # the proposal: a draw from q (tau > 0) or its argmax
-        return tempered_options(q, 0.0 if temperature == 0 else 1.0)
-
-    if alg == "origin":
-        post = PosteriorCache(chain)
-        ts = torch.linspace(1, EPS, steps + 1).tolist()
-        dist = {(M,) * T: 1.0}
-        for j in range(steps):
-            stay = ts[j + 1] / ts[j] if j < steps - 1 else 0.0
-
-            def opts(z):
-                g = post(z)
-                return [[(v, 1.0)] if v != M else
-                        [(M, stay)] + [(w, q * (1 - stay)) for w, q in options(q_of(g[i]))] for i, v in enumerate(z)]
-
-            dist = product_step(dist, opts)
-        return law_vector(dist, V, T)
-
-    def score(i, v, g, lo):
-        q = q_of(g[i])
-        if alg == "maskgit_plus":
-            return float(q[v])
-        if alg == "topk_margin":
-            top = sorted(q.tolist(), reverse=True)
-            return top[0] - top[1]
-        return float((q * torch.log(q + 1e-10)).sum())
-
-    counts = schedule(T, steps)
-
-    def select(j, masked, scores):
-        n = counts[j]
-        if alg_temp:
-            return plackett_luce_choice(masked, [math.exp(s / alg_temp) for s in scores], n)
-        return ranked_choice(masked, scores, n, tie_rule)
-
-    return score_select_law(chain, T, [(0, T)], lambda g: options(q_of(g)), score, select, schedule=[counts])
 
 
 @pytest.mark.parametrize(

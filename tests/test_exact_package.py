@@ -26,17 +26,25 @@ def test_prompt_is_an_exact_chain_prefix(chain) -> None:
 
 
 def test_dream_origin_law_equals_the_dream_dp(chain) -> None:
-    from test_dream import dream_law
-
-    from dllm_lit.exact import dream_origin_law
+    from dllm_lit.exact import dream_law, dream_origin_law
 
     torch.testing.assert_close(dream_origin_law(chain, 4, 3, temperature=1.0), dream_law(chain, 4, 3, "origin", 1.0),
                                atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("alg", ["origin", "maskgit_plus", "topk_margin", "entropy"])
+def test_dream_prompt_is_an_exact_chain_prefix(chain, alg) -> None:
+    from dllm_lit.exact import dream_law
+
+    law = dream_law(chain, 4, 2, alg, 1.0, prompt_len=1).view(3, 27)
+    torch.testing.assert_close(law.sum(1), chain.stationary, atol=1e-12, rtol=0)
+
+
 def test_every_named_law_is_a_distribution(chain) -> None:
     options = {"mdlm": {"steps": 2}, "block_mdlm": {"block_size": 2, "steps": 2}, "llada": {"steps": 2},
-               "fast_dllm": {"threshold": 0.7}, "eb": {"gamma": 0.3}, "dream_origin": {"steps": 2}, "maskgit": {"steps": 2, "choice_temperature": 1.0},
+               "fast_dllm": {"threshold": 0.7}, "eb": {"gamma": 0.3}, "dream_origin": {"steps": 2},
+               "dream": {"steps": 2, "alg": "entropy"}, "mdlm_paper": {"steps": 2}, "pc_sampler": {"steps": 2},
+               "sedd": {"steps": 2}, "maskgit": {"steps": 2, "choice_temperature": 1.0},
                "klass": {"steps": 2, "conf_threshold": 0.7, "kl_threshold": 0.05, "history": 1}, "chain": {}}
     assert set(options) == set(LAWS)
     for name, law in LAWS.items():

@@ -20,7 +20,7 @@ def test_law_is_the_chain_law(den, T: int, block_length) -> None:
 
 def test_power_against_a_parallel_law(den) -> None:
     """The same test rejects FHS samples against paper-MDLM's 2-step law (the GOF test has power)."""
-    from test_mdlm_paper import mdlm_paper_law
+    from exact_laws import mdlm_paper_law
 
     x = FHS(den).sample(N, 4, steps=1, seed=0)
     assert chi_square_pvalue(sequence_counts(x, V), mdlm_paper_law(den.chain, 4, 2)) < ALPHA

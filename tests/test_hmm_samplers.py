@@ -11,7 +11,7 @@ from dllm_lit.denoisers import HMMOracleDenoiser
 from dllm_lit.markov import HMMWorld
 from exact_laws import chain_law, mdlm_law
 from test_llada import llada_law
-from test_mdlm_paper import mdlm_paper_law
+from exact_laws import mdlm_paper_law
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 V, S, T, N = 3, 4, 4, 20000

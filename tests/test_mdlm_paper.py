@@ -2,9 +2,6 @@
 exact chain samples with one position per step."""
 from __future__ import annotations
 
-import itertools
-from collections import defaultdict
-
 import pytest
 import torch
 
@@ -13,38 +10,10 @@ from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers.llada import LLaDA
 from dllm_lit.samplers.mdlm_paper import MDLMPaper
-from exact_laws import PosteriorCache, chain_law, law_vector
+from exact_laws import chain_law, mdlm_paper_law
 
 V, T, N = 3, 4, 20000
 ALPHA = 0.01
-
-
-def mdlm_paper_law(chain: MarkovChain, T: int, steps: int, counts: list[int] | None = None) -> torch.Tensor:
-    """Exact law: step i unmasks a uniform k_i-subset of the masked positions (k_i = T // S + [i < T % S],
-    or ``counts[i]``), each drawing its token from its exact marginal."""
-    M = chain.mask_id
-    post = PosteriorCache(chain)
-    dist: dict = {(M,) * T: 1.0}
-    for i in range(steps):
-        k = T // steps + (1 if i < T % steps else 0) if counts is None else counts[i]
-        if k == 0:
-            continue
-        new: dict = defaultdict(float)
-        for z, pz in dist.items():
-            g = post(z)
-            masked = [l for l in range(T) if z[l] == M]
-            subsets = list(itertools.combinations(masked, k))
-            for sub in subsets:
-                for toks in itertools.product(range(V), repeat=k):
-                    pr = pz / len(subsets)
-                    zz = list(z)
-                    for l, v in zip(sub, toks):
-                        pr *= float(g[l, v])
-                        zz[l] = v
-                    if pr > 0:
-                        new[tuple(zz)] += pr
-        dist = new
-    return law_vector(dist, V, T)
 
 
 @pytest.fixture(scope="module")

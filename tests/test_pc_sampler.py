@@ -1,36 +1,15 @@
 """PC-sampler: exact law of its rule (DP), score formula, cache, settings."""
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.samplers import PCSampler
-from exact_laws import ranked_choice, score_select_law, tempered_options
+from exact_laws import pc_law
 
 V, N = 3, 20000
 ALPHA = 0.01
-
-
-def pc_law(chain, T: int, steps: int, lambd: float, alpha: float, block_length: int | None, temperature: float,
-           tie_rule: str = "lowest") -> torch.Tensor:
-    pi = chain.stationary.double()
-    bl = block_length or T
-    nb = T // bl
-    S = steps // nb
-    counts = [bl // S + (1 if i < bl % S else 0) for i in range(S)]
-    sched = [counts] * nb
-
-    def score(i, v, g, lo):
-        return math.exp(-lambd * (i - lo)) * min(alpha, -float(g[i, v]) * math.log(float(pi[v]) + 1e-9))
-
-    def select(j, masked, scores):
-        return ranked_choice(masked, scores, counts[j % S], tie_rule)
-
-    return score_select_law(chain, T, [(k * bl, (k + 1) * bl) for k in range(nb)],
-                            lambda g: tempered_options(g, temperature), score, select, schedule=sched)
 
 
 @pytest.mark.parametrize("T, steps, lambd, alpha, block_length, temperature, tie_rule", [

@@ -7,59 +7,12 @@ import pytest
 import torch
 
 from conftest import chi_square_pvalue, sequence_counts
-from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers.schedules import time_grid
 from dllm_lit.samplers.sedd import SEDD, loglinear_sigma, step_probabilities
-from exact_laws import PosteriorCache, chain_law, law_vector, product_step
+from exact_laws import PosteriorCache, chain_law, sedd_law
 
 V, T, N = 3, 4, 20000
 ALPHA = 0.01
-EPS = 1e-3
-
-
-def _sigma(t: float) -> float:
-    return -math.log1p(-(1 - EPS) * t)
-
-
-def _token(g: torch.Tensor, power: float) -> torch.Tensor:
-    w = g ** power
-    return w / w.sum()
-
-
-def sedd_law(chain: MarkovChain, T: int, steps: int, predictor: str = "analytic", beta: float = 1.0,
-             tau: float = 1.0, t_min: float = 1e-3) -> torch.Tensor:
-    """Exact law, written from the upstream formulas: s_v = (p_v / expm1 sigma)^beta, analytic
-    P(v) = s_v (e^dsigma - 1) / euler P(v) = dt g(t) s_v, P(MASK) = 1 - sum clipped at 0; token law
-    reshaped by ^(1/tau); final step samples leftovers proportional to s_v^(beta/tau)."""
-    M = chain.mask_id
-    post = PosteriorCache(chain)
-    ts = torch.linspace(1.0, t_min, steps + 1, dtype=torch.float64).tolist()
-    dist: dict = {(M,) * T: 1.0}
-    for j in range(steps):
-        t, s = ts[j], ts[j + 1]
-        c = math.exp(_sigma(t) - _sigma(s)) - 1 if predictor == "analytic" else (t - s) * (1 - EPS) / (1 - (1 - EPS) * t)
-
-        def options(z):
-            g = post(z)
-            out = []
-            for i, v in enumerate(z):
-                if v != M:
-                    out.append([(v, 1.0)])
-                    continue
-                w = c * (g[i] / math.expm1(_sigma(t))) ** beta
-                U = min(float(w.sum()), 1.0)
-                q = _token(g[i], beta / tau)
-                out.append([(M, 1.0 - U)] + [(u, U * float(q[u])) for u in range(V) if q[u] > 0])
-            return out
-
-        dist = product_step(dist, options)
-    def final_options(z):  # denoise step: leftover masks sampled proportional to s^(beta/tau)
-        g = post(z)
-        return [[(v, 1.0)] if v != M else [(u, float(q)) for u, q in enumerate(_token(g[i], beta / tau)) if q > 0]
-                for i, v in enumerate(z)]
-
-    final = product_step(dist, final_options)
-    return law_vector(final, V, T)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,8 @@
-"""Exact laws of MDLM's sampler (ddpm_cache + argmax fill) and of block MDLM (BD3-LM's semi-AR sampler)."""
+"""Exact laws of MDLM's sampler (ddpm_cache + argmax fill), the paper's "MDLM" (LLaDA random remasking,
+temperature 1) and block MDLM (BD3-LM's semi-AR sampler)."""
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -9,7 +11,7 @@ import torch
 from dllm_lit.markov import MarkovChain
 from dllm_lit.exact.core import PosteriorCache, State, argmax_fill_law, law_vector, product_step
 
-__all__ = ["mdlm_law", "nucleus_row", "block_mdlm_law"]
+__all__ = ["mdlm_law", "mdlm_paper_law", "nucleus_row", "block_mdlm_law"]
 
 
 def mdlm_law(chain: MarkovChain, T: int, steps: int) -> torch.Tensor:
@@ -36,6 +38,36 @@ def mdlm_law(chain: MarkovChain, T: int, steps: int) -> torch.Tensor:
         dist = product_step(dist, options)
     return law_vector(argmax_fill_law(dist, post), V, T)
 
+
+
+def mdlm_paper_law(chain: MarkovChain, T: int, steps: int, counts: list[int] | None = None) -> torch.Tensor:
+    """The paper's "MDLM": step i unmasks a uniform k_i-subset of the masked positions (k_i = T // S + [i < T % S],
+    or ``counts[i]``), each drawing its token from its exact marginal."""
+    M, V = chain.mask_id, chain.vocab_size
+    if counts is not None and (len(counts) != steps or sum(counts) != T):
+        raise ValueError(f"counts must be {steps} round sizes summing to T {T}, got {counts}")
+    post = PosteriorCache(chain)
+    dist: dict[State, float] = {(M,) * T: 1.0}
+    for i in range(steps):
+        k = T // steps + (1 if i < T % steps else 0) if counts is None else counts[i]
+        if k == 0:
+            continue
+        new: dict[State, float] = defaultdict(float)
+        for z, pz in dist.items():
+            g = post(z)
+            masked = [l for l in range(T) if z[l] == M]
+            subsets = list(itertools.combinations(masked, k))
+            for sub in subsets:
+                for toks in itertools.product(range(V), repeat=k):
+                    pr = pz / len(subsets)
+                    zz = list(z)
+                    for l, v in zip(sub, toks):
+                        pr *= float(g[l, v])
+                        zz[l] = v
+                    if pr > 0:
+                        new[tuple(zz)] += pr
+        dist = new
+    return law_vector(dist, V, T)
 
 def nucleus_row(q: list[float], p: float) -> tuple[list[float], float]:
     """Strict top-p on one row (cumsum <= p kept, the first always, ties: lower id first), renormalised.

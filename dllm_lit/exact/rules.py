@@ -1,18 +1,20 @@
-"""Named exact laws for conformance: LLaDA (each tie rule, random remasking), Fast-dLLM threshold, EB.
+"""Named exact laws for conformance: LLaDA (each tie rule, random remasking), Fast-dLLM threshold, EB, PC-sampler.
 
 Each is the law of the rule as its upstream code defines it, by dynamic programming over partially masked states
 (:func:`~dllm_lit.exact.score_select.score_select_law`); docs/samplers/ describes the rules.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from dllm_lit.exact.confidence import transfer_counts
-from dllm_lit.exact.core import PosteriorCache, State, law_vector, product_step
+from dllm_lit.exact.core import State
 from dllm_lit.exact.score_select import ranked_choice, score_select_law, tempered_options
 from dllm_lit.markov import MarkovChain
 
-__all__ = ["llada_law", "fast_dllm_law", "eb_law", "dream_origin_law", "THRESHOLD_GUARD"]
+__all__ = ["llada_law", "fast_dllm_law", "eb_law", "pc_law", "THRESHOLD_GUARD"]
 
 #: a confidence (or an entropy sum) this close to its threshold makes the float32 sampler and the float64 DP
 #: disagree on a hard decision: the law is then refused as ill-posed
@@ -97,23 +99,21 @@ def eb_law(chain: MarkovChain, T: int, gamma: float = 0.01, temperature: float =
                             lambda i, v, g, lo: -float(-torch.special.xlogy(g[i], g[i]).sum()), select)
 
 
-def dream_origin_law(chain: MarkovChain, T: int, steps: int, temperature: float = 1.0, eps: float = 1e-3,
-                     prompt_len: int = 0) -> torch.Tensor:
-    """Dream's ``alg="origin"``: on the grid t_j = linspace(1, eps, steps + 1) (float32, as upstream) every masked
-    position reveals with probability 1 - t_{j+1} / t_j (1 at the last step) a token drawn from p^(1/temperature).
-    ``prompt_len`` leading tokens are an exact chain prefix."""
-    M = chain.mask_id
-    post = PosteriorCache(chain)
-    ts = torch.linspace(1, eps, steps + 1).tolist()
-    dist = _prompt_init(chain, T, prompt_len) or {(M,) * T: 1.0}
-    for j in range(steps):
-        stay = ts[j + 1] / ts[j] if j < steps - 1 else 0.0
 
-        def options(z, stay=stay):
-            g = post(z)
-            return [[(v, 1.0)] if v != M else [(M, stay)] + [(w, q * (1 - stay)) for w, q in
-                                                              tempered_options(g[i], temperature)]
-                    for i, v in enumerate(z)]
+def pc_law(chain: MarkovChain, T: int, steps: int, lambd: float = 0.25, alpha: float = 10.0,
+           block_length: int | None = None, temperature: float = 1.0, tie_rule: str = "lowest") -> torch.Tensor:
+    """PC-sampler: LLaDA's block schedule, positions ranked by the calibrated, position-weighted score
+    exp(-lambd (i - block start)) min(alpha, -p(v) log pi(v)) (pi the chain's stationary law)."""
+    blocks = _blocks(T, 0, block_length)
+    if steps % len(blocks):
+        raise ValueError(f"steps {steps} must be a multiple of the number of blocks {len(blocks)}")
+    S = steps // len(blocks)
+    counts = transfer_counts(blocks[0][1] - blocks[0][0], S)
+    pi = chain.stationary.double()
 
-        dist = product_step(dist, options)
-    return law_vector(dist, chain.vocab_size, T)
+    def score(i, v, g, lo):
+        return math.exp(-lambd * (i - lo)) * min(alpha, -float(g[i, v]) * math.log(float(pi[v]) + 1e-9))
+
+    return score_select_law(chain, T, blocks, lambda g: tempered_options(g, temperature), score,
+                            lambda j, masked, scores: ranked_choice(masked, scores, counts[j % S], tie_rule),
+                            schedule=[counts] * len(blocks))

@@ -28,6 +28,8 @@ def ranked_choice(positions: list[int], scores: list[float], n: int, tie_rule: s
     """
     import math
 
+    if tie_rule not in ("lowest", "highest", "random"):
+        raise ValueError(f"tie_rule must be one of lowest, highest, random, got {tie_rule!r}")
     if n <= 0:
         return [((), 1.0)]
     key = {i: round(s, TIE_DECIMALS) for i, s in zip(positions, scores)}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,13 @@ import yaml
 from dllm_lit.conformance import Conformance, goodness_of_fit, two_sample
 from dllm_lit.markov import MarkovChain
 
-__all__ = ["main", "build_sampler", "named_chain", "CHAINS"]
+__all__ = ["main", "build_sampler", "named_chain", "CHAINS", "law_options", "law_help", "resolve_law_options"]
 
 #: the chains offered by name (V = 3)
 CHAINS = ("tiny", "generic")
 #: laws whose ``steps`` option defaults to the sampler's steps
-LAWS_WITH_STEPS = ("mdlm", "block_mdlm", "llada", "maskgit", "klass", "dream_origin")
+LAWS_WITH_STEPS = ("mdlm", "mdlm_paper", "block_mdlm", "llada", "maskgit", "klass", "dream", "dream_origin",
+                   "pc_sampler", "sedd")
 TINY = [[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]]
 
 
@@ -48,6 +50,55 @@ def named_chain(spec: str) -> MarkovChain:
         return MarkovChain.from_kernel(torch.tensor(rows, dtype=torch.float64))
     except Exception as exc:  # noqa: BLE001 - any parse / shape / row-sum problem is the user's input
         raise ValueError(f"--chain must be one of {', '.join(CHAINS)} or a kernel as a list of rows ({exc})") from None
+
+
+def law_options(name: str) -> dict[str, Any]:
+    """The options of the named law (its keyword parameters after ``chain, T``) with their defaults
+    (``inspect.Parameter.empty`` for a required one)."""
+    from dllm_lit.exact import LAWS
+
+    params = list(inspect.signature(LAWS[name]).parameters.values())[2:]
+    return {p.name: p.default for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
+
+
+def law_help() -> str:
+    """One line per named law: its options, defaults and allowed values (the ``--law`` help)."""
+    from dllm_lit.exact import LAWS, OPTION_CHOICES
+
+    lines = []
+    for name in LAWS:
+        opts = []
+        for opt, default in law_options(name).items():
+            text = opt if default is inspect.Parameter.empty else f"{opt}={default}"
+            if opt in OPTION_CHOICES:
+                text += f" ({'|'.join(OPTION_CHOICES[opt])})"
+            opts.append(text)
+        lines.append(f"  {name}: {', '.join(opts) or '(no options)'}")
+    return "\n".join(lines)
+
+
+def resolve_law_options(name: str, text: str, steps: int) -> dict[str, Any]:
+    """``--law-options`` parsed and checked against the law's options (``steps`` defaults to the run's)."""
+    from dllm_lit.exact import LAWS, OPTION_CHOICES
+
+    if name not in LAWS:
+        raise ValueError(f"--law must be one of {', '.join(LAWS)}, got {name!r}")
+    options = yaml.safe_load(text) or {}
+    if not isinstance(options, dict):
+        raise ValueError(f"--law-options must be a mapping, got {text!r}")
+    allowed = law_options(name)
+    for key, value in options.items():
+        if key not in allowed:
+            raise ValueError(f"--law-options: {key!r} is not an option of the {name} law; "
+                             f"allowed: {', '.join(allowed) or 'none'}")
+        if key in OPTION_CHOICES and value not in OPTION_CHOICES[key]:
+            raise ValueError(f"--law-options: {key} must be one of {', '.join(OPTION_CHOICES[key])}, got {value!r}")
+    if name in LAWS_WITH_STEPS:
+        options.setdefault("steps", steps)
+    missing = [k for k, d in allowed.items() if d is inspect.Parameter.empty and k not in options]
+    if missing:
+        raise ValueError(f"--law-options: the {name} law needs {', '.join(missing)}")
+    return options
 
 
 def _model_block(spec: str, field: str) -> dict[str, Any]:
@@ -88,13 +139,7 @@ def run(ns: argparse.Namespace) -> Conformance:
     sampler = build_sampler(ns.sampler)
     steps = sampler.steps_grid[0] if ns.steps is None else ns.steps
     if ns.law is not None:
-        if ns.law not in LAWS:
-            raise ValueError(f"--law must be one of {', '.join(LAWS)}, got {ns.law!r}")
-        options = yaml.safe_load(ns.law_options) or {}
-        if not isinstance(options, dict):
-            raise ValueError(f"--law-options must be a mapping, got {ns.law_options!r}")
-        if ns.law in LAWS_WITH_STEPS:
-            options.setdefault("steps", steps)
+        options = resolve_law_options(ns.law, ns.law_options, steps)
         try:
             law = LAWS[ns.law](chain, ns.seq_len, **options)
         except TypeError as exc:
@@ -109,12 +154,14 @@ def run(ns: argparse.Namespace) -> Conformance:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="cli.py conform", description=__doc__,
+                                 epilog="named laws (--law) and their --law-options, defaults and allowed values "
+                                        "(steps defaults to --steps):\n" + law_help(),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sampler", required=True, help="config file with a model: block, or the block as YAML")
     ref = ap.add_mutually_exclusive_group(required=True)
-    ref.add_argument("--law", help="an exact rule: chain, mdlm, block_mdlm, llada, fast_dllm, eb, dream_origin, maskgit, klass")
+    ref.add_argument("--law", help="an exact rule by name (listed below; dllm_lit.exact.LAWS)")
     ref.add_argument("--against", help="a second sampler (two-sample test), as --sampler")
-    ap.add_argument("--law-options", default="{}", help="the rule's options as a YAML mapping")
+    ap.add_argument("--law-options", default="{}", help="the rule's options as a YAML mapping (listed below)")
     ap.add_argument("--chain", default="tiny", help="tiny, generic, or a kernel as a YAML list of rows")
     ap.add_argument("--seq-len", type=int, default=4, help="T (V^T outcomes; at most 2^24)")
     ap.add_argument("--steps", type=int, default=None, help="steps (default: the sampler's first steps value)")
