@@ -125,7 +125,8 @@ class OracleDenoiser(LocalDenoiser):
     def _canonical_sums(self, g: torch.Tensor, x_left: torch.Tensor, d_left: torch.Tensor, x_right: torch.Tensor,
                         d_right: torch.Tensor) -> torch.Tensor:
         """Row normalisers [n, 1]: the fixed-order sum of ``g``, except that a two-sided row with d_left > d_right
-        takes the sum of its mirror (a, d_right, b, d_left), sum_v P'^(d_right)(a, v) P'^(d_left)(v, b).
+        takes the sum of its mirror (a, d_right, b, d_left), sum_v P'^(d_right)(a, v) P'^(d_left)(v, b) (and, where
+        a = b, the mirror's numerator at v = a, written into ``g``).
 
         Both are P'^(d_left + d_right)(a, b) (Chapman-Kolmogorov), but summed over different products they round
         differently.  The mirror positions of one gap between revealed tokens a ... b then share one normaliser, and
@@ -142,7 +143,13 @@ class OracleDenoiser(LocalDenoiser):
             if not self.certified:
                 ones = torch.ones_like(dl, dtype=torch.bool)
                 lf, rf = self._beyond_cache(lf, rf, ones, ones, dr, dl)
-            s[i] = fixed_order_sum(lf.mul_(rf), keepdim=True)
+            mirror = lf.mul_(rf)
+            s[i] = fixed_order_sum(mirror, keepdim=True)
+            # a = b: the entry at v = a takes the mirror's numerator.  Equal to the own one when both factors are
+            # table entries (a product commutes); beyond an uncertified table's depth the two sides are multiplied
+            # out in different orders, and this keeps the mirror tie exact there too
+            same = (xl == xr).nonzero().squeeze(1)
+            g[i[same], xl[same].long()] = mirror[same, xl[same].long()]
         return s
 
     def _right_only_rows(self, rf: torch.Tensor, x_right: torch.Tensor, d_right: torch.Tensor,
