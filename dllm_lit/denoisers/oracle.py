@@ -134,22 +134,22 @@ class OracleDenoiser(LocalDenoiser):
         the mathematically equal confidences are equal numbers (``docs/exactness.md``).
         """
         s = fixed_order_sum(g, keepdim=True)
-        swap = (d_left > d_right) & (d_right > 0)
+        swap = ((d_left > d_right) & (d_right > 0)).reshape(-1)  # any leading shape: flat rows below
         if bool(swap.any()):
             i = swap.nonzero().squeeze(1)
-            xl, dl, xr, dr = x_left[i], d_left[i], x_right[i], d_right[i]
+            xl, dl, xr, dr = (t.reshape(-1)[i] for t in (x_left, d_left, x_right, d_right))
             r_idx, c_idx = self._table_rows(xl, dr, xr, dl)
             lf, rf = self.table[r_idx], self.table[c_idx]
             if not self.certified:
                 ones = torch.ones_like(dl, dtype=torch.bool)
                 lf, rf = self._beyond_cache(lf, rf, ones, ones, dr, dl)
             mirror = lf.mul_(rf)
-            s[i] = fixed_order_sum(mirror, keepdim=True)
+            s.view(-1, 1)[i] = fixed_order_sum(mirror, keepdim=True)
             # a = b: the entry at v = a takes the mirror's numerator.  Equal to the own one when both factors are
             # table entries (a product commutes); beyond an uncertified table's depth the two sides are multiplied
             # out in different orders, and this keeps the mirror tie exact there too
             same = (xl == xr).nonzero().squeeze(1)
-            g[i[same], xl[same].long()] = mirror[same, xl[same].long()]
+            g.view(-1, g.shape[-1])[i[same], xl[same].long()] = mirror[same, xl[same].long()]
         return s
 
     def _right_only_rows(self, rf: torch.Tensor, x_right: torch.Tensor, d_right: torch.Tensor,
