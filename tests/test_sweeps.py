@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dllm_lit.experiments.point import build_args, parse, point_name
+from dllm_lit.experiments.point import build_args, parse, point_name, point_params
 from dllm_lit.experiments.sweep import grid_points, load_sweep, point_argv
 from dllm_lit.results import registry
 
@@ -37,7 +37,7 @@ def test_point_names_carry_the_options() -> None:
     assert args[args.index("--model.top_p") + 1] == "1.0"
     logger = json.loads(build_args(parse(["--config=configs/sedd.yaml", "--model.beta=10", "--steps=8"]))[-1])
     assert logger["init_args"]["name"] == "sedd-beta10-steps8-seed123"
-    assert logger["init_args"]["config"]["point"]["model.beta"] == "10"  # hyperparameters reach the W&B run config
+    assert logger["init_args"]["config"]["point"]["model.beta"] == 10  # hyperparameters reach the W&B run config, as numbers
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
@@ -68,7 +68,7 @@ def test_sweep_point_offline(tmp_path: Path) -> None:
     run_dir = tmp_path / "remdm_conf-top_p1-steps4-seed123"
     data = json.loads((run_dir / "metrics.json").read_text())
     assert [(r["label"], r["steps"]) for r in data["rows"]] == [("ar", None), ("remdm_conf[top_p=1]", 4)]
-    assert json.loads((run_dir / "point.json").read_text())["model.top_p"] == "1.0"
+    assert json.loads((run_dir / "point.json").read_text())["model.top_p"] == 1.0
     tables = list(run_dir.glob("wandb/offline-run-*/files/media/table/results_*.table.json"))
     assert len(tables) == 1
     table = json.loads(tables[0].read_text())
@@ -76,10 +76,26 @@ def test_sweep_point_offline(tmp_path: Path) -> None:
     (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
     run = summary(run_file)
     assert run["name"] == "remdm_conf-top_p1-steps4-seed123"
-    assert run["config"]["point"]["model.top_p"] == "1.0" and run["config"]["run"]["num_sequences"] == 8
+    assert run["config"]["point"]["model.top_p"] == 1.0 and run["config"]["run"]["num_sequences"] == 8
     assert run["config"]["rows"]["remdm_conf[top_p=1]@4"]["top_p"] == 1.0
     hist = run["history"]
     assert hist["kl"] == data["rows"][1]["kl"]  # the sweep metric: the point's sampler row
     assert hist["remdm_conf[top_p=1]/kl"] == data["rows"][1]["kl"] and hist["ar/kl"] == data["rows"][0]["kl"]
     assert "figures/kl_vs_steps.filenames" in hist
     assert {"metrics.json", "samples.pt", "samples.txt", "figures/kl_vs_steps.png"} <= set(run["files"])
+
+
+def test_point_options_reach_wandb_as_data() -> None:
+    """Passed-on options are typed (issue 19: W&B stored model.temperature as the string "1.0"); the folder name
+    keeps the text."""
+    from dllm_lit.experiments.point import option_value
+
+    ns = parse(["--config=configs/llada.yaml", "--model.temperature=1.0", "--model.remasking=random",
+                "--model.block_length=null", "--data.source.init_args.eps=1e-4", "--steps=8", "--no_wandb"])
+    params = point_params(ns)
+    assert params["model.temperature"] == 1.0 and isinstance(params["model.temperature"], float)
+    assert params["model.remasking"] == "random" and params["model.block_length"] is None
+    assert params["data.source.init_args.eps"] == 1e-4
+    assert point_name(ns) == "llada-temperature1-remaskingrandom-block_lengthnull-eps0.0001-steps8-seed123"
+    assert [option_value(t) for t in ("10", ".5", "true", "[8, 16]", "NaN", "inf", "pi_head")] == \
+        [10, 0.5, True, [8, 16], "NaN", "inf", "pi_head"]

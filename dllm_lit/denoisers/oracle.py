@@ -125,7 +125,8 @@ class OracleDenoiser(LocalDenoiser):
     def _canonical_sums(self, g: torch.Tensor, x_left: torch.Tensor, d_left: torch.Tensor, x_right: torch.Tensor,
                         d_right: torch.Tensor) -> torch.Tensor:
         """Row normalisers [n, 1]: the fixed-order sum of ``g``, except that a two-sided row with d_left > d_right
-        takes the sum of its mirror (a, d_right, b, d_left), sum_v P'^(d_right)(a, v) P'^(d_left)(v, b).
+        takes the sum of its mirror (a, d_right, b, d_left), sum_v P'^(d_right)(a, v) P'^(d_left)(v, b) (and, where
+        a = b, the mirror's numerator at v = a, written into ``g``).
 
         Both are P'^(d_left + d_right)(a, b) (Chapman-Kolmogorov), but summed over different products they round
         differently.  The mirror positions of one gap between revealed tokens a ... b then share one normaliser, and
@@ -133,15 +134,22 @@ class OracleDenoiser(LocalDenoiser):
         the mathematically equal confidences are equal numbers (``docs/exactness.md``).
         """
         s = fixed_order_sum(g, keepdim=True)
-        swap = (d_left > d_right) & (d_right > 0)  # any batch shape: boolean indexing keeps it general
+        swap = ((d_left > d_right) & (d_right > 0)).reshape(-1)  # any leading shape: flat rows below
         if bool(swap.any()):
-            xl, dl, xr, dr = x_left[swap], d_left[swap], x_right[swap], d_right[swap]
+            i = swap.nonzero().squeeze(1)
+            xl, dl, xr, dr = (t.reshape(-1)[i] for t in (x_left, d_left, x_right, d_right))
             r_idx, c_idx = self._table_rows(xl, dr, xr, dl)
             lf, rf = self.table[r_idx], self.table[c_idx]
             if not self.certified:
                 ones = torch.ones_like(dl, dtype=torch.bool)
                 lf, rf = self._beyond_cache(lf, rf, ones, ones, dr, dl)
-            s[swap] = fixed_order_sum(lf.mul_(rf), keepdim=True)
+            mirror = lf.mul_(rf)
+            s.view(-1, 1)[i] = fixed_order_sum(mirror, keepdim=True)
+            # a = b: the entry at v = a takes the mirror's numerator.  Equal to the own one when both factors are
+            # table entries (a product commutes); beyond an uncertified table's depth the two sides are multiplied
+            # out in different orders, and this keeps the mirror tie exact there too
+            same = (xl == xr).nonzero().squeeze(1)
+            g.view(-1, g.shape[-1])[i[same], xl[same].long()] = mirror[same, xl[same].long()]
         return s
 
     def _right_only_rows(self, rf: torch.Tensor, x_right: torch.Tensor, d_right: torch.Tensor,

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from dllm_lit.atomic import atomic_write_text
 
-__all__ = ["build_args", "parse", "point_name", "point_params", "run", "main", "PASSTHROUGH"]
+__all__ = ["build_args", "option_value", "parse", "point_name", "point_params", "run", "main", "PASSTHROUGH"]
 
 #: CLI groups whose options a point passes on unchanged
 PASSTHROUGH = ("model.", "data.", "results.", "trainer.")
@@ -55,11 +56,30 @@ def point_name(ns: argparse.Namespace) -> str:
     return "-".join(parts)
 
 
+def option_value(text: str) -> Any:
+    """A passed-on option's value as data: a JSON number, boolean, null, list or object (``1.0``, ``10``, ``1e-4``,
+    ``true``, ``[8, 16]``), a number such as ``.5``, or else the text itself; NaN and infinities stay text."""
+    def refuse(constant: str) -> Any:
+        raise ValueError(constant)
+
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text
+
+
 def point_params(ns: argparse.Namespace) -> dict[str, Any]:
-    """The point's parameters as data (its W&B run config and ``point.json``)."""
+    """The point's parameters as data (its W&B run config and ``point.json``): passed-on options typed by
+    :func:`option_value`, so W&B stores ``model.temperature`` as a number."""
     out = {k: getattr(ns, k) for k in ("config", "data_config", "steps", "seed", "reference", "num_sequences",
                                        "seq_len", "chunk_size")}
-    out.update({k: v for k, v in ns.extra if not k.startswith("trainer.")})  # trainer options do not change results
+    # trainer options do not change results
+    out.update({k: option_value(v) for k, v in ns.extra if not k.startswith("trainer.")})
     return out
 
 

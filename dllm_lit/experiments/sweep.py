@@ -81,6 +81,10 @@ def _finished(out_dir: Path, params: dict[str, Any]) -> bool:
         meta = json.loads((out_dir / "metrics.json").read_text()).get("meta", {})
     except (OSError, ValueError, AttributeError):
         return False
+    if isinstance(saved, dict):  # a point.json written before options were typed holds them as text
+        from dllm_lit.experiments.point import option_value
+
+        saved = {k: option_value(v) if isinstance(v, str) and "." in k else v for k, v in saved.items()}
     return saved == params and bool(meta.get("complete"))
 
 
