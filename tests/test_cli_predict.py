@@ -56,7 +56,8 @@ def test_cli_predict_writes_metrics(tmp_path) -> None:
     assert saved["format"] == "dllm_lit.samples" and [r["steps"] for r in saved["rows"]] == [None, 4, 16]
     assert saved["rows"][1]["samples"].shape == (24, 40) and saved["rows"][1]["samples"].dtype == torch.uint8
     assert "=== mdlm steps=4 ===" in (tmp_path / "samples.txt").read_text()
-    assert json.loads((tmp_path / "metrics.json").read_text())["meta"]["intervals"]["per_key"]["kl"]["method"] == "centred"
+    per_key = json.loads((tmp_path / "metrics.json").read_text())["meta"]["intervals"]["per_key"]
+    assert per_key["kl"]["method"] == "centred" and per_key["seq_kl_upper"]["method"] == "skew_corrected_t"
     for key in ("kl", "nll", "entropy", "div3", "kl_bracket"):
         assert (tmp_path / "figures" / f"{key}_vs_steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -5,11 +5,18 @@ Truths: AR(beta) by its closed form, MDLM on a V = 3 chain by the dynamic progra
 
 * ``seq_kl_lower``'s low end is a one-sided 95% lower confidence bound on a lower bound of the
   truth: it must be <= the truth in >= 93% of the seeds (it is a bound, so more is expected).
-* ``seq_kl_upper``'s percentile interval targets E_o KL(p_s(. | o) || p) / T, which equals the
-  truth for AR (its log q is its exact log-probability): two-sided 95%, accepted in [88%, 98.5%].
-  Measured: 93.0% and 94.0% for AR(1.25) and AR(0.9) on a V = 64 chain (N = 64, T = 32), but 89.5%
-  on the V = 3 chain at N = 64, T = 5, where u is a skewed mean of few terms: the percentile
-  interval under-covers there (the lower bound is 88% so that this stays a guard, not the 93% target).
+* ``seq_kl_upper``'s interval (Hall's skewness-corrected Student t of the mean of u / T) targets
+  E_o KL(p_s(. | o) || p) / T, which equals the truth for AR (its log q is its exact log-probability):
+  two-sided 95%, accepted in [93%, 97%] over 1000 seeds (u alone, through ``upper_interval``, which
+  the metric's interval equals in the first 200 seeds).  At 200 seeds the binomial spread of a 95%
+  interval's coverage is 1.5 points, and seeds 0-199 of the V = 3 case are an unlucky draw for every
+  method (Student t 90.0% there, 94.5% over 2000 seeds), hence 1000.
+* ``kl_cs``'s centred interval, for AR, against the exact population transition KL
+  sum_i w_i KL(P_beta(. | i) || P(. | i)) (w the pooled law of the source states x_0 .. x_{T-2}),
+  which is T / (T - 1) times the per-token sequence KL.  It is the bootstrap spread around a biased
+  estimate, not a confidence interval for that truth, and misses the 93-97% target both ways:
+  measured 90.0% (V = 3, AR(2), 64 x 5), 99.5% and 98.0% (V = 64, AR(1.25) and AR(0.9), 64 x 32).  Checked >= 85% as a
+  guard (a regression of the estimator or its interval), not as the target.
 * At an exact zero (FHS and paper-MDLM at steps = T), ``seq_kl_upper`` reads 0 with [0, 0] in
   every seed.
 """
@@ -24,6 +31,7 @@ import torch
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.metrics.bootstrap import SequenceBootstrapper
+from dllm_lit.metrics.functional.sequence_kl import sequence_log_prob, upper_interval
 from dllm_lit.metrics.sequence_kl import SequenceKL
 from dllm_lit.samplers import AR, FHS, MDLM, MDLMPaper
 
@@ -31,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from seq_kl_audit import KERNEL3, ar_truth, dp_truth  # noqa: E402
 
 SEEDS = 200
+UPPER_SEEDS = 1000
 pytestmark = pytest.mark.slow
 
 
@@ -61,16 +70,27 @@ def _cases():
 @pytest.mark.parametrize("case", [c[0] for c in _cases()])
 def test_lower_bound_and_upper_interval_cover(case: str) -> None:
     name, chain, sampler, N, T, steps, truth, upper_is_truth = next(c for c in _cases() if c[0] == case)
-    below, covered = 0, 0
+    below, cs_covered, trans_truth = 0, 0, truth * T / (T - 1)
     for seed in range(SEEDS):
         values, intervals = _intervals(chain, sampler, N, T, steps, seed)
         below += intervals["seq_kl_lower"][0] <= truth
-        lo, hi = intervals["seq_kl_upper"]
-        covered += lo <= truth <= hi
-    print(f"{name}: lower confidence bound <= truth {below / SEEDS:.3f}, upper interval covers {covered / SEEDS:.3f}")
+        lo, hi = intervals["kl_cs"]
+        cs_covered += lo <= trans_truth <= hi
+        x, stats = sampler.generate_with_stats(torch.arange(N), T, steps, seed)
+        u = stats["log_q"].to(torch.float64) - sequence_log_prob(chain, x)
+        assert intervals["seq_kl_upper"] == upper_interval(u, T, 0.95)
+    print(f"{name}: lower confidence bound <= truth {below / SEEDS:.3f}"
+          + (f", kl_cs interval covers {cs_covered / SEEDS:.3f}" if upper_is_truth else ""))
     assert below / SEEDS >= 0.93, (name, below / SEEDS)
     if upper_is_truth:
-        assert 0.88 <= covered / SEEDS <= 0.985, (name, covered / SEEDS)
+        covered = 0
+        for seed in range(UPPER_SEEDS):
+            x, stats = sampler.generate_with_stats(torch.arange(N), T, steps, seed)
+            lo, hi = upper_interval(stats["log_q"].to(torch.float64) - sequence_log_prob(chain, x), T, 0.95)
+            covered += lo <= truth <= hi
+        print(f"{name}: upper interval covers {covered / UPPER_SEEDS:.3f} of {UPPER_SEEDS} seeds")
+        assert 0.93 <= covered / UPPER_SEEDS <= 0.97, (name, covered / UPPER_SEEDS)
+        assert cs_covered / SEEDS >= 0.85, (name, cs_covered / SEEDS)
 
 
 def test_exact_zero_reads_zero() -> None:

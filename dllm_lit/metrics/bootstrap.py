@@ -99,7 +99,8 @@ def metric_interval(
         order: optional permutation applied to the sequences of ``sequence_statistics()`` first.
         policy: overrides the metric's ``interval_policy``.
 
-    A key whose policy is ``"lower_confidence"`` takes its interval from ``metric.own_intervals(confidence)``.
+    A key whose policy is the metric's own (``"lower_confidence"``, ``"skew_corrected_t"``) takes its interval
+    from ``metric.own_intervals(confidence)`` (None where that gives none).
 
     Returns:
         ``(low, high)``, ``{key: (low, high)}`` for a metric with several values, or None when the
@@ -121,10 +122,10 @@ def metric_interval(
         statistics = {k: v[order.to(v.device)] for k, v in statistics.items()}
     statistic = metric.resampling_statistic(statistics)
     out = bootstrap_interval(statistic, num_items, policy, num_resamples, confidence, seed)
-    own = [k for k, p in policy.items() if p.method == "lower_confidence"] if isinstance(policy, Mapping) else []
+    own = [k for k, p in policy.items() if p.own] if isinstance(policy, Mapping) else []
     if own:  # intervals the metric computes itself (not from the resamples): added to the bootstrapped ones
         computed = metric.own_intervals(confidence)
-        out = {**(out or {}), **{k: computed[k] for k in own}}
+        out = {**(out or {}), **{k: computed.get(k) for k in own}}
     return out
 
 

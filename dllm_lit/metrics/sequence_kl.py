@@ -18,7 +18,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from dllm_lit.markov.chain import MarkovChain
-from dllm_lit.metrics.bootstrap import PERCENTILE, IntervalPolicy, SequenceBootstrapMixin
+from dllm_lit.metrics.bootstrap import IntervalPolicy, SequenceBootstrapMixin
 from dllm_lit.metrics.distributed import EmptyMetricError, TypedCatStateMixin, synced_cat_states
 from dllm_lit.metrics.functional.dv_bound import DVBound, dv_lower_bound
 from dllm_lit.metrics.functional.sequence_kl import (
@@ -26,6 +26,7 @@ from dllm_lit.metrics.functional.sequence_kl import (
     ResampledSequenceKL,
     sequence_kl_values,
     sequence_log_prob,
+    upper_interval,
 )
 from dllm_lit.metrics.functional.transition import transition_codes
 
@@ -34,9 +35,11 @@ __all__ = ["SEQUENCE_KL_INTERVALS", "SEQUENCE_KL_KEYS", "SequenceKL"]
 _CENTRED = IntervalPolicy("centred")
 #: kl_excess, kl_mm, trans_kl_corrected and kl_cs are differences of plug-in functionals (they may be
 #: negative): centred intervals (the bootstrap spread around the estimate); entropy_mm is a plug-in
-#: entropy plus its first-order bias (centred, >= 0); seq_kl_upper is a mean over sequences:
-#: percentile; seq_kl_lower is cross-fitted over halves of the sequences, and its low end is its own
-#: one-sided lower confidence bound (dllm_lit.metrics.functional.dv_bound).
+#: entropy plus its first-order bias (centred, >= 0); seq_kl_upper is a mean over sequences of a skewed
+#: log-ratio: Hall's skewness-corrected Student t (dllm_lit.metrics.functional.mean_interval; the
+#: percentile interval covered 93.6% at V = 3, N = 64, T = 5 over 2000 seeds), [0, 0] at an exact zero;
+#: seq_kl_lower is cross-fitted over halves of the sequences, and its low end is its own one-sided lower
+#: confidence bound (dllm_lit.metrics.functional.dv_bound).
 SEQUENCE_KL_INTERVALS: dict[str, IntervalPolicy] = {
     "kl_excess": _CENTRED,
     "entropy_mm": IntervalPolicy("centred", lower_bound=0.0),
@@ -44,7 +47,8 @@ SEQUENCE_KL_INTERVALS: dict[str, IntervalPolicy] = {
     "seq_kl_lower": IntervalPolicy("lower_confidence", reason="low end: one-sided lower confidence bound on the "
                                    "sequence KL per token (Student t over cross-fitted halves); high end: the "
                                    "mirror bound on the DV bound, not on the KL"),
-    "seq_kl_upper": PERCENTILE,
+    "seq_kl_upper": IntervalPolicy("skew_corrected_t", reason="a mean over sequences of u / T: Student t with "
+                                   "Hall's skewness correction; [0, 0] at an exact zero"),
     "trans_kl_corrected": _CENTRED,
     "kl_cs": _CENTRED,
 }
@@ -58,7 +62,8 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
 
     ``kl_excess`` and ``trans_kl_corrected`` need the reference row's metric (:meth:`pair_with`;
     None without one); ``seq_kl_upper`` needs ``log_q`` for every sequence (None when the sampler
-    reports NaN).  ``seq_kl_lower``'s interval comes from :meth:`own_intervals`, not from resamples.
+    reports NaN).  The intervals of ``seq_kl_lower`` and ``seq_kl_upper`` come from :meth:`own_intervals`,
+    not from resamples.
     Memory: 8 (T - 1) + 16 bytes per sequence.
     """
 
@@ -141,12 +146,17 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
                                   first_order=first_order)
 
     def own_intervals(self, confidence: float) -> dict[str, tuple[float, float]]:
-        """``{"seq_kl_lower": (lower, upper)}``: one-sided confidence bounds of the DV bound at level
-        ``confidence`` (collective under DDP); nothing in an HMM world, where the bound is not defined."""
-        codes, _, _ = self._ordered()
-        if self.world is not None:
-            return {}
-        return {"seq_kl_lower": self._dv_bound(codes).interval(confidence)}
+        """``{"seq_kl_lower": (lower, upper), "seq_kl_upper": (lower, upper)}`` at level ``confidence``
+        (collective under DDP): one-sided confidence bounds of the DV bound (not in an HMM world, where the
+        bound is not defined) and the interval of :func:`upper_interval` (not without log q)."""
+        codes, u, _ = self._ordered()
+        out = {}
+        upper = upper_interval(u, codes.shape[1] + 1, confidence)
+        if upper is not None:
+            out["seq_kl_upper"] = upper
+        if self.world is None:
+            out["seq_kl_lower"] = self._dv_bound(codes).interval(confidence)
+        return out
 
     def reset(self) -> None:
         super().reset()
@@ -157,9 +167,9 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
         """Per-sequence states in gathered order (the bootstrapper orders them by index), with the
         reference row's codes aligned to the same sequences (``ref_codes``, when paired)."""
         with synced_cat_states(self, _STATES) as s:
-            codes, u, index, T = s["codes"].cpu(), s["u"].cpu(), s["index"].cpu(), int(self.length)
+            codes, index, T = s["codes"].cpu(), s["index"].cpu(), int(self.length)
         codes = codes.reshape(-1, max(T - 1, 1))
-        out = {"codes": codes, "u": u}
+        out = {"codes": codes}
         if self.reference is self:
             out["ref_codes"] = codes
         elif self.reference is not None:
@@ -171,5 +181,5 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
         return out
 
     def resampling_statistic(self, statistics: Mapping[str, Tensor]) -> ResampledSequenceKL:
-        return ResampledSequenceKL(statistics["codes"], statistics["u"], self.chain, statistics.get("ref_codes"),
+        return ResampledSequenceKL(statistics["codes"], self.chain, statistics.get("ref_codes"),
                                    first_order=self.world is None)

@@ -35,6 +35,10 @@ From the ``B`` resampled values an :class:`IntervalPolicy` makes the interval at
 * ``"lower_confidence"``: not a bootstrap: the metric computes the interval itself (its
   ``own_intervals(confidence)``), a one-sided lower confidence bound at level :math:`1-\alpha` as
   the low end (``seq_kl_lower``, whose sequences are split rather than resampled).
+* ``"skew_corrected_t"``: not a bootstrap either: the metric computes it (``own_intervals``), a
+  Student t interval for a mean with Hall's skewness correction
+  (:mod:`dllm_lit.metrics.functional.mean_interval`; ``seq_kl_upper``, a mean over sequences of a
+  skewed log-ratio, whose percentile interval under-covers at small N).
 * ``None``: no interval, with the reason stated by the policy.
 
 A metric with several values may give one policy per value (a mapping ``{key: IntervalPolicy}``);
@@ -78,7 +82,9 @@ Interval = tuple[float, float]
 #: a statistic maps resample counts ``[B, N]`` to one value per resample, ``[B]``, or to several named ones
 Statistic = Callable[[Tensor], Union[Tensor, Mapping[str, Tensor]]]
 
-_METHODS = ("percentile", "basic", "centred", "lower_confidence")
+_METHODS = ("percentile", "basic", "centred", "lower_confidence", "skew_corrected_t")
+#: methods whose interval the metric computes itself (``own_intervals(confidence)``), not from resamples
+OWN_METHODS = ("lower_confidence", "skew_corrected_t")
 
 
 @dataclass(frozen=True)
@@ -86,8 +92,8 @@ class IntervalPolicy:
     """How a metric turns its bootstrap distribution into an interval (see the module docstring).
 
     Attributes:
-        method: ``"percentile"``, ``"basic"``, ``"centred"``, ``"lower_confidence"`` (the metric's own,
-            see the module docstring) or ``None`` (the metric has no interval).
+        method: ``"percentile"``, ``"basic"``, ``"centred"``, ``"lower_confidence"`` or ``"skew_corrected_t"``
+            (the metric's own, see the module docstring) or ``None`` (the metric has no interval).
         reason: why there is no interval (required when ``method`` is None).
         lower_bound: ``"basic"`` / ``"centred"`` only: endpoints are clipped at this lower bound of the statistic.
         transform: ``"percentile"`` only: a monotone increasing map applied to both endpoints.
@@ -113,6 +119,11 @@ class IntervalPolicy:
     def enabled(self) -> bool:
         """Whether the metric has an interval at all."""
         return self.method is not None
+
+    @property
+    def own(self) -> bool:
+        """Whether the metric computes the interval itself (:data:`OWN_METHODS`), not from resamples."""
+        return self.method in OWN_METHODS
 
     @property
     def needs_point(self) -> bool:
@@ -156,8 +167,8 @@ class IntervalPolicy:
             if self.lower_bound is not None:
                 lower, upper = max(self.lower_bound, lower), max(self.lower_bound, upper)
             return lower, upper
-        if self.method == "lower_confidence":
-            raise ValueError("a lower_confidence interval is computed by the metric (own_intervals), not from resamples")
+        if self.own:
+            raise ValueError(f"a {self.method} interval is computed by the metric (own_intervals), not from resamples")
         raise ValueError(f"no interval: {self.reason}")
 
 
