@@ -14,6 +14,7 @@ Bad levels (outside [0, 1], alpha + beta > 1) fail with one line at construction
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +24,7 @@ from dllm_lit import checks
 __all__ = ["EvidenceChannel", "AbsorbingMask", "UniformNoise", "MaskedUniform", "ABSORBING"]
 
 
-class EvidenceChannel:
+class EvidenceChannel(ABC):
     """Base: :meth:`likelihood` [Z, V] and the size of the z alphabet (V or V + 1)."""
 
     has_mask: bool = True
@@ -31,8 +32,9 @@ class EvidenceChannel:
     def num_symbols(self, vocab_size: int) -> int:
         return vocab_size + 1 if self.has_mask else vocab_size
 
-    def likelihood(self, vocab_size: int) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def likelihood(self, vocab_size: int) -> torch.Tensor:
+        """p(z | x) up to a positive factor per z, as a [Z, V] table (row z, column x)."""
 
     def check_tokens(self, z: torch.Tensor, vocab_size: int) -> None:
         """One-line error unless z [B, T] holds ids in [0, Z)."""
