@@ -21,8 +21,9 @@ METRICS = {"nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_fr
 NO_INTERVAL = {"dup_rate", "support_frac"}
 #: floor-corrected differences: may be negative (e.g. 0 - noise), intervals contain the estimate
 SIGNED = {"kl_excess", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected", "kl_cs"}
-#: the forward sequence KL and its prediction (null on the reference row; MDLM's argmax fill: no prediction)
-FORWARD = {"seq_kl_fwd", "seq_kl_fwd_theory"}
+#: the forward sequence KL, its prediction and bounds (opt-in: results.forward_kl; null on the reference row;
+#: MDLM's argmax fill and coin-drawn rounds: no prediction, no bounds)
+FORWARD = {"seq_kl_fwd", "seq_kl_fwd_theory", "seq_kl_fwd_bound_tc", "seq_kl_fwd_bound_dtc", "seq_kl_fwd_bound_mi"}
 KEYS = {"sampler", "label", "steps", "seed", "nfe", "nfe_std", "settings"} | METRICS | FORWARD | \
     {f"{k}_ci" for k in METRICS | FORWARD}
 
@@ -32,6 +33,7 @@ def test_cli_predict_writes_metrics(tmp_path) -> None:
         "predict", "--config", "configs/mdlm.yaml", "--model.steps", "[4, 16]", "--data.num_sequences", "24",
         "--data.seq_len", "40", "--data.chunk_size", "10", "--seed_everything", "7",
         "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false",
+        "--results.forward_kl", "true",
     ])
     rows = json.loads((tmp_path / "metrics.json").read_text())["rows"]
     assert [(r["sampler"], r["steps"]) for r in rows] == [("ar", None), ("mdlm", 4), ("mdlm", 16)]
@@ -45,7 +47,7 @@ def test_cli_predict_writes_metrics(tmp_path) -> None:
     assert rows[0]["kl_excess"] == 0.0 and rows[0]["seq_kl_upper"] == 0.0  # the reference row against itself
     assert rows[1]["seq_kl_upper"] > rows[2]["seq_kl_upper"] > 0
     assert rows[1]["kl"] > rows[2]["kl"]  # fewer steps, larger sampler error
-    assert rows[0]["seq_kl_fwd"] is None and all(r["seq_kl_fwd_theory"] is None for r in rows)
+    assert rows[0]["seq_kl_fwd"] is None and all(r[k] is None for r in rows for k in FORWARD - {"seq_kl_fwd"})
     for r in rows[1:]:
         lo, hi = r["seq_kl_fwd_ci"]
         assert lo <= r["seq_kl_fwd"] <= hi and r["seq_kl_fwd_theory_ci"] is None

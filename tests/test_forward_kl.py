@@ -38,14 +38,31 @@ def test_reference_samples_are_the_reference_row(chain):
     (lambda: LLaDA(remasking="random", temperature=1.0, block_length=3, schedule=[2, 1]), 6, 4),
 ])
 def test_forward_kl_matches_the_exact_prediction(chain, make, T, steps):
-    sampler = make().connect(chain)
+    sampler = _scoring(make().connect(chain))
     _, stats = sampler.generate_with_stats(torch.arange(6000), T, steps, 11)
     mean, se, theory = _agree(stats, T)
     assert theory > 0
+    bounds = [float(stats[f"fwd_bound_{b}"][0]) for b in ("tc", "dtc", "mi")]
+    if isinstance(sampler, BlockMDLM):  # coin-drawn rounds: no bounds
+        assert all(b != b for b in bounds)
+    else:  # exact numbers: the prediction (exact) is below every bound
+        assert all(theory <= b + 1e-12 for b in bounds), (theory, bounds)
+
+
+def _scoring(sampler):
+    sampler.score_reference = True  # what connect() sets from results.forward_kl
+    return sampler
+
+
+def test_scoring_is_opt_in(chain):
+    _, stats = MDLMPaper().connect(chain).generate_with_stats(torch.arange(8), 6, 2, 1)
+    assert set(stats) == {"nfe", "log_q"}
+    _, stats = _scoring(MDLMPaper().connect(chain)).generate_with_stats(torch.arange(8), 6, 2, 1)
+    assert {"ref_log_ratio", "fwd_theory", "fwd_bound_tc", "fwd_bound_dtc", "fwd_bound_mi"} <= set(stats)
 
 
 def test_exact_sequential_rows_predict_zero(chain):
-    _, stats = MDLMPaper().connect(chain).generate_with_stats(torch.arange(64), 6, 6, 1)
+    _, stats = _scoring(MDLMPaper().connect(chain)).generate_with_stats(torch.arange(64), 6, 6, 1)
     assert float(stats["fwd_theory"][0]) == pytest.approx(0.0, abs=1e-15)
     assert float(stats["ref_log_ratio"].abs().max()) < 1e-5  # float32 oracle rows
 
@@ -55,12 +72,13 @@ def test_metric_mean_interval_and_missing_stats():
     u = torch.tensor([0.5, 1.5, 1.0, 2.0], dtype=torch.float64)
     m.update(torch.zeros(4, 5, dtype=torch.long), {"index": torch.arange(4), "ref_log_ratio": u,
                                                    "fwd_theory": torch.full((4,), 0.2, dtype=torch.float64)})
-    assert m.compute() == {"seq_kl_fwd": pytest.approx(1.25 / 5), "seq_kl_fwd_theory": pytest.approx(0.2)}
+    assert m.compute() == {"seq_kl_fwd": pytest.approx(1.25 / 5), "seq_kl_fwd_theory": pytest.approx(0.2),
+                           "seq_kl_fwd_bound_tc": None, "seq_kl_fwd_bound_dtc": None, "seq_kl_fwd_bound_mi": None}
     stat = m.resampling_statistic(m.sequence_statistics())
     assert float(stat(torch.ones(1, 4, dtype=torch.float64))["seq_kl_fwd"][0]) == pytest.approx(1.25 / 5)
     none = ForwardSequenceKL()
     none.update(torch.zeros(2, 5, dtype=torch.long), {"index": torch.arange(2)})
-    assert none.compute() == {"seq_kl_fwd": None, "seq_kl_fwd_theory": None}
+    assert set(none.compute().values()) == {None}
 
 
 def test_uniform_schedule_keeps_the_draws(chain):
@@ -72,11 +90,14 @@ def test_uniform_schedule_keeps_the_draws(chain):
     counts = round_counts("optimal", chain, 10, 4)
     assert sum(counts) == 10 and len(counts) == 4 and opt.nfe(10, 4) == 4.0
     assert round_counts("optimal", chain, 3, 5) == [1, 1, 1, 0, 0]
+    # the bound templates need no chain: rounds shrink towards the end (tc) / grow from one position (dtc)
+    assert round_counts("tc", None, 20, 4) == [10, 5, 3, 2] and round_counts("dtc", None, 20, 4) == [2, 3, 6, 9]
+    assert MDLMPaper(schedule="tc").connect(chain).nfe(20, 4) == 4.0
 
 
 @pytest.mark.parametrize("bad", ["cosine", [], [1, -1], [1.5], True])
 def test_bad_schedules_are_refused_in_one_line(bad):
-    with pytest.raises(ValueError, match="^schedule must be one of uniform, optimal or a list") as e:
+    with pytest.raises(ValueError, match="^schedule must be one of uniform, optimal, tc, dtc or a list") as e:
         MDLMPaper(schedule=bad)
     assert "\n" not in str(e.value)
 

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from dllm_lit.theory.bounds import curve_totals, dtc_factor, schedule_bounds, tc_factor, template_schedule
 from dllm_lit.theory import (binomial_rounds_kl, dual_total_correlation, information_curve, optimal_schedule,
                              pair_information, round_sizes_kl, schedule_kl_curve, total_correlation, uniform_rounds)
 
@@ -210,3 +211,72 @@ def test_step_total_correlation_matches_enumeration():
         got = step_total_correlation(powers, pi, z, np.array(committed))
         assert abs(got[0] - tc) < TOL and abs(got[1] - sum(hs)) < TOL and abs(got[2] - max(hs)) < TOL
         assert got[0] <= got[1] - got[2] + TOL  # the EB bound
+
+
+# ---- bounds and templates (dllm_lit.theory.bounds) -----------------------------------------------------------
+def _compositions(T: int):
+    """Every composition of T (ordered round sizes >= 1)."""
+    for c in itertools.product((0, 1), repeat=T - 1):
+        cuts = [i + 1 for i, b in enumerate(c) if b]
+        yield [b - a for a, b in zip([0] + cuts, cuts + [T])]
+
+
+def _chain_v(seed: int, V: int, shape: float) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    P = rng.gamma(shape, size=(V, V)) + 1e-4
+    P /= P.sum(1, keepdims=True)
+    w, vl = np.linalg.eig(P.T)
+    pi = np.real(vl[:, np.argmin(abs(w - 1))])
+    return P, pi / pi.sum()
+
+
+@pytest.mark.parametrize("V", [2, 3, 4])
+def test_bounds_hold_for_every_schedule_and_length(V):
+    """A number called a bound holds at every T, V and schedule: the exact expected KL of every composition of T
+    (T = 1..10, with and without a revealed left neighbour) is below the TC, DTC and full-conditional bounds, for
+    sticky (gamma shape 0.1), mixed and nearly independent (shape 20) chains; TC / DTC of the curve are the chain's."""
+    for seed, shape in ((V, 0.1), (V + 10, 0.7), (V + 20, 20.0)):
+        P, pi = _chain_v(seed, V, shape)
+        g = pair_information((P, pi), 12)
+        for T in range(1, 11):
+            for left in (False, True):
+                Z = information_curve(g, T, left_revealed=left)
+                tot = curve_totals(Z)
+                if not left and T > 1:
+                    assert abs(tot["tc"] - total_correlation(g, T)) < TOL
+                    assert abs(tot["dtc"] - dual_total_correlation(g, T)) < TOL
+                for sizes in _compositions(T):
+                    kl, b = round_sizes_kl(Z, sizes), schedule_bounds(Z, sizes)
+                    assert kl <= min(b.values()) + TOL, (V, shape, T, left, sizes, kl, b)
+
+
+def test_bounds_hold_for_general_laws_by_enumeration():
+    """The bounds use only that Z is non-decreasing and non-negative: on random joint laws of 4 tokens (not
+    Markov; V = 2, 3), Z by enumeration of subsets and the KL by enumeration of orders and sequences."""
+    rng = np.random.default_rng(3)
+    for V in (2, 3):
+        for _ in range(2):
+            p = rng.gamma(0.3, size=(V,) * 4)
+            p /= p.sum()
+            T = 4
+            Z = np.zeros(T + 1)
+            for j in range(1, T + 1):
+                Z[j] = np.mean([_mi(p, i, S) for i in range(T)
+                                for S in itertools.combinations([k for k in range(T) if k != i], j - 1)])
+            for sizes in _compositions(T):
+                kl = _orders_kl(p, sizes, list(range(T)))
+                assert abs(kl - round_sizes_kl(Z, sizes)) < TOL
+                assert kl <= min(schedule_bounds(Z, sizes).values()) + TOL
+
+
+def test_templates_minimise_their_factor():
+    for T in range(1, 11):
+        comps = list(_compositions(T))
+        for m in range(1, T + 2):
+            for kind, factor in (("tc", tc_factor), ("dtc", dtc_factor)):
+                sizes = template_schedule(kind, T, m)
+                assert len(sizes) == m and sum(sizes) == T and min(sizes) >= 0
+                best = min(factor(c) for c in comps if len(c) <= m)
+                assert factor(sizes) == pytest.approx(best, abs=1e-12), (kind, T, m, sizes)
+    with pytest.raises(ValueError, match="template must be one of tc, dtc"):
+        template_schedule("uniform", 8, 2)

@@ -45,6 +45,8 @@ def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "Results
         if row.sampler is not sampler:
             row.sampler.connect(chain, cache_dir=datamodule.cache_dir)
     sampler.use_plan(plan)
+    for row in plan.rows:  # the forward-KL scoring pass runs only when the results ask for it
+        row.sampler.score_reference = bool(getattr(writer, "forward_kl", False))
     datamodule.use_plan(plan)
     if writer is not None:
         writer.connect(plan, chain, decoder=datamodule.decoder(), reference_samples=datamodule.reference_samples,

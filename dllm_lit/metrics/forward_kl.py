@@ -3,12 +3,15 @@ r"""The forward sequence KL, E_order KL(chain || sampler | order) per token, mea
 Reads two per-sequence statistics of samplers whose unmasking order ignores the tokens
 (:mod:`dllm_lit.samplers.reference_scoring`): ``ref_log_ratio`` = log p(x) - log q(x | o) of the run's
 reference sample x (exact chain sample, same index) under the sampler's law for a random order o, and
-``fwd_theory``, the exact prediction of its mean (:mod:`dllm_lit.theory`; NaN where none applies).
+``fwd_theory``, the exact prediction of its mean (:mod:`dllm_lit.theory`; NaN where none applies), and
+``fwd_bound_{tc,dtc,mi}``, the TC / DTC / full-conditional bounds on that mean (:mod:`dllm_lit.theory.bounds`).
 
 * ``seq_kl_fwd`` = mean(ref_log_ratio) / T: unbiased for E_o KL(p || q(. | o)) / T (percentile interval);
-* ``seq_kl_fwd_theory``: the prediction (exact: no interval).
+* ``seq_kl_fwd_theory``: the prediction (exact: no interval);
+* ``seq_kl_fwd_bound_tc`` / ``_dtc`` / ``_mi``: the bounds (exact numbers: no interval).
 
-Both are None for samplers that report no such statistics.  States are per sequence and gathered in
+All are None for samplers that report no such statistics.  The samplers compute them only when the run asks
+for them (``results.forward_kl``, :attr:`dllm_lit.samplers.base.Sampler.score_reference`).  States are per sequence and gathered in
 index order, so DDP gives the single-process values.
 """
 from __future__ import annotations
@@ -25,8 +28,13 @@ from dllm_lit.metrics.distributed import EmptyMetricError, TypedCatStateMixin, s
 
 __all__ = ["FORWARD_KL_KEYS", "ForwardSequenceKL"]
 
-FORWARD_KL_KEYS = ("seq_kl_fwd", "seq_kl_fwd_theory")
-_STATES = {"u": torch.float64, "theory": torch.float64, "index": torch.int64}
+FORWARD_KL_KEYS = ("seq_kl_fwd", "seq_kl_fwd_theory", "seq_kl_fwd_bound_tc", "seq_kl_fwd_bound_dtc",
+                   "seq_kl_fwd_bound_mi")
+#: metric state -> the sampler statistic it holds (one float64 per sequence)
+_STAT_OF = {"u": "ref_log_ratio", "theory": "fwd_theory", "tc": "fwd_bound_tc", "dtc": "fwd_bound_dtc",
+            "mi": "fwd_bound_mi"}
+_STATES = {**{name: torch.float64 for name in _STAT_OF}, "index": torch.int64}
+_EXACT = IntervalPolicy(None, reason="exact number (no sampling)")
 
 
 def _mean_or_none(u: Tensor, T: int) -> float | None:
@@ -34,21 +42,19 @@ def _mean_or_none(u: Tensor, T: int) -> float | None:
 
 
 class ForwardSequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
-    """``update(samples[n, T], stats)`` with ``stats = {"index", "ref_log_ratio", "fwd_theory", ...}``;
-    ``compute()`` returns ``{"seq_kl_fwd", "seq_kl_fwd_theory"}`` (None where not available)."""
+    """``update(samples[n, T], stats)`` with ``stats = {"index", "ref_log_ratio", "fwd_theory", "fwd_bound_tc", ...}``;
+    ``compute()`` returns :data:`FORWARD_KL_KEYS` (None where not available)."""
 
     full_state_update = False
     higher_is_better = False
     is_differentiable = False
-    _cat_state_specs = {"u": (torch.float64, ()), "theory": (torch.float64, ()), "index": (torch.int64, ())}
-    interval_policy = {"seq_kl_fwd": PERCENTILE,
-                       "seq_kl_fwd_theory": IntervalPolicy(None, reason="exact prediction (no sampling)")}
+    _cat_state_specs = {name: (dtype, ()) for name, dtype in _STATES.items()}
+    interval_policy = {"seq_kl_fwd": PERCENTILE, **{k: _EXACT for k in FORWARD_KL_KEYS[1:]}}
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.add_state("u", default=[], dist_reduce_fx="cat")
-        self.add_state("theory", default=[], dist_reduce_fx="cat")
-        self.add_state("index", default=[], dist_reduce_fx="cat")
+        for name in _STATES:
+            self.add_state(name, default=[], dist_reduce_fx="cat")
         self.add_state("length", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx="max")
 
     def update(self, samples: Tensor, stats: Mapping[str, Tensor]) -> None:
@@ -59,22 +65,24 @@ class ForwardSequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
         n, T = samples.shape
         self.length.fill_(T)
         nan = torch.full((n,), float("nan"), dtype=torch.float64)
-        for name, key in (("u", "ref_log_ratio"), ("theory", "fwd_theory")):
+        for name, key in _STAT_OF.items():
             v = stats.get(key)
             getattr(self, name).append((nan if v is None else v.to(torch.float64).reshape(-1).cpu()).to(self.device))
         self.index.append(torch.as_tensor(stats["index"]).reshape(-1).to(device=self.device, dtype=torch.int64))
 
-    def _states(self) -> tuple[Tensor, Tensor, int]:
+    def _states(self) -> tuple[dict[str, Tensor], int]:
         with synced_cat_states(self, _STATES) as s:
-            u, theory, index, T = s["u"].cpu(), s["theory"].cpu(), s["index"].cpu(), int(self.length)
-        if index.numel() == 0:
+            values, T = {k: s[k].cpu() for k in _STATES}, int(self.length)
+        if values["index"].numel() == 0:
             raise EmptyMetricError("ForwardSequenceKL: no sequence was seen")
-        order = torch.argsort(index, stable=True)
-        return u[order], theory[order], T
+        order = torch.argsort(values["index"], stable=True)
+        return {k: v[order] for k, v in values.items()}, T
 
     def compute(self) -> dict[str, float | None]:
-        u, theory, T = self._states()
-        return {"seq_kl_fwd": _mean_or_none(u, T), "seq_kl_fwd_theory": _mean_or_none(theory, 1)}
+        v, T = self._states()
+        return {"seq_kl_fwd": _mean_or_none(v["u"], T), "seq_kl_fwd_theory": _mean_or_none(v["theory"], 1),
+                "seq_kl_fwd_bound_tc": _mean_or_none(v["tc"], 1), "seq_kl_fwd_bound_dtc": _mean_or_none(v["dtc"], 1),
+                "seq_kl_fwd_bound_mi": _mean_or_none(v["mi"], 1)}
 
     def sequence_statistics(self) -> dict[str, Tensor]:
         """Per-sequence u in gathered order, with T (read while synchronised: an idle process saw none)."""

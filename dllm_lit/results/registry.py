@@ -29,7 +29,7 @@ from dllm_lit import checks
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.metrics.bootstrap import Policies
 from dllm_lit.metrics.duplication_rate import DuplicationRate
-from dllm_lit.metrics.forward_kl import ForwardSequenceKL
+from dllm_lit.metrics.forward_kl import FORWARD_KL_KEYS, ForwardSequenceKL
 from dllm_lit.metrics.functional.transition import METRIC_KEYS
 from dllm_lit.metrics.genppl import GenerativePerplexity
 from dllm_lit.metrics.mauve_seeds import MauveOverSeeds
@@ -195,9 +195,10 @@ METRICS: list[MetricSpec] = [
                        "seq_kl_upper": "sequence KL per token, upper end (nats)",
                        "trans_kl_corrected": "(T-1)/T x floor-corrected transition KL (nats)",
                        "kl_cs": "transition KL, Chao-Shen entropy (nats)"}),
-    MetricSpec(("seq_kl_fwd", "seq_kl_fwd_theory"), lambda c: ForwardSequenceKL(), reads="stats",
+    MetricSpec(FORWARD_KL_KEYS, lambda c: ForwardSequenceKL(), reads="stats", enabled=lambda o: bool(getattr(o, "forward_kl", False)),
                labels={"seq_kl_fwd": "E_order KL(chain || sampler | order) per token (nats)",
-                       "seq_kl_fwd_theory": "predicted E_order KL(chain || sampler | order) per token (nats)"}),
+                       "seq_kl_fwd_theory": "predicted E_order KL(chain || sampler | order) per token (nats)",
+                       **{f"seq_kl_fwd_bound_{b}": f"{b.upper()} bound on E_order KL per token (nats)" for b in ("tc", "dtc", "mi")}}),
 ]
 
 

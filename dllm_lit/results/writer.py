@@ -139,6 +139,8 @@ class ResultsWriter(Callback):
         max_text_length: token cap for GenPPL and MAUVE (paper: 1024).
         lm_device: device for the language models (default: the sampler's device).
         cache_dir: MAUVE reference-feature cache (default: ``<the data module's cache_dir>/mauve``).
+        forward_kl: add the forward sequence KL ``seq_kl_fwd`` (exact samples scored under each random-order
+            sampler's per-order law: a second decoding pass) with its exact prediction and bounds (docs/theory.md).
 
     Which metrics a row holds is data: the enabled entries of :data:`dllm_lit.results.registry.METRICS`.
     """
@@ -162,6 +164,7 @@ class ResultsWriter(Callback):
         max_text_length: int = 1024,
         lm_device: str | None = None,
         cache_dir: str | None = None,
+        forward_kl: bool = False,
     ) -> None:
         if checks.integer("bootstrap_resamples", bootstrap_resamples, minimum=0) == 1:
             raise ValueError(f"bootstrap_resamples must be 0 (off) or >= 2, got {bootstrap_resamples}")
@@ -194,6 +197,7 @@ class ResultsWriter(Callback):
         self.max_text_length = max_text_length
         self.lm_device = lm_device
         self.cache_dir = cache_dir
+        self.forward_kl = bool(forward_kl)
         self.rows: list[dict[str, Any]] = []
         self.meta: dict[str, Any] = {}
         self.plan = None

@@ -170,6 +170,11 @@ class Sampler(L.LightningModule, ABC):
         n = self.nfe(seq_len, steps)
         return x, torch.full((indices.numel(),), float("nan") if n is None else n, dtype=torch.float64)
 
+    #: also score the reference row's exact samples under the per-order law in :meth:`generate_with_stats`
+    #: (the forward-KL statistics of :mod:`~dllm_lit.samplers.reference_scoring`; a second decoding pass), for
+    #: samplers whose order ignores the tokens; :func:`dllm_lit.engine.connect` sets it from ``results.forward_kl``
+    score_reference: bool = False
+
     #: why :meth:`generate_with_stats` reports no ``log_q`` (a sampler that records it overrides :meth:`log_q_reason`)
     no_log_q_reason: str = "this sampler does not record its path probability"
 

@@ -57,6 +57,13 @@ STEP_BUDGETS = ("per_block", "total")
 DECODING = ("ordered", "stepwise")
 
 
+def dense_ranks(decode: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rank of each position's decode step among its row's distinct steps [B, T], distinct steps per row [B])."""
+    srt, order = decode.sort(dim=1, stable=True)
+    new = torch.cat([torch.zeros_like(srt[:, :1]), (srt[:, 1:] != srt[:, :-1]).long().cumsum(1)], 1)
+    return torch.empty_like(new).scatter_(1, order, new), new[:, -1] + 1
+
+
 def block_times(S: int, grid: str) -> tuple[list[float], list[float], bool]:
     """(t_j, s_j for j < S, final argmax fill?) of one block's S steps.
 
@@ -194,7 +201,8 @@ class BlockMDLM(Sampler):
         log_q = self._log_q_buffer(indices, seq_len)
         x, nfe = self.generate_with_nfe(indices, seq_len, steps, seed, log_q=log_q)
         stats = self._stats(nfe, log_q, indices.numel())
-        stats.update(self._forward_stats(indices, seq_len, steps, seed))
+        if self.score_reference:
+            stats.update(self._forward_stats(indices, seq_len, steps, seed))
         return x, stats
 
     def _forward_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> dict[str, torch.Tensor]:
@@ -225,7 +233,10 @@ class BlockMDLM(Sampler):
                 before = torch.cat([torch.ones(1, dtype=torch.float64), stay.cumprod(0)[:-1]])
                 blocks = [(bs, k > 0, "weights", (before * (1 - stay)).tolist()) for k in range(nb)]
             theory = random_order_theory(self, blocks)
-        return forward_stats(self.chain, self.denoiser, indices, T, seed, decode, int(decode.max()), log_law, theory)
+        # per-row dense ranks, as generate_with_nfe decodes (same rows, at most T loop steps instead of one per
+        # distinct global step of the batch: 64260 at T = 1024, 1024 steps); log_law reads the global step itself
+        dense, _ = dense_ranks(decode)
+        return forward_stats(self.chain, self.denoiser, indices, T, seed, dense, int(dense.max()), log_law, theory)
 
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                           log_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -239,10 +250,7 @@ class BlockMDLM(Sampler):
         # Sequences are independent, so only each row's order of decode steps matters: decode by
         # per-row dense ranks (at most T loop iterations instead of one per distinct global step of
         # the batch) and key the draws by the true global step.  One denoiser call per distinct step.
-        srt, order = decode.sort(dim=1, stable=True)
-        new = torch.cat([torch.zeros_like(srt[:, :1]), (srt[:, 1:] != srt[:, :-1]).long().cumsum(1)], 1)
-        dense = torch.empty_like(new).scatter_(1, order, new)
-        nfe = new[:, -1] + 1
+        dense, nfe = dense_ranks(decode)
         draw = self._token_draw(StepUniforms(seed, indices, steps), S if slots > S else None, slots,
                                 step_of=lambda b, p: decode[b, p], with_log_prob=log_q is not None)
         z = torch.full((B, T), self.mask_id, dtype=torch.long, device=indices.device)

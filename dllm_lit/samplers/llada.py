@@ -115,7 +115,8 @@ class LLaDA(Sampler):
             "highest" first, or "random" (Stream.ORDER uniforms per (step, position)); unused by
             random remasking, whose confidences never tie.
         schedule: random remasking only: "uniform" (the transfer counts), "optimal" (per block, the round
-            sizes minimising the exact expected KL for the chain) or a list of per-block round sizes.
+            sizes minimising the exact expected KL for the chain), "tc" / "dtc" (the templates minimising the
+            TC / DTC bound, docs/theory.md) or a list of per-block round sizes.
     """
 
     sampler_name = "llada"
@@ -222,7 +223,7 @@ class LLaDA(Sampler):
         x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
         stats = self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
         P, bl, nb = self._blocks(seq_len)
-        if P == 0 and nb > 0:  # the forward KL against the chain's law (a prompt conditions the law)
+        if self.score_reference and P == 0 and nb > 0:  # the forward KL against the chain's law (a prompt conditions the law)
             counts = self.counts(seq_len, steps) or [transfer_schedule(bl, steps // nb)] * nb
             theory = random_order_theory(self, [(bl, blk > 0, "sizes", c) for blk, c in enumerate(counts)]) \
                 if self.temperature == 1 else None

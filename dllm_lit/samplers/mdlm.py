@@ -66,6 +66,8 @@ class MDLM(Sampler):
         run = self._generate_ordered if self.decoding == "ordered" else self._generate_stepwise
         x, nfe = run(indices, seq_len, steps, seed, log_q=log_q)
         stats = self._stats(nfe, log_q, indices.numel())
+        if not self.score_reference:
+            return x, stats
         # forward KL: the reference samples scored in an order of the same law (the argmax fill makes it
         # formally infinite when a filled token disagrees: floored, see reference_scoring; no prediction)
         decode = coin_decode_steps(StepUniforms(seed, indices, steps).grid(0, seq_len, slot=2),

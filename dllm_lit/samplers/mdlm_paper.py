@@ -18,7 +18,7 @@ same draws), and the denoiser is queried only at the k_i committed positions (O(
 See ``docs/samplers/llada.md``.
 
 ``schedule`` replaces the k_i: ``"optimal"`` (the round sizes minimising the exact expected KL for the
-run's chain, T and steps) or an explicit list (:mod:`~dllm_lit.samplers.round_schedules`).  Its rows also
+run's chain, T and steps), ``"tc"`` / ``"dtc"`` (chain-free templates minimising the TC / DTC bound) or an explicit list (:mod:`~dllm_lit.samplers.round_schedules`).  Its rows also
 report the forward KL (:mod:`~dllm_lit.samplers.reference_scoring`) and, with the exact oracle, its
 prediction (``docs/theory.md``).
 """
@@ -43,8 +43,8 @@ class MDLMPaper(Sampler):
     Args:
         denoiser: frozen denoiser (None: the chain's exact oracle).
         steps: sampling steps (or a grid); T / steps positions are committed per step.
-        schedule: "uniform" (T / steps per step), "optimal" (exact-KL-optimal round sizes for the chain)
-            or a list of round sizes (one per step, summing to T).
+        schedule: "uniform" (T / steps per step), "optimal" (exact-KL-optimal round sizes for the chain),
+            "tc" / "dtc" (the templates minimising the TC / DTC bound, docs/theory.md) or a list of round sizes (one per step, summing to T).
     """
 
     sampler_name = "mdlm_paper"
@@ -95,6 +95,8 @@ class MDLMPaper(Sampler):
         log_q = self._log_q_buffer(indices, seq_len)
         x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
         stats = self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
+        if not self.score_reference:
+            return x, stats
         counts = self.counts(seq_len, steps) or transfer_schedule(seq_len, steps)
         theory = random_order_theory(self, [(seq_len, False, "sizes", counts)])
         stats.update(forward_stats(self.chain, self.denoiser, indices, seq_len, seed,

@@ -23,7 +23,8 @@ import torch
 
 from dllm_lit.samplers.ordered_decoding import decode_in_order
 
-__all__ = ["reference_log_ratio", "forward_stats", "random_order_theory", "chain_information", "LOG_FLOOR", "LogLaw"]
+__all__ = ["reference_log_ratio", "forward_stats", "random_order_theory", "chain_information", "LOG_FLOOR", "LogLaw",
+           "THEORY_STATS"]
 
 #: probability floor of a scored token (the transition metrics' clamp)
 LOG_FLOOR = 1e-30
@@ -60,26 +61,37 @@ def reference_log_ratio(chain, denoiser, indices: torch.Tensor, seq_len: int, se
     return (chain.log_prob(x.cpu()).to(torch.float64) - log_q.sum(1).cpu())
 
 
+#: theory key of :func:`random_order_theory` -> the per-sequence statistic of :func:`forward_stats`
+THEORY_STATS = {"theory": "fwd_theory", "tc": "fwd_bound_tc", "dtc": "fwd_bound_dtc", "mi": "fwd_bound_mi"}
+
+
 def forward_stats(chain, denoiser, indices: torch.Tensor, seq_len: int, seed: int, decode: torch.Tensor,
-                  num_steps: int, log_law: LogLaw, theory_nats: float | None) -> dict[str, torch.Tensor]:
-    """``{"ref_log_ratio": float64[B], "fwd_theory": float64[B]}``: the per-sequence forward log-ratio and the
-    predicted E_o KL(p || q(. | o)) per token (the same for every sequence; NaN where no prediction applies)."""
-    B = indices.numel()
-    theory = float("nan") if theory_nats is None else theory_nats / int(seq_len)
-    return {"ref_log_ratio": reference_log_ratio(chain, denoiser, indices, seq_len, seed, decode, num_steps, log_law),
-            "fwd_theory": torch.full((B,), theory, dtype=torch.float64)}
+                  num_steps: int, log_law: LogLaw, theory: dict[str, float | None] | None) -> dict[str, torch.Tensor]:
+    """``{"ref_log_ratio", "fwd_theory", "fwd_bound_tc", "fwd_bound_dtc", "fwd_bound_mi"}`` (float64[B] each): the
+    per-sequence forward log-ratio, and the predicted E_o KL(p || q(. | o)) per token and its three bounds per
+    token from ``theory`` (:func:`random_order_theory`; the same for every sequence, NaN where none applies)."""
+    B, T = indices.numel(), int(seq_len)
+    out = {"ref_log_ratio": reference_log_ratio(chain, denoiser, indices, seq_len, seed, decode, num_steps, log_law)}
+    for key, stat in THEORY_STATS.items():
+        v = None if theory is None else theory.get(key)
+        out[stat] = torch.full((B,), float("nan") if v is None else v / T, dtype=torch.float64)
+    return out
 
 
-def random_order_theory(sampler, blocks) -> float | None:
-    """The exact E_o KL(p || q(. | o)) in nats (:func:`dllm_lit.theory.blocks_kl` of ``blocks``) when the
-    sampler runs the exact oracle on a chain of at most 512 tokens; None otherwise."""
+def random_order_theory(sampler, blocks) -> dict[str, float | None] | None:
+    """``{"theory", "tc", "dtc", "mi"}`` in nats: the exact E_o KL(p || q(. | o)) (:func:`dllm_lit.theory.blocks_kl`
+    of ``blocks``) and its TC / DTC / full-conditional bounds (:func:`dllm_lit.theory.blocks_bounds`; None for
+    coin-drawn rounds), when the sampler runs the exact oracle on a chain of at most 512 tokens; None otherwise."""
     from dllm_lit.denoisers.oracle import OracleDenoiser
-    from dllm_lit.theory import blocks_kl
+    from dllm_lit.theory import blocks_bounds, blocks_kl
 
     chain = sampler.chain
     if chain is None or chain.vocab_size > 512 or not isinstance(sampler.denoiser, OracleDenoiser):
         return None
-    return blocks_kl(chain_information(chain), blocks)
+    info = chain_information(chain)
+    bounds = blocks_bounds(info, blocks) or {}
+    return {"theory": blocks_kl(info, blocks), "tc": bounds.get("tc"), "dtc": bounds.get("dtc"),
+            "mi": bounds.get("mi")}
 
 
 _INFO: dict[str, object] = {}

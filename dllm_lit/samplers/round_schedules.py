@@ -3,6 +3,9 @@
 * ``"uniform"`` (default): LLaDA's transfer counts, n // S per step and one more in the first n % S steps;
 * ``"optimal"``: the round sizes that minimise the exact expected KL(chain || sampler | order) for the run's
   chain, segment length and step budget (:func:`dllm_lit.theory.optimal_schedule`; needs the chain);
+* ``"tc"`` / ``"dtc"``: the templates minimising the TC / DTC bound on that KL for the segment length and
+  step budget (:func:`dllm_lit.theory.template_schedule`; chain-free: rounds shrink towards the end / grow
+  from one position);
 * a list of S round sizes (integers >= 0 summing to the segment length), used as given.
 
 The schedule never changes which law a round's tokens are drawn from, only how many positions each
@@ -18,7 +21,7 @@ from dllm_lit.samplers.selection import transfer_schedule
 
 __all__ = ["SCHEDULES", "check_schedule", "round_counts", "THEORY_MAX_VOCAB"]
 
-SCHEDULES = ("uniform", "optimal")
+SCHEDULES = ("uniform", "optimal", "tc", "dtc")
 #: the exact theory (and the "optimal" schedule) is computed for chains with at most this many tokens
 #: (dense V x V powers, V^2 work per distance)
 THEORY_MAX_VOCAB = 512
@@ -29,7 +32,7 @@ _OPTIMAL: dict[tuple[str, int, int, bool], list[int]] = {}
 
 
 def check_schedule(value: Any) -> str | list[int]:
-    """``"uniform"``, ``"optimal"`` or a non-empty list of integers >= 0; anything else: one-line ValueError."""
+    """``"uniform"``, ``"optimal"``, ``"tc"``, ``"dtc"`` or a non-empty list of integers >= 0; anything else: one-line ValueError."""
     if isinstance(value, str) and value in SCHEDULES:
         return value
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and len(value) > 0 and all(
@@ -43,6 +46,10 @@ def round_counts(schedule: str | list[int], chain, length: int, steps: int, left
     """The ``steps`` round sizes of a segment of ``length`` positions (sum = length) under ``schedule``."""
     if schedule == "uniform":
         return transfer_schedule(length, steps)
+    if schedule in ("tc", "dtc"):
+        from dllm_lit.theory import template_schedule
+
+        return template_schedule(schedule, length, steps)
     if schedule == "optimal":
         if chain is None or chain.vocab_size > THEORY_MAX_VOCAB:
             raise ValueError(f"schedule='optimal' needs a chain with at most {THEORY_MAX_VOCAB} tokens "

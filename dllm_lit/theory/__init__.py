@@ -4,9 +4,12 @@
   Z_j of a random revealed set, total correlation and dual total correlation of the chain's law.
 * :mod:`~dllm_lit.theory.schedules`: the expected KL(chain || sampler | order) of a schedule of round
   sizes (fixed, or drawn by independent per-position coins as MDLM does), and the DP-optimal schedule.
+* :mod:`~dllm_lit.theory.bounds`: TC / DTC / full-conditional bounds on that KL and the ``tc`` / ``dtc``
+  schedule templates minimising them.
 
 Formulas, sources and what is exact: ``docs/theory.md``.
 """
+from dllm_lit.theory.bounds import blocks_bounds, curve_totals, schedule_bounds, template_schedule
 from dllm_lit.theory.information import (ChainInformation, dual_total_correlation, information_curve,
                                          pair_information, total_correlation)
 from dllm_lit.theory.schedules import (binomial_rounds_kl, blocks_kl, optimal_schedule, round_sizes_kl, schedule_kl_curve,
@@ -14,4 +17,5 @@ from dllm_lit.theory.schedules import (binomial_rounds_kl, blocks_kl, optimal_sc
 
 __all__ = ["ChainInformation", "pair_information", "information_curve", "total_correlation",
            "dual_total_correlation", "round_sizes_kl", "binomial_rounds_kl", "optimal_schedule",
-           "uniform_rounds", "schedule_kl_curve", "blocks_kl"]
+           "uniform_rounds", "schedule_kl_curve", "blocks_kl", "schedule_bounds", "blocks_bounds", "curve_totals",
+           "template_schedule"]
