@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dllm_lit.metrics.bootstrap import metric_interval
 from dllm_lit.metrics.forward_kl import ForwardSequenceKL
+from dllm_lit.metrics.functional.mean_interval import skew_corrected_t_interval
 from dllm_lit.samplers import AR, LLaDA, MDLMPaper, BlockMDLM
 from dllm_lit.samplers.reference_scoring import reference_samples
 from dllm_lit.samplers.round_schedules import round_counts
@@ -74,8 +76,8 @@ def test_metric_mean_interval_and_missing_stats():
                                                    "fwd_theory": torch.full((4,), 0.2, dtype=torch.float64)})
     assert m.compute() == {"seq_kl_fwd": pytest.approx(1.25 / 5), "seq_kl_fwd_theory": pytest.approx(0.2),
                            "seq_kl_fwd_bound_tc": None, "seq_kl_fwd_bound_dtc": None, "seq_kl_fwd_bound_mi": None}
-    stat = m.resampling_statistic(m.sequence_statistics())
-    assert float(stat(torch.ones(1, 4, dtype=torch.float64))["seq_kl_fwd"][0]) == pytest.approx(1.25 / 5)
+    lo, hi = metric_interval(m, 20, 0.95, 0)["seq_kl_fwd"]
+    assert (lo, hi) == skew_corrected_t_interval(u / 5, 0.95) and lo < 1.25 / 5 < hi
     none = ForwardSequenceKL()
     none.update(torch.zeros(2, 5, dtype=torch.long), {"index": torch.arange(2)})
     assert set(none.compute().values()) == {None}
@@ -128,3 +130,30 @@ def test_report_table_and_figures(tmp_path):
         (png,) = plot_forward_kl(rows, tmp_path / f"fwd_{x}", x)
         assert png.read_bytes()[:4] == b"\x89PNG"
     assert plot_forward_kl(rows[:1], tmp_path / "none") == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world,T,steps,N,reps", [("tiny", 6, 2, 128, 2000), ("english", 64, 8, 128, 1000)])
+def test_interval_coverage_against_the_exact_value(chain, world, T, steps, N, reps):
+    """seq_kl_fwd's 95% interval covers the exact E_o KL / T (dllm_lit.theory, enumeration-tested) in 93.5-96.5%
+    of ``reps`` disjoint runs of N sequences (binomial 95% band at 1000 reps: 93.6-96.4%).  Measured: tiny chain
+    (V = 3, T = 6, 2 steps) 94.45% (N = 128, 2000 runs), 94.8% (N = 512, 1000 runs), 93.5% (N = 64); English chain
+    (T = 64) 95.2% (8 steps, N = 128) and 95.25% (32 steps, N = 512, 400 runs).  The percentile bootstrap it replaced
+    covered 93.55 / 94.0 / 92.35 / 93.8 / 94.0% on the same runs.  About 70 s on the shared 2-core CPU."""
+    from dllm_lit.sources import english_char_chain
+
+    c = chain if world == "tiny" else english_char_chain()
+    s = _scoring(MDLMPaper().connect(c))
+    u, truth = [], None
+    for a in range(0, reps * N, 8192):
+        _, st = s.generate_with_stats(torch.arange(a, min(reps * N, a + 8192)), T, steps, 5)
+        u.append(st["ref_log_ratio"])
+        truth = float(st["fwd_theory"][0])
+    u = torch.cat(u)
+    covered = 0
+    for r in range(reps):
+        m = ForwardSequenceKL()
+        m.update(torch.zeros(N, T, dtype=torch.long), {"index": torch.arange(N), "ref_log_ratio": u[r * N:(r + 1) * N]})
+        lo, hi = metric_interval(m, 20, 0.95, r)["seq_kl_fwd"]
+        covered += lo <= truth <= hi
+    assert 0.935 <= covered / reps <= 0.965, covered / reps

@@ -6,7 +6,10 @@ reference sample x (exact chain sample, same index) under the sampler's law for 
 ``fwd_theory``, the exact prediction of its mean (:mod:`dllm_lit.theory`; NaN where none applies), and
 ``fwd_bound_{tc,dtc,mi}``, the TC / DTC / full-conditional bounds on that mean (:mod:`dllm_lit.theory.bounds`).
 
-* ``seq_kl_fwd`` = mean(ref_log_ratio) / T: unbiased for E_o KL(p || q(. | o)) / T (percentile interval);
+* ``seq_kl_fwd`` = mean(ref_log_ratio) / T: unbiased for E_o KL(p || q(. | o)) / T; its interval is Hall's
+  skewness-corrected Student t over sequences (as ``seq_kl_upper``'s; measured coverage of the nominal 95%
+  against the exact prediction: 94.5-95.3% at N = 128-512, where the percentile bootstrap gave 93.5-94.0%:
+  ``tests/test_forward_kl.py::test_interval_coverage_against_the_exact_value``);
 * ``seq_kl_fwd_theory``: the prediction (exact: no interval);
 * ``seq_kl_fwd_bound_tc`` / ``_dtc`` / ``_mi``: the bounds (exact numbers: no interval).
 
@@ -23,8 +26,9 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from dllm_lit.metrics.bootstrap import PERCENTILE, IntervalPolicy, SequenceBootstrapMixin
+from dllm_lit.metrics.bootstrap import IntervalPolicy, SequenceBootstrapMixin
 from dllm_lit.metrics.distributed import EmptyMetricError, TypedCatStateMixin, synced_cat_states
+from dllm_lit.metrics.functional.mean_interval import skew_corrected_t_interval
 
 __all__ = ["FORWARD_KL_KEYS", "ForwardSequenceKL"]
 
@@ -49,7 +53,9 @@ class ForwardSequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
     higher_is_better = False
     is_differentiable = False
     _cat_state_specs = {name: (dtype, ()) for name, dtype in _STATES.items()}
-    interval_policy = {"seq_kl_fwd": PERCENTILE, **{k: _EXACT for k in FORWARD_KL_KEYS[1:]}}
+    interval_policy = {"seq_kl_fwd": IntervalPolicy("skew_corrected_t", reason="a mean over sequences of u / T: "
+                                                    "Student t with Hall's skewness correction"),
+                       **{k: _EXACT for k in FORWARD_KL_KEYS[1:]}}
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -84,18 +90,20 @@ class ForwardSequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
                 "seq_kl_fwd_bound_tc": _mean_or_none(v["tc"], 1), "seq_kl_fwd_bound_dtc": _mean_or_none(v["dtc"], 1),
                 "seq_kl_fwd_bound_mi": _mean_or_none(v["mi"], 1)}
 
+    def own_intervals(self, confidence: float) -> dict[str, tuple[float, float]]:
+        """``{"seq_kl_fwd": (low, high)}``: the skewness-corrected t interval of mean(u) / T (none without u;
+        collective under DDP)."""
+        v, T = self._states()
+        u = v["u"]
+        if not u.numel() or not bool(torch.isfinite(u).all()):
+            return {}
+        return {"seq_kl_fwd": skew_corrected_t_interval(u / T, confidence, point=_mean_or_none(u, T))}
+
     def sequence_statistics(self) -> dict[str, Tensor]:
-        """Per-sequence u in gathered order, with T (read while synchronised: an idle process saw none)."""
-        with synced_cat_states(self, _STATES) as s:
-            u, T = s["u"].cpu(), int(self.length)
-        return {"u": u, "length": torch.full_like(u, float(T))}
+        """Per-sequence u in gathered order (read while synchronised: an idle process saw none)."""
+        v, _ = self._states()
+        return {"u": v["u"]}
 
     def resampling_statistic(self, statistics: Mapping[str, Tensor]):
-        u = statistics["u"].to(torch.float64)
-        T = int(statistics["length"][0]) if u.numel() else 1
-        ok = u.numel() > 0 and bool(torch.isfinite(u).all())
-
-        def stat(weights: Tensor) -> dict[str, Tensor]:
-            return {"seq_kl_fwd": (weights * u).sum(-1) / weights.sum(-1) / T} if ok else {}
-
-        return stat
+        """Nothing is resampled: the one interval is the metric's own (:meth:`own_intervals`)."""
+        return lambda weights: {}
