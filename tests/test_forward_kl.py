@@ -118,13 +118,15 @@ def test_report_table_and_figures(tmp_path):
 
     rows = [{"label": "ar", "steps": None, "seq_kl_fwd": None, "seq_kl_fwd_theory": None},
             {"label": "mdlm_paper", "steps": 8, "nfe": 8.0, "seq_kl_fwd": 0.07, "seq_kl_fwd_ci": [0.066, 0.071],
-             "seq_kl_fwd_theory": 0.068},
+             "seq_kl_fwd_theory": 0.068, "seq_kl_fwd_bound_tc": 18.5, "seq_kl_fwd_bound_dtc": 15.8,
+             "seq_kl_fwd_bound_mi": 0.134},
             {"label": "mdlm_paper", "steps": 16, "nfe": 16.0, "seq_kl_fwd": 0.03, "seq_kl_fwd_ci": [0.029, 0.031],
              "seq_kl_fwd_theory": 0.033},
             {"label": "mdlm", "steps": 8, "nfe": 7.9, "seq_kl_fwd": 0.05, "seq_kl_fwd_ci": [0.04, 0.06],
              "seq_kl_fwd_theory": None}]
     table = theory_table(rows)
     assert table.count("\n") == 4 and "| yes |" in table and "| no |" in table and "`mdlm`" not in table
+    assert "| yes | 18.5 | 15.8 | 0.134 |" in table and "| no | – | – | – |" in table
     assert theory_table(rows[:1]) == ""
     for x in ("steps", "nfe"):
         (png,) = plot_forward_kl(rows, tmp_path / f"fwd_{x}", x)

@@ -181,15 +181,20 @@ def markdown_table(rows: list[dict[str, Any]], keys: list[str] | None = None) ->
 
 def theory_table(rows: list[dict[str, Any]]) -> str:
     """Predicted against measured forward KL (``seq_kl_fwd_theory`` vs ``seq_kl_fwd`` with its interval) for the
-    rows where the random-order theory applies (docs/theory.md); '' when none does."""
+    rows where the random-order theory applies, with the TC / DTC / full-conditional bounds on the prediction
+    ('–' for coin-drawn rounds; docs/theory.md); '' when no row has a prediction."""
     rs = [r for r in _order(rows) if _is_number(r.get("seq_kl_fwd_theory")) and _is_number(r.get("seq_kl_fwd"))]
     if not rs:
         return ""
-    lines = ["| sampler | steps | NFE | predicted | measured [interval] | inside |", "|---|---|---|---|---|---|"]
+    lines = ["| sampler | steps | NFE | predicted | measured [interval] | inside | TC bound | DTC bound | MI bound |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rs:
         ci, th = r.get("seq_kl_fwd_ci"), float(r["seq_kl_fwd_theory"])
         inside = "–" if ci is None else ("yes" if ci[0] <= th <= ci[1] else "no")
-        lines.append(f"| `{r['label']}` | {r.get('steps')} | {_nfe(r)} | {_num(th)} | {_cell(r, 'seq_kl_fwd')} | {inside} |")
+        bounds = " | ".join(_num(float(r[k])) if _is_number(r.get(k)) else "–"
+                            for k in ("seq_kl_fwd_bound_tc", "seq_kl_fwd_bound_dtc", "seq_kl_fwd_bound_mi"))
+        lines.append(f"| `{r['label']}` | {r.get('steps')} | {_nfe(r)} | {_num(th)} | {_cell(r, 'seq_kl_fwd')} | {inside} | "
+                     f"{bounds} |")
     return "\n".join(lines) + "\n"
 
 

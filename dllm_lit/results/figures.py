@@ -222,7 +222,9 @@ def plot_forward_kl(rows: list[dict[str, Any]], path: Path, x: str = "steps", fo
                     caption: str = "") -> list[Path]:
     """Per row label against ``x`` ("steps" or "nfe"): the measured forward KL ``seq_kl_fwd`` (solid, with its
     interval band) and, where the random-order theory applies, its exact prediction ``seq_kl_fwd_theory``
-    (dashed, same colour).  Log y axis (values below 1e-12 are left out).  Nothing is drawn without the column."""
+    (dashed, same colour) and its TC / DTC / full-conditional bounds ``seq_kl_fwd_bound_*`` (dotted / dash-dotted
+    / dash-dot-dotted, thin; fixed round sizes only).  Log y axis (values below 1e-12 are left out).  Nothing is
+    drawn without the column."""
     series = {n: [r for r in rs if r["seq_kl_fwd"] > 1e-12] for n, rs in _series(rows, "seq_kl_fwd", x).items()}
     series = {n: rs for n, rs in series.items() if rs}
     if not series:
@@ -237,11 +239,19 @@ def plot_forward_kl(rows: list[dict[str, Any]], path: Path, x: str = "steps", fo
         th = [(r[x], r["seq_kl_fwd_theory"]) for r in rs if (r.get("seq_kl_fwd_theory") or 0) > 1e-12]
         if th:
             ax.plot(*zip(*th), ls="--", color=line.get_color(), lw=1.2, label=f"{name}: theory (exact)")
+        for bound, ls in _BOUND_STYLES.items():
+            pts = [(r[x], r[f"seq_kl_fwd_bound_{bound}"]) for r in rs if (r.get(f"seq_kl_fwd_bound_{bound}") or 0) > 1e-12]
+            if pts:
+                ax.plot(*zip(*pts), ls=ls, color=line.get_color(), lw=0.9, alpha=0.7, label=f"{name}: {bound.upper()} bound")
     _steps_axis(ax, xs_all if x == "steps" else [2 ** round(math.log2(v)) for v in xs_all])
     ax.set_yscale("log")
     ax.set_xlabel("sampling steps" if x == "steps" else "denoiser evaluations per sequence (NFE)")
     ax.set_ylabel(registry.labels().get("seq_kl_fwd", "seq_kl_fwd"))
-    return finish_figure(fig, ax, path, formats, caption)
+    return finish_figure(fig, ax, path, formats, caption, legend_outside=True)
+
+
+#: line styles of the forward-KL bounds (docs/theory.md)
+_BOUND_STYLES = {"tc": ":", "dtc": "-.", "mi": (0, (4, 1, 1, 1, 1, 1))}
 
 
 def write_figures(rows: list[dict[str, Any]], out_dir: Path, keys: tuple[str, ...] | None = None,
