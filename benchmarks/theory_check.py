@@ -5,7 +5,7 @@
 1. Cross-validation: for the paper's MDLM (uniform round sizes), the exact prediction of
    E_order KL(chain || sampler | order) per token (``dllm_lit.theory``) against the measured forward KL
    (``seq_kl_fwd``: the reference row's exact samples scored under the sampler's per-order law) with its
-   95% percentile bootstrap interval (200 resamples, as in a run), and whether the prediction lies inside.
+   95% interval (Hall's skew-corrected t, as in a run), and whether the prediction lies inside.
 2. The optimal schedule against the uniform one at the same NFE: predicted and measured forward KL, the
    paired difference (same sequences, same order keys) with its 95% normal interval, and the reverse-direction
    upper end ``seq_kl_upper`` of both.
