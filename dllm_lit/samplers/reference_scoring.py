@@ -23,7 +23,7 @@ import torch
 
 from dllm_lit.samplers.ordered_decoding import decode_in_order
 
-__all__ = ["reference_log_ratio", "forward_stats", "random_order_theory", "chain_information", "LOG_FLOOR", "LogLaw",
+__all__ = ["reference_log_ratio", "order_log_conditionals", "forward_stats", "random_order_theory", "chain_information", "LOG_FLOOR", "LogLaw",
            "THEORY_STATS"]
 
 #: probability floor of a scored token (the transition metrics' clamp)
@@ -49,16 +49,42 @@ def reference_log_ratio(chain, denoiser, indices: torch.Tensor, seq_len: int, se
     x = reference_samples(chain, indices, seq_len, seed)
     if x is None:
         return torch.full((B,), float("nan"), dtype=torch.float64)
+    log_q = _teacher_forced_log_q(denoiser, x, decode, num_steps, log_law)
+    return (chain.log_prob(x.cpu()).to(torch.float64) - log_q.sum(1).cpu())
+
+
+def _teacher_forced_log_q(denoiser, x: torch.Tensor, decode: torch.Tensor, num_steps: int,
+                          log_law: LogLaw) -> torch.Tensor:
+    """log q(x_i | x revealed before i's step) per position (float64 [B, T]; floored at LOG_FLOOR)."""
     floor = torch.tensor(LOG_FLOOR, dtype=torch.float64).log()
 
     def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
         tok = x[b, p]
         return tok, torch.maximum(log_law(j, b, p, probs, tok).to(torch.float64), floor.to(probs.device))
 
-    log_q = torch.zeros((B, int(seq_len)), dtype=torch.float64, device=indices.device)
-    z = torch.full_like(x, denoiser.mask_id)
-    decode_in_order(denoiser, z, decode, num_steps, draw, log_q=log_q)
-    return (chain.log_prob(x.cpu()).to(torch.float64) - log_q.sum(1).cpu())
+    log_q = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
+    decode_in_order(denoiser, torch.full_like(x, denoiser.mask_id), decode, num_steps, draw, log_q=log_q)
+    return log_q
+
+
+def order_log_conditionals(chain, denoiser, indices: torch.Tensor, seq_len: int, seed: int) -> torch.Tensor:
+    """c[b, j] = log p(x_{o_j} | x_{o_1}, .., x_{o_{j-1}}) (float64 [B, T], j = rank in the order) for the exact
+    chain samples x of ``indices`` (the reference row's) along a uniformly random order o per sequence (the paper
+    MDLM's order at steps = T), under ``denoiser``'s conditionals (the exact ones with an oracle).
+
+    For any law, E c_j - E c_1 = Z_j (the information curve: o_j is uniform and {o_1..o_{j-1}} a uniform
+    (j - 1)-subset of the others), so these give an exact-sample Monte Carlo estimate of Z and of a schedule's
+    expected KL where no closed form is implemented (HMM worlds; :func:`dllm_lit.theory.monte_carlo.schedule_kl_estimate`)."""
+    from dllm_lit.samplers.ordered_decoding import random_order_steps
+    from dllm_lit.samplers.draws import drawn_log_prob
+
+    T = int(seq_len)
+    x = reference_samples(chain, indices, T, seed)
+    if x is None:
+        raise ValueError("order_log_conditionals needs consecutive sequence indices")
+    decode = random_order_steps(seed, indices, T, T, 0, T, 1)
+    log_q = _teacher_forced_log_q(denoiser, x, decode, T - 1, lambda j, b, p, probs, tok: drawn_log_prob(probs, tok))
+    return torch.empty_like(log_q).scatter_(1, decode.to(log_q.device), log_q).cpu()
 
 
 #: theory key of :func:`random_order_theory` -> the per-sequence statistic of :func:`forward_stats`
