@@ -6,6 +6,8 @@
   sizes (fixed, or drawn by independent per-position coins as MDLM does), and the DP-optimal schedule.
 * :mod:`~dllm_lit.theory.bounds`: TC / DTC / full-conditional bounds on that KL and the ``tc`` / ``dtc``
   schedule templates minimising them.
+* :mod:`~dllm_lit.theory.monte_carlo`: exact-sample Monte Carlo estimates of Z and of a schedule's expected KL
+  (with a t interval) where no closed form is implemented (HMM worlds).
 
 Formulas, sources and what is exact: ``docs/theory.md``.
 """
