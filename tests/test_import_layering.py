@@ -10,8 +10,8 @@ The import graph is read from the source (AST), not by importing:
   except the ones in :data:`LAZY_CYCLES`, each with its reason.
 
 Lightning is imported only by the LightningModule wrappers (samplers, training), the data module, the
-results writer and the CLI; a subprocess checks that the denoisers, the oracle, ``dllm_lit.samplers``
-and every sampler module that is not a LightningModule import without it.
+results writer and the CLI; a subprocess checks that the denoisers, the oracle, ``dllm_lit.samplers``,
+every sampler module that is not a LightningModule, the run plan and the metrics registry import without it.
 """
 from __future__ import annotations
 
@@ -143,11 +143,12 @@ def test_the_plan_imports_no_sampler_and_the_experiments_no_cli() -> None:
 
 
 def _light_modules() -> list[str]:
-    """The denoisers, the oracle and the sampler modules that define no LightningModule."""
+    """The denoisers, the oracle, the plan, the metrics registry and the sampler modules that define no LightningModule."""
     modules = _modules()
     graph = _graph(in_functions=False)
     light = ["dllm_lit.denoisers", "dllm_lit.denoisers.oracle", "dllm_lit.denoisers.hmm_oracle", "dllm_lit.samplers",
-             "dllm_lit.engine.plan", "dllm_lit.exact", "dllm_lit.markov"]
+             "dllm_lit.engine", "dllm_lit.engine.plan", "dllm_lit.exact", "dllm_lit.markov", "dllm_lit.results",
+             "dllm_lit.results.registry", "dllm_lit.results.files"]
     for name in sorted(modules):
         if name.startswith("dllm_lit.samplers.") and "dllm_lit.samplers.base" not in graph[name] and \
                 name != "dllm_lit.samplers.base" and "lightning" not in modules[name].read_text():
