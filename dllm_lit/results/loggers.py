@@ -1,5 +1,6 @@
 """The rows of a run sent to Lightning's loggers (an exporter): one row's metrics as it is committed, and at the
-end the results table, the sweep metric, the figures and, for W&B, the result files."""
+end the results table, the sweep metric, the figures and, for W&B, the result files; and the row being sampled
+as the progress bar's description."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["log_complete", "log_row", "log_rows", "log_run_config", "numeric"]
+__all__ = ["describe_progress", "log_complete", "log_row", "log_rows", "log_run_config", "numeric"]
+
+
+def describe_progress(callback: Any, text: str) -> None:
+    """Show ``text`` (e.g. ``row 2/9 mdlm steps=64``) as the predict progress bar's description (TQDM or Rich)."""
+    bar = getattr(callback, "predict_progress_bar", None)
+    if hasattr(bar, "set_description"):  # TQDMProgressBar
+        bar.set_description(text)
+    task = getattr(callback, "predict_progress_bar_id", None)
+    progress = getattr(callback, "progress", None)
+    if task is not None and progress is not None:  # RichProgressBar
+        progress.update(task, description=text)
 
 
 def numeric(row: dict[str, Any]) -> dict[str, float]:

@@ -7,6 +7,7 @@ job is its own module; the writer only orders them along Lightning's hooks:
 - :mod:`~dllm_lit.results.accumulator` - the metrics of every row, their intervals, samples and NFE;
 - :mod:`~dllm_lit.results.run_store` - the output folder: run identity, resume, atomic commits;
 - :mod:`~dllm_lit.results.signal_guard` - SIGINT / SIGTERM stop the run between commits;
+- :mod:`~dllm_lit.results.setup_checks` - settings refused before anything is sampled or removed;
 - :mod:`~dllm_lit.results.files` and :mod:`~dllm_lit.results.loggers` - the exporters (file formats;
   Lightning loggers and W&B); figures: :mod:`~dllm_lit.results.figures`.
 
@@ -42,7 +43,7 @@ from dllm_lit.results import loggers as logger_export
 from dllm_lit.results import registry
 from dllm_lit.results.accumulator import MetricAccumulator
 from dllm_lit.results.files import FIGURE_FORMATS, METRICS_FORMAT, METRICS_VERSION, ROW_HEAD, SAMPLES_FORMAT, load_metrics
-from dllm_lit.results.metric_options import make_options, option_names
+from dllm_lit.results.setup_checks import check_complete_rows, check_metric_options, check_metrics_fit_run
 from dllm_lit.results.run_store import RunStore, package_info, run_key, run_meta
 from dllm_lit.results.signal_guard import RunInterrupted, SignalGuard
 
@@ -52,11 +53,6 @@ __all__ = ["ResultsWriter", "RunInterrupted", "atomic_write_text", "load_metrics
 #: the constructor options that are options of registered metrics (their ``MetricSpec.options`` fields)
 LEGACY_METRIC_OPTIONS = ("genppl_model", "genppl_batch_size", "mauve_featurizer", "mauve_num_reference",
                          "mauve_num_buckets", "mauve_num_seeds", "max_text_length", "cache_dir")
-
-
-def _registered_option_names() -> dict[str, str]:
-    """``{option name: metric}`` over the registered metrics' options dataclasses."""
-    return {name: spec.name for spec in registry.METRICS for name in option_names(spec.options)}
 
 
 class ResultsWriter(Callback):
@@ -137,7 +133,7 @@ class ResultsWriter(Callback):
         self.lm_device = lm_device
         self.cache_dir = cache_dir
         self.extra_metric_options = dict(metric_options or {})
-        self._check_metric_options()
+        check_metric_options(self.extra_metric_options, self.metric_settings(), LEGACY_METRIC_OPTIONS)
         self.rows: list[dict[str, Any]] = []
         self.meta: dict[str, Any] = {}
         self.plan = None
@@ -150,22 +146,6 @@ class ResultsWriter(Callback):
     def metric_settings(self) -> dict[str, Any]:
         """Every metric option, ``{name: value}`` (the constructor's and ``metric_options``)."""
         return {**{k: getattr(self, k) for k in LEGACY_METRIC_OPTIONS}, **self.extra_metric_options}
-
-    def _check_metric_options(self) -> None:
-        """``metric_options`` names registered options only, not the constructor's; every options dataclass
-        accepts its values (each checks its own fields)."""
-        known = _registered_option_names()
-        for name in self.extra_metric_options:
-            if name in LEGACY_METRIC_OPTIONS:
-                raise ValueError(f"metric_options: set {name} as results.{name}, not in metric_options")
-            if name not in known:
-                allowed = ", ".join(sorted(set(known) - set(LEGACY_METRIC_OPTIONS))) or "none are registered"
-                raise ValueError(f"metric_options has no option {name!r}; the registered metrics' options are: "
-                                 f"{allowed}")
-        values = self.metric_settings()
-        for spec in registry.METRICS:
-            if spec.options is not None:
-                make_options(spec.options, values)
 
     def _contexts(self, specs: list[registry.MetricSpec], device: str | None) -> list[registry.MetricContext]:
         """What each spec's ``build`` reads: the run's context with the spec's own options instance."""
@@ -181,7 +161,8 @@ class ResultsWriter(Callback):
 
         ``reference_samples(n)`` returns n exact chain samples disjoint from the plan's rows.
         """
-        self._check_metric_options()  # metrics registered after construction
+        # metrics registered after construction
+        check_metric_options(self.extra_metric_options, self.metric_settings(), LEGACY_METRIC_OPTIONS)
         self.chain = chain
         specs = registry.enabled_specs(self)
         needs = {"reference samples": [sp.name for sp in specs if sp.reference and reference_samples is None],
@@ -232,11 +213,8 @@ class ResultsWriter(Callback):
         if self.plan is None:
             raise ValueError("the results writer is not wired: call dllm_lit.engine.connect(...) before predict")
         self.out = self.claim_output(trainer)
-        for spec in registry.enabled_specs(self):
-            check_run = getattr(registry.spec_options(spec, self), "check_run", None)
-            if check_run is not None:
-                check_run(int(self.plan.num_sequences))
-        self._check_limits(trainer)  # every refusal comes before a previous run's files are touched
+        check_metrics_fit_run(self, self.plan.num_sequences)
+        check_complete_rows(trainer, len(self.plan.pending_work()))  # every refusal comes before a previous run's files are touched
         self._package = package_info()
         self._distributed = trainer.world_size > 1
         plan = self.plan
@@ -291,22 +269,6 @@ class ResultsWriter(Callback):
         if store is not None:
             store.release()
 
-    def _check_limits(self, trainer: L.Trainer) -> None:
-        """A run must sample every sequence of every row: refuse fast_dev_run / limit_predict_batches (before resume)."""
-        pending = len(self.plan.pending_work())
-        if getattr(trainer, "fast_dev_run", False):
-            raise ValueError("trainer.fast_dev_run samples only the first work item, so rows would be incomplete: "
-                             "set it to false and make the run small with data.num_sequences / data.seq_len instead")
-        limit = trainer.limit_predict_batches
-        if limit is None:
-            return
-        short = (isinstance(limit, int) and not isinstance(limit, bool) and limit < pending) or (
-            isinstance(limit, float) and limit < 1.0)
-        if short:
-            raise ValueError(f"trainer.limit_predict_batches={limit} would sample only part of the {pending} work "
-                             "items, so rows would be incomplete: leave it unset and make the run small with "
-                             "data.num_sequences / data.seq_len instead")
-
     # ------------------------------------------------------------------ signals and teardown
     def _interrupted(self, signum: int) -> RunInterrupted:
         done = len(self.rows) if not self._distributed else 0
@@ -340,14 +302,7 @@ class ResultsWriter(Callback):
             return
         row = self.plan.rows[i]
         text = f"row {i + 1}/{len(self.plan.rows)} {self._labels[i]} " + ("AR" if row.steps is None else f"steps={row.steps}")
-        callback = trainer.progress_bar_callback
-        bar = getattr(callback, "predict_progress_bar", None)
-        if hasattr(bar, "set_description"):  # TQDMProgressBar
-            bar.set_description(text)
-        task = getattr(callback, "predict_progress_bar_id", None)
-        progress = getattr(callback, "progress", None)
-        if task is not None and progress is not None:  # RichProgressBar
-            progress.update(task, description=text)
+        logger_export.describe_progress(trainer.progress_bar_callback, text)
 
     def on_predict_batch_end(self, trainer, pl_module, outputs: dict[str, Any], batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         row = int(outputs["row"])
