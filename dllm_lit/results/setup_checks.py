@@ -46,8 +46,10 @@ def check_metric_options(extra: Mapping[str, Any], values: Mapping[str, Any], ow
         if name in own:
             raise ValueError(f"metric_options: set {name} as results.{name}, not in metric_options")
         if name not in known:
-            allowed = ", ".join(sorted(known - own)) or "none are registered"
-            raise ValueError(f"metric_options has no option {name!r}; the registered metrics' options are: {allowed}")
+            allowed = ", ".join(sorted(known - own))
+            raise ValueError(f"metric_options has no option {name!r}; " + (
+                f"the registered metrics' options are: {allowed}" if allowed else
+                "no registered metric has options beyond the results.* ones (genppl_*, mauve_*, max_text_length)"))
     for spec in registry.METRICS:
         if spec.options is not None:
             make_options(spec.options, values)
