@@ -91,10 +91,10 @@ def test_rows_and_predict_routing(dense_chain) -> None:
     exact = AR(chain=dense_chain)
     assert exact.name == "ar" and [(r.name, r.steps, r.reference) for r in exact.rows()] == [("ar", None, True)]
     # the exact AR row is the reference row: a plan with a reference adds no second one
-    assert [r.key for r in RunPlan.build(exact, 6, 12, 4).rows] == ["ar@ar"]
+    assert [r.key for r in RunPlan.build(exact, 6, 12, 4, reference=AR(chain=dense_chain)).rows] == ["ar@ar"]
     sharp = AR(chain=dense_chain, beta=2.0)
     assert sharp.name == "ar_beta2" and [(r.name, r.steps, r.reference) for r in sharp.rows()] == [("ar_beta2", None, False)]
-    plan = RunPlan.build(sharp, 6, 12, 4, reference=True)
+    plan = RunPlan.build(sharp, 6, 12, 4, reference=AR(chain=dense_chain))  # the reference row's sampler, as connect supplies it
     assert [(r.name, r.steps) for r in plan.rows] == [("ar", None), ("ar_beta2", None)]
     assert [(r.name, r.steps) for r in RunPlan.build(sharp, 6, 12, 4, reference=False).rows] == [("ar_beta2", None)]
     sharp.use_plan(plan)

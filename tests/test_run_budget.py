@@ -9,7 +9,7 @@ import pytest
 from dllm_lit.cli import main
 from dllm_lit.engine.budget import MAX_STEP_VALUES, check_run_fits, estimate_run, machine_memory
 from dllm_lit.engine.plan import RunPlan, WorkItem
-from dllm_lit.samplers import MDLM
+from dllm_lit.samplers import AR, MDLM
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 10**9
@@ -80,14 +80,14 @@ def test_sampler_refuses_a_huge_steps_grid() -> None:
 
 
 def test_work_list_is_lazy_and_equals_the_eager_list() -> None:
-    plan = RunPlan.build(MDLM(steps=[4, 8]), num_sequences=10**9, seq_len=16, seed=0, chunk_size=1)
+    plan = RunPlan.build(MDLM(steps=[4, 8]), num_sequences=10**9, seq_len=16, seed=0, chunk_size=1, reference=AR())
     started = time.perf_counter()
     work = plan.work()
     assert len(work) == 3 * 10**9 and work[-1] == WorkItem(2, 10**9 - 1, 10**9)
     plan.done = {1}
     assert len(plan.pending_work()) == 2 * 10**9 and plan.pending_work()[10**9] == WorkItem(2, 0, 1)
     assert time.perf_counter() - started < 0.5
-    small = RunPlan.build(MDLM(steps=[4, 8]), num_sequences=10, seq_len=16, seed=0, chunk_size=4)
+    small = RunPlan.build(MDLM(steps=[4, 8]), num_sequences=10, seq_len=16, seed=0, chunk_size=4, reference=AR())
     small.done = {0}
     eager = [WorkItem(i, s, min(s + 4, 10)) for i in (1, 2) for s in range(0, 10, 4)]
     assert list(small.pending_work()) == eager and small.pending_work() == eager

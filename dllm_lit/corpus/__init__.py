@@ -10,8 +10,9 @@ cache module (not tokenizers or datasets).
 # ruff: noqa: F401  (the TYPE_CHECKING imports below exist for static analysers only)
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dllm_lit.lazy_exports import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     # charlevel
@@ -56,17 +57,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for static analysers and IDEs

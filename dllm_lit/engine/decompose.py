@@ -225,7 +225,7 @@ def main(args: list[str] | None = None) -> dict[str, Any]:
     dllm_lit.engine.decompose``)."""
     from jsonargparse import ArgumentParser
 
-    from dllm_lit.cli import DEFAULT_SEED, exit_on_user_error
+    from dllm_lit.lightning_cli import DEFAULT_SEED, exit_on_user_error
 
     parser = ArgumentParser(prog="cli.py decompose", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", action="config")

@@ -2,8 +2,8 @@
 
 A run samples ``num_sequences`` sequences of length ``seq_len`` for every *row*: one row per
 value of the sampler's steps grid, plus (optionally, first) the *reference row* of exact chain
-samples drawn by :class:`dllm_lit.samplers.AR` - the baseline every table and figure compares
-against.  The plan is built once, at wiring time (:func:`dllm_lit.engine.connect`), and handed to
+samples - the baseline every table and figure compares against, drawn by the reference sampler that
+the wiring step supplies (:class:`dllm_lit.samplers.AR`; the plan imports no sampler).  The plan is built once, at wiring time (:func:`dllm_lit.engine.connect`), and handed to
 the data module (which serves its work items), the sampler (which runs them) and the results
 writer (which accumulates and writes them).
 
@@ -188,16 +188,15 @@ class RunPlan:
 
     @classmethod
     def build(cls, sampler: "Sampler", num_sequences: int, seq_len: int, seed: int, chunk_size: int = 128,
-              reference: bool = True) -> "RunPlan":
-        """The reference row (exact chain samples, if ``reference``) followed by the sampler's rows."""
+              reference: "Sampler | None" = None) -> "RunPlan":
+        """The reference row (exact chain samples drawn by ``reference``, unless ``sampler``'s own rows hold
+        one) followed by the sampler's rows; no reference row when ``reference`` is None (or False)."""
+        if reference is True:
+            raise ValueError("reference must be the reference row's sampler (dllm_lit.engine.connect passes "
+                             "dllm_lit.samplers.AR()), or None for a plan without one; got True")
         rows = list(sampler.rows())
-        if reference and not any(r.reference for r in rows):
-            from dllm_lit.samplers.ar import AR
-
-            ref = AR()
-            if sampler.chain is not None:
-                ref.connect(sampler.chain)
-            rows = [Row(REFERENCE_NAME, None, ref, reference=True)] + rows
+        if reference is not None and reference is not False and not any(r.reference for r in rows):
+            rows = [Row(REFERENCE_NAME, None, reference, reference=True)] + rows
         return cls(rows, num_sequences, seq_len, seed, chunk_size)
 
     def work(self) -> "WorkList":

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dllm_lit.engine.budget import check_run_fits
 from dllm_lit.engine.plan import RunPlan
 from dllm_lit.engine.threads import sampling_thread_count
+from dllm_lit.samplers.ar import AR
 
 if TYPE_CHECKING:
     import lightning as L
@@ -28,7 +29,8 @@ __all__ = ["connect", "connect_training", "predict"]
 
 def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "ResultsWriter | None" = None,
             reference: bool = True) -> RunPlan:
-    """Wire one run; returns its plan.  ``reference`` adds the exact-chain-samples row (AR baseline).
+    """Wire one run; returns its plan.  ``reference`` adds the exact-chain-samples row (AR baseline): the
+    plan's reference sampler is supplied here, an exact :class:`~dllm_lit.samplers.AR` on the run's chain.
 
     A run whose memory estimate exceeds the machine's is refused first (:mod:`dllm_lit.engine.budget`).
     """
@@ -40,7 +42,7 @@ def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "Results
     check_run_fits(*sizes, chain.vocab_size, rows, datamodule.chunk_size, posterior_rows=sampler.requires_denoiser)
     sampler.connect(chain, cache_dir=datamodule.cache_dir)
     plan = RunPlan.build(sampler, datamodule.num_sequences, datamodule.seq_len, datamodule.seed,
-                         datamodule.chunk_size, reference=reference)
+                         datamodule.chunk_size, reference=AR() if reference else None)
     for row in plan.rows:
         if row.sampler is not sampler:
             row.sampler.connect(chain, cache_dir=datamodule.cache_dir)

@@ -160,11 +160,11 @@ def run(ns: argparse.Namespace) -> None:
     """Run the point; on success write ``point.json`` beside its results."""
     import sys
 
-    from dllm_lit.cli import main as cli_main
+    from dllm_lit.lightning_cli import run as run_cli  # the predict CLI (never the verb dispatcher: no cycle)
 
     argv, sys.argv = sys.argv, sys.argv[:1]  # the CLI gets its arguments from build_args only
     try:
-        cli_main(build_args(ns))
+        run_cli(build_args(ns))
     finally:
         sys.argv = argv
     out_dir = Path(ns.output_root) / point_name(ns)

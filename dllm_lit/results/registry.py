@@ -14,12 +14,16 @@ Adding a metric takes one metric module and one line here:
    (:class:`~dllm_lit.metrics.bootstrap.SequenceBootstrapMixin`).
 2. One entry in :data:`METRICS`, e.g.
    ``MetricSpec(("mean_token",), lambda c: MeanTokenId(), labels={"mean_token": "mean token id"}, figures=("mean_token",))``.
+
+A configurable metric names a frozen options dataclass (``options=MyOptions``,
+:mod:`dllm_lit.results.metric_options`): ``build`` reads ``context.options.<field>``, the fields are set as
+``results.metric_options: {<field>: value}``, and they are part of the run identity automatically.
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from functools import cached_property
 from typing import Any
 
@@ -39,6 +43,7 @@ from dllm_lit.metrics.transition import TransitionMetrics
 from dllm_lit.metrics.dependence import DEPENDENCE_KEYS, DependenceProfile
 from dllm_lit.metrics.ngram_kl import NGRAM_KL_KEYS, NgramKL
 from dllm_lit.metrics.world_nll import WorldNLL
+from dllm_lit.results.metric_options import ForwardKLOptions, GenPPLOptions, MauveOptions, make_options, merged_identity, option_names
 
 
 def hmm_world(chain: Any) -> Any:
@@ -54,7 +59,7 @@ def first_order(chain: Any) -> MarkovChain:
     return chain if world is None else world.bigram_chain
 
 __all__ = ["METRICS", "MetricContext", "MetricSpec", "enabled_specs", "figure_keys", "interval_methods", "labels",
-           "register"]
+           "metric_identity", "register", "spec_options"]
 
 
 @dataclass
@@ -63,7 +68,8 @@ class MetricContext:
 
     Attributes:
         chain: the run's Markov chain.
-        options: the results writer (its constructor options: ``genppl_model``, ``max_text_length``, ...).
+        options: the spec's options (an instance of its ``options`` dataclass), or the results writer for a
+            spec without one.
         device: device for language models (the writer's ``lm_device`` or the sampler's device).
         intervals: whether intervals will be asked for (metrics then keep per-sequence statistics).
         data_cache_dir: the data module's cache directory, if any.
@@ -111,7 +117,10 @@ class MetricSpec:
         interval: its interval policy (or one per key); None = the metric's own ``interval_policy``.
         labels: axis label of each key in figures (default: the key).
         figures: keys drawn as ``figures/<key>_vs_steps.png``.
-        enabled: predicate on the writer's options (e.g. a language model was named).
+        enabled: predicate on the spec's options instance (e.g. a language model was named), or on the
+            writer for a spec without options.
+        options: frozen dataclass of the metric's options (:mod:`dllm_lit.results.metric_options`); its
+            fields are part of the run identity unless marked ``NOT_IDENTITY``.
         reference: whether ``build`` reads ``context.reference_texts``.
         pairs_with_reference: whether each row's metric is compared with the same metric on the run's
             reference row (exact chain samples, same sequence indices): the writer calls
@@ -127,6 +136,7 @@ class MetricSpec:
     enabled: Callable[[Any], bool] = _always
     reference: bool = False
     pairs_with_reference: bool = False
+    options: type | None = None
 
     def __post_init__(self) -> None:
         keys = tuple(self.keys)
@@ -137,6 +147,8 @@ class MetricSpec:
         unknown = (set(self.labels) | set(self.figures)) - set(keys)
         if unknown:
             raise ValueError(f"labels and figures must name keys of the spec {keys}, got {sorted(unknown)}")
+        if self.options is not None and not (isinstance(self.options, type) and is_dataclass(self.options)):
+            raise ValueError(f"options must be a dataclass type, got {self.options!r}")
 
     @property
     def name(self) -> str:
@@ -178,14 +190,15 @@ METRICS: list[MetricSpec] = [
     MetricSpec(("dup_rate",), lambda c: DuplicationRate(), labels={"dup_rate": "duplication rate"}),
     MetricSpec(("genppl",), lambda c: GenerativePerplexity(
         c.options.genppl_model, batch_size=c.options.genppl_batch_size, max_length=c.options.max_text_length,
-        device=c.device), reads="texts", labels={"genppl": "GenPPL"}, enabled=lambda o: bool(o.genppl_model)),
+        device=c.device), reads="texts", labels={"genppl": "GenPPL"}, enabled=lambda o: bool(o.genppl_model),
+        options=GenPPLOptions),
     MetricSpec(("mauve", "mauve_seed_mean", "mauve_seed_std"), lambda c: MauveOverSeeds(
         c.reference_texts, featurizer=c.options.mauve_featurizer, max_text_length=c.options.max_text_length,
         num_buckets=c.options.mauve_num_buckets, device=c.device, cache_dir=c.cache_dir("mauve"),
-        num_seeds=getattr(c.options, "mauve_num_seeds", 3)),
+        num_seeds=c.options.mauve_num_seeds),
         reads="texts", reference=True, labels={"mauve": "MAUVE", "mauve_seed_mean": "MAUVE (mean over k-means seeds)",
                                                 "mauve_seed_std": "MAUVE (std over k-means seeds)"},
-        enabled=lambda o: bool(o.mauve_featurizer)),
+        enabled=lambda o: bool(o.mauve_featurizer), options=MauveOptions),
     MetricSpec(SEQUENCE_KL_KEYS, lambda c: SequenceKL(first_order(c.chain), world=hmm_world(c.chain)), reads="stats",
                pairs_with_reference=True,
                labels={"kl_excess": "transition KL minus exact-sample KL (nats)",
@@ -195,7 +208,7 @@ METRICS: list[MetricSpec] = [
                        "seq_kl_upper": "sequence KL per token, upper end (nats)",
                        "trans_kl_corrected": "(T-1)/T x floor-corrected transition KL (nats)",
                        "kl_cs": "transition KL, Chao-Shen entropy (nats)"}),
-    MetricSpec(FORWARD_KL_KEYS, lambda c: ForwardSequenceKL(), reads="stats", enabled=lambda o: bool(getattr(o, "forward_kl", False)),
+    MetricSpec(FORWARD_KL_KEYS, lambda c: ForwardSequenceKL(), reads="stats", enabled=lambda o: bool(o.forward_kl), options=ForwardKLOptions,
                labels={"seq_kl_fwd": "E_order KL(chain || sampler | order) per token (nats)",
                        "seq_kl_fwd_theory": "predicted E_order KL(chain || sampler | order) per token (nats)",
                        **{f"seq_kl_fwd_bound_{b}": f"{b.upper()} bound on E_order KL per token (nats)" for b in ("tc", "dtc", "mi")}}),
@@ -230,9 +243,26 @@ def register(spec: MetricSpec) -> MetricSpec:
     return spec
 
 
+def spec_options(spec: MetricSpec, source: Any) -> Any:
+    """``spec``'s options instance from ``source``: its ``metric_settings()`` (flat ``{name: value}``, the
+    results writer) or its attributes; None for a spec without options."""
+    if spec.options is None:
+        return None
+    settings = getattr(source, "metric_settings", None)
+    values = settings() if callable(settings) else {k: getattr(source, k) for k in option_names(spec.options)
+                                                    if hasattr(source, k)}
+    return make_options(spec.options, values)
+
+
 def enabled_specs(options: Any) -> list[MetricSpec]:
-    """The specs whose ``enabled(options)`` holds, in table order."""
-    return [s for s in METRICS if s.enabled(options)]
+    """The specs enabled by ``options`` (the writer): ``enabled`` of their options instance, or of ``options``
+    itself for a spec without one; in table order."""
+    return [s for s in METRICS if s.enabled(options if s.options is None else spec_options(s, options))]
+
+
+def metric_identity(specs: list[MetricSpec], source: Any) -> dict[str, Any]:
+    """The options of ``specs`` that change their values, in one flat dict (part of the run identity)."""
+    return merged_identity(spec_options(s, source) for s in specs if s.options is not None)
 
 
 def interval_methods(specs: list[MetricSpec], policies: list[Policies]) -> dict[str, dict[str, Any]]:

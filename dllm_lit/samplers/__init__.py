@@ -1,21 +1,64 @@
-"""Reverse-diffusion samplers, each a LightningModule driven by a frozen denoiser."""
-from dllm_lit.samplers.ar import AR
-from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.block_mdlm import BlockMDLM
-from dllm_lit.samplers.dream import Dream
-from dllm_lit.samplers.eb_sampler import EBSampler
-from dllm_lit.samplers.fast_dllm import FastDLLM
-from dllm_lit.samplers.external import ExternalSampler
-from dllm_lit.samplers.fhs import FHS
-from dllm_lit.samplers.klass import KLASS
-from dllm_lit.samplers.llada import LLaDA
-from dllm_lit.samplers.maskgit import MaskGIT
-from dllm_lit.samplers.mdlm import MDLM
-from dllm_lit.samplers.mdlm_paper import MDLMPaper
-from dllm_lit.samplers.nucleus import top_p_filter
-from dllm_lit.samplers.pc_sampler import PCSampler
-from dllm_lit.samplers.remdm import ReMDM
-from dllm_lit.samplers.sedd import SEDD
+"""Reverse-diffusion samplers, each a LightningModule driven by a frozen denoiser.
 
-__all__ = ["AR", "BlockMDLM", "Dream", "EBSampler", "ExternalSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT",
-           "PCSampler", "ReMDM", "SEDD", "Sampler", "top_p_filter"]
+The sampler classes load on first use (``from dllm_lit.samplers import LLaDA``; module ``__getattr__``,
+PEP 562), so ``import dllm_lit.samplers`` and its Lightning-free modules (``draws``, ``selection``,
+``schedules``, ``nucleus``, the decoding fast paths) do not import Lightning.  A new sampler adds one
+``"<Class>": "<module>"`` line to :data:`_EXPORTS`.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from dllm_lit.lazy_exports import lazy_exports
+
+#: exported name -> the module of this package that defines it
+_EXPORTS: dict[str, str] = {
+    "AR": "ar",
+    "BlockMDLM": "block_mdlm",
+    "Dream": "dream",
+    "EBSampler": "eb_sampler",
+    "ExternalSampler": "external",
+    "FHS": "fhs",
+    "FastDLLM": "fast_dllm",
+    "KLASS": "klass",
+    "LLaDA": "llada",
+    "MDLM": "mdlm",
+    "MDLMPaper": "mdlm_paper",
+    "MaskGIT": "maskgit",
+    "PCSampler": "pc_sampler",
+    "ReMDM": "remdm",
+    "SEDD": "sedd",
+    "Sampler": "base",
+    "top_p_filter": "nucleus",
+}
+
+__all__ = list(_EXPORTS)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+
+def load_all() -> list[Any]:
+    """Import every exported sampler (so that a config may name one by its class name alone)."""
+    return [getattr(importlib.import_module(__name__), name) for name in __all__]
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
+    from dllm_lit.samplers.ar import AR
+    from dllm_lit.samplers.base import Sampler
+    from dllm_lit.samplers.block_mdlm import BlockMDLM
+    from dllm_lit.samplers.dream import Dream
+    from dllm_lit.samplers.eb_sampler import EBSampler
+    from dllm_lit.samplers.external import ExternalSampler
+    from dllm_lit.samplers.fast_dllm import FastDLLM
+    from dllm_lit.samplers.fhs import FHS
+    from dllm_lit.samplers.klass import KLASS
+    from dllm_lit.samplers.llada import LLaDA
+    from dllm_lit.samplers.maskgit import MaskGIT
+    from dllm_lit.samplers.mdlm import MDLM
+    from dllm_lit.samplers.mdlm_paper import MDLMPaper
+    from dllm_lit.samplers.nucleus import top_p_filter
+    from dllm_lit.samplers.pc_sampler import PCSampler
+    from dllm_lit.samplers.remdm import ReMDM
+    from dllm_lit.samplers.sedd import SEDD

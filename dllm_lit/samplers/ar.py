@@ -23,6 +23,7 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.code_identity import source_digest
+from dllm_lit.engine.plan import Row
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import sharpen
@@ -63,8 +64,6 @@ class AR(Sampler):
         return "ar" if self.beta == 1 else f"ar_beta{self.beta:g}"
 
     def rows(self) -> list:
-        from dllm_lit.engine.plan import Row
-
         return [Row(self.name, None, self, reference=self.beta == 1)]
 
     def settings(self) -> dict:

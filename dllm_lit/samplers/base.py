@@ -22,11 +22,12 @@ from dllm_lit import checks, rng
 from dllm_lit.code_identity import source_digest
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.engine.budget import check_steps_count
+from dllm_lit.engine.plan import Row
 from dllm_lit.engine.process_group import release_process_group
 from dllm_lit.markov.chain import MarkovChain
 
 if TYPE_CHECKING:
-    from dllm_lit.engine.plan import Row, RunPlan
+    from dllm_lit.engine.plan import RunPlan
 
 __all__ = ["Sampler", "compact_dtype", "SEQUENCE_STATS"]
 
@@ -131,8 +132,6 @@ class Sampler(L.LightningModule, ABC):
 
     def rows(self) -> list["Row"]:
         """One results row per value of the steps grid."""
-        from dllm_lit.engine.plan import Row
-
         return [Row(self.name, s, self) for s in self.steps_grid]
 
     @property

@@ -1,0 +1,184 @@
+"""Imports go one way: no cycle among dllm_lit's modules, and the rules and the oracle import without Lightning.
+
+The import graph is read from the source (AST), not by importing:
+
+- an ``import`` / ``from ... import`` at module level (also inside ``if`` / ``try``, not under
+  ``if TYPE_CHECKING:``) is an edge to the named module and to every package above it that is not above
+  the importing module too (Python runs those packages' ``__init__`` first: a package that re-exports a
+  high-level module makes every importer of its low-level modules depend on it);
+- an import inside a function runs later, when every module is loaded; it still must not close a cycle,
+  except the ones in :data:`LAZY_CYCLES`, each with its reason.
+
+Lightning is imported only by the LightningModule wrappers (samplers, training), the data module, the
+results writer and the CLI; a subprocess checks that the denoisers, the oracle, ``dllm_lit.samplers``,
+every sampler module that is not a LightningModule, the run plan and the metrics registry import without it.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "dllm_lit"
+
+#: cycles closed only by imports inside functions, allowed with a reason
+LAZY_CYCLES = {
+    frozenset({"dllm_lit.markov.hmm", "dllm_lit.markov.hmm_exact"}):
+        "HMMWorld.ngram_marginals delegates to hmm_exact, which computes on an HMMWorld; the call imports it",
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(modules: dict[str, Path], name: str, in_functions: bool) -> list[str]:
+    """Modules named by ``name``'s imports (module level; with ``in_functions`` also those inside functions)."""
+    path = modules[name]
+    is_package = path.name == "__init__.py"
+
+    def walk(body):
+        for node in body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield node
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            elif isinstance(node, (ast.If, ast.Try, ast.With)):
+                for block in (node.body, getattr(node, "orelse", []), getattr(node, "finalbody", []),
+                              *[h.body for h in getattr(node, "handlers", [])]):
+                    yield from walk(block)
+            elif in_functions and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield from walk(node.body)
+
+    targets = []
+    for node in walk(ast.parse(path.read_text()).body):
+        if isinstance(node, ast.Import):
+            targets += [a.name for a in node.names]
+            continue
+        base = node.module or ""
+        if node.level:  # relative import
+            here = name.split(".") if is_package else name.split(".")[:-1]
+            base = ".".join(here[: len(here) - node.level + 1] + ([base] if base else []))
+        targets += [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+    return targets
+
+
+def _graph(in_functions: bool) -> dict[str, set[str]]:
+    modules = _modules()
+    graph = {}
+    for name in modules:
+        above = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+        edges = set()
+        for target in _imports(modules, name, in_functions):
+            parts = target.split(".")
+            for i in range(1, len(parts) + 1):
+                module = ".".join(parts[:i])
+                if module in modules and module != name and module not in above:
+                    edges.add(module)
+        graph[name] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_at_module_level() -> None:
+    assert _cycles(_graph(in_functions=False)) == []
+
+
+def test_imports_inside_functions_close_only_documented_cycles() -> None:
+    cycles = _cycles(_graph(in_functions=True))
+    assert [sorted(c) for c in cycles if c not in LAZY_CYCLES] == []
+
+
+def test_the_plan_imports_no_sampler_and_the_experiments_no_cli() -> None:
+    """The reference sampler is supplied by the wiring step; grid points run the predict CLI, not the dispatcher."""
+    graph = _graph(in_functions=True)
+    assert not any(m.startswith("dllm_lit.samplers") for m in graph["dllm_lit.engine.plan"])
+    for name, edges in graph.items():
+        if name.startswith(("dllm_lit.experiments", "dllm_lit.engine")):
+            assert "dllm_lit.cli" not in edges, name
+
+
+def _light_modules() -> list[str]:
+    """The denoisers, the oracle, the plan, the metrics registry and the sampler modules that define no LightningModule."""
+    modules = _modules()
+    graph = _graph(in_functions=False)
+    light = ["dllm_lit.denoisers", "dllm_lit.denoisers.oracle", "dllm_lit.denoisers.hmm_oracle", "dllm_lit.samplers",
+             "dllm_lit.engine", "dllm_lit.engine.plan", "dllm_lit.exact", "dllm_lit.markov", "dllm_lit.results",
+             "dllm_lit.results.registry", "dllm_lit.results.files"]
+    for name in sorted(modules):
+        if name.startswith("dllm_lit.samplers.") and "dllm_lit.samplers.base" not in graph[name] and \
+                name != "dllm_lit.samplers.base" and "lightning" not in modules[name].read_text():
+            light.append(name)
+    return light
+
+
+def test_rules_and_the_oracle_import_without_lightning() -> None:
+    light = _light_modules()
+    assert "dllm_lit.samplers.draws" in light and "dllm_lit.samplers.llada" not in light
+    code = ("import importlib, json, sys\n"
+            f"for name in {light!r}:\n"
+            "    importlib.import_module(name)\n"
+            "    heavy = sorted(m for m in ('lightning', 'lightning.pytorch', 'pytorch_lightning') if m in sys.modules)\n"
+            "    if heavy:\n"
+            "        print(json.dumps([name, heavy])); break\n"
+            "else:\n"
+            "    print(json.dumps(None))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) is None, f"imports Lightning: {out.stdout}"
+
+
+def test_sampler_classes_load_on_first_use() -> None:
+    """``dllm_lit.samplers`` exports every sampler lazily: each name resolves to its module's class."""
+    import importlib
+
+    import dllm_lit.samplers as samplers
+
+    for name in samplers.__all__:
+        module = importlib.import_module(f"dllm_lit.samplers.{samplers._EXPORTS[name]}")
+        assert getattr(samplers, name) is getattr(module, name)
+    assert set(samplers.__all__) == set(samplers._EXPORTS)
