@@ -1,5 +1,6 @@
 """Reverse-diffusion samplers, each a LightningModule driven by a frozen denoiser."""
 from dllm_lit.samplers.ar import AR
+from dllm_lit.samplers.assd import ASSD
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.block_mdlm import BlockMDLM
 from dllm_lit.samplers.dream import Dream
@@ -17,5 +18,5 @@ from dllm_lit.samplers.pc_sampler import PCSampler
 from dllm_lit.samplers.remdm import ReMDM
 from dllm_lit.samplers.sedd import SEDD
 
-__all__ = ["AR", "BlockMDLM", "Dream", "EBSampler", "ExternalSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT",
+__all__ = ["AR", "ASSD", "BlockMDLM", "Dream", "EBSampler", "ExternalSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT",
            "PCSampler", "ReMDM", "SEDD", "Sampler", "top_p_filter"]
