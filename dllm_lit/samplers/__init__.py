@@ -4,6 +4,7 @@ from dllm_lit.samplers.assd import ASSD
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.block_mdlm import BlockMDLM
 from dllm_lit.samplers.dream import Dream
+from dllm_lit.samplers.dus import DUS
 from dllm_lit.samplers.eb_sampler import EBSampler
 from dllm_lit.samplers.fast_dllm import FastDLLM
 from dllm_lit.samplers.external import ExternalSampler
@@ -18,5 +19,5 @@ from dllm_lit.samplers.pc_sampler import PCSampler
 from dllm_lit.samplers.remdm import ReMDM
 from dllm_lit.samplers.sedd import SEDD
 
-__all__ = ["AR", "ASSD", "BlockMDLM", "Dream", "EBSampler", "ExternalSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT",
+__all__ = ["AR", "ASSD", "BlockMDLM", "Dream", "DUS", "EBSampler", "ExternalSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT",
            "PCSampler", "ReMDM", "SEDD", "Sampler", "top_p_filter"]
