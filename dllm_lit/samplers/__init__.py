@@ -18,6 +18,7 @@ from dllm_lit.samplers.nucleus import top_p_filter
 from dllm_lit.samplers.pc_sampler import PCSampler
 from dllm_lit.samplers.remdm import ReMDM
 from dllm_lit.samplers.sedd import SEDD
+from dllm_lit.samplers.wino import WINO
 
 __all__ = ["AR", "ASSD", "BlockMDLM", "Dream", "DUS", "EBSampler", "ExternalSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT",
-           "PCSampler", "ReMDM", "SEDD", "Sampler", "top_p_filter"]
+           "PCSampler", "ReMDM", "SEDD", "Sampler", "WINO", "top_p_filter"]
