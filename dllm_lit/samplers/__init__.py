@@ -11,6 +11,7 @@ from dllm_lit.samplers.external import ExternalSampler
 from dllm_lit.samplers.fhs import FHS
 from dllm_lit.samplers.klass import KLASS
 from dllm_lit.samplers.llada import LLaDA
+from dllm_lit.samplers.llada21 import LLaDA21
 from dllm_lit.samplers.maskgit import MaskGIT
 from dllm_lit.samplers.mdlm import MDLM
 from dllm_lit.samplers.mdlm_paper import MDLMPaper
@@ -20,5 +21,5 @@ from dllm_lit.samplers.remdm import ReMDM
 from dllm_lit.samplers.sedd import SEDD
 from dllm_lit.samplers.wino import WINO
 
-__all__ = ["AR", "ASSD", "BlockMDLM", "Dream", "DUS", "EBSampler", "ExternalSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT",
+__all__ = ["AR", "ASSD", "BlockMDLM", "Dream", "DUS", "EBSampler", "ExternalSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "LLaDA21", "MDLM", "MDLMPaper", "MaskGIT",
            "PCSampler", "ReMDM", "SEDD", "Sampler", "WINO", "top_p_filter"]
