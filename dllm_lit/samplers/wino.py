@@ -4,7 +4,7 @@ Hong et al., "Wide-In, Narrow-Out: Revokable Decoding for Diffusion Large Langua
 followed in Kamichanw/d2Cache ``src/generation/wino_official.py`` (``decoding_wino``, the authors' loop) and
 ``src/generation/wino.py``.
 
-Blocks of ``block_length`` left to right; inside a block, every call scores all block positions at once (upstream's
+Blocks of ``block_length`` (None: one block) left to right; inside a block, every call scores all block positions at once (upstream's
 "shadow block" with a leave-one-out attention mask):
 
 * masked i: a proposal x^_i ~ p(x_i | z)^(1/tau) (argmax at tau = 0), confidence c_i = p(x^_i | z);
@@ -49,7 +49,8 @@ class WINO(Sampler):
     Args:
         denoiser: frozen denoiser answering leave-one-out posteriors (None: the world's exact oracle).
         steps: keys the randomness only (a grid gives replicates); the step count is adaptive.
-        block_length: block size (upstream default 128); must divide T.
+        block_length: block size (None: one block of length T; upstream's default, 128, is in the config); must
+            divide T.
         wide_in_threshold: commit proposals with confidence above this (upstream 0.6).
         narrow_out_threshold: re-mask revealed tokens whose leave-one-out probability is below this (upstream 0.9).
         temperature: proposal temperature (upstream: 0, argmax).
@@ -58,11 +59,11 @@ class WINO(Sampler):
 
     sampler_name = "wino"
 
-    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, block_length: int = 128,
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, block_length: int | None = None,
                  wide_in_threshold: float = 0.6, narrow_out_threshold: float = 0.9, temperature: float = 1.0,
                  max_steps_per_block: int | None = None) -> None:
         super().__init__(denoiser=denoiser, steps=steps)
-        self.block_length = checks.integer("block_length", block_length)
+        self.block_length = checks.optional_integer("block_length", block_length)
         self.wide_in_threshold = checks.real("wide_in_threshold", wide_in_threshold, 0.0, 1.0)
         self.narrow_out_threshold = checks.real("narrow_out_threshold", narrow_out_threshold, 0.0, 1.0)
         self.temperature = checks.real("temperature", temperature, 0.0)
@@ -72,15 +73,16 @@ class WINO(Sampler):
         check_leave_one_out(self.denoiser, "WINO")
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
-        if seq_len % self.block_length:
+        if self.block_length is not None and seq_len % self.block_length:
             raise ValueError(f"block_length={self.block_length} must divide seq_len={seq_len}")
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
 
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
-        B, T, L, dev = indices.numel(), seq_len, self.block_length, indices.device
-        M, nb = self.mask_id, seq_len // self.block_length
+        B, T, dev = indices.numel(), seq_len, indices.device
+        L = self.block_length or T
+        M, nb = self.mask_id, T // L
         cap = self.max_steps_per_block if self.max_steps_per_block is not None else 4 * L
         z = torch.full((B, T), M, dtype=torch.long, device=dev)
         blk = torch.zeros(B, dtype=torch.long, device=dev)
