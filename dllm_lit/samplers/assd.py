@@ -149,7 +149,8 @@ class ASSD(Sampler):
             a, c = revealed_neighbours_at(z.contiguous(), self.mask_id, bb, p)
             Wj = torch.where(valid, W, -1)[:, None, :]                         # [R, 1, k]
             Wi = Wc[:, 1:, None]                                               # [R, k-1, 1]
-            earlier = (torch.arange(k, device=z.device)[None, None, :] < torch.arange(1, k, device=z.device)[None, :, None])
+            ar = torch.arange(k, device=z.device)
+            earlier = ar[None, None, :] < ar[1:][None, :, None]  # draft j precedes verified position i
             left = torch.where(earlier & (Wj >= 0) & (Wj < Wi), Wj, -1).amax(2)[v1]
             right = torch.where(earlier & (Wj > Wi), Wj, T).amin(2)[v1]
             out[v1] = self.denoiser.probs_from_neighbours(zd, bb, p, torch.maximum(a, left),
@@ -163,7 +164,7 @@ class ASSD(Sampler):
             Rs = r.numel()
             st = z[r][:, None, :].repeat(1, k - 1, 1)                          # [Rs, k-1, T]
             lower = torch.arange(k, device=z.device)[None, :] < torch.arange(1, k, device=z.device)[:, None]
-            put = lower[None] & valid[sl][:, None, :]                          # [Rs, k-1, k]
+            put = lower[None] & valid[sl][:, None, :]  # [Rs, k-1, k]
             ri, si, j = torch.nonzero(put, as_tuple=True)
             st[ri, si, Wc[sl][ri, j]] = d[sl][ri, j]
             vv = v1[sl]

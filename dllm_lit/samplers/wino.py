@@ -4,8 +4,8 @@ Hong et al., "Wide-In, Narrow-Out: Revokable Decoding for Diffusion Large Langua
 followed in Kamichanw/d2Cache ``src/generation/wino_official.py`` (``decoding_wino``, the authors' loop) and
 ``src/generation/wino.py``.
 
-Blocks of ``block_length`` (None: one block) left to right; inside a block, every call scores all block positions at once (upstream's
-"shadow block" with a leave-one-out attention mask):
+Blocks of ``block_length`` (None: one block) left to right; inside a block, every call scores all block positions
+at once (upstream's "shadow block" with a leave-one-out attention mask):
 
 * masked i: a proposal x^_i ~ p(x_i | z)^(1/tau) (argmax at tau = 0), confidence c_i = p(x^_i | z);
 * revealed i: the back-confidence b_i = p(z_i | z_{-i}), the leave-one-out probability of the token it holds.
@@ -40,7 +40,8 @@ FIRST_LAST_ACCEPT = 30
 def stable_ranks(scores: torch.Tensor, descending: bool) -> torch.Tensor:
     """Rank of every entry of each row [R, L] (0 = best), ties broken by the lower position."""
     order = torch.sort(scores, dim=1, descending=descending, stable=True).indices
-    return torch.empty_like(order).scatter_(1, order, torch.arange(scores.shape[1], device=scores.device).expand_as(order))
+    ranks = torch.arange(scores.shape[1], device=scores.device).expand_as(order)
+    return torch.empty_like(order).scatter_(1, order, ranks)
 
 
 class WINO(Sampler):
