@@ -7,9 +7,9 @@ import torch
 
 from conftest import CountingDenoiser, GenericDenoiser, chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import HMMOracleDenoiser
-from dllm_lit.markov import HMMWorld
 from dllm_lit.samplers import ASSD, FHS
 from exact_laws import chain_law, mdlm_paper_law
+from test_hmm_samplers import world  # noqa: F401  (the tiny HMM world fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 V, N = 3, 20000
@@ -24,12 +24,8 @@ def test_law_is_the_chain_law(den, T: int, steps: int) -> None:
     assert chi_square_pvalue(sequence_counts(x, V), chain_law(den.chain, T)) > ALPHA
 
 
-def test_law_in_an_hmm_world() -> None:
+def test_law_in_an_hmm_world(world) -> None:
     """The generic (stacked-state) verify path through the HMM oracle, in a world that is not a first-order chain."""
-    A = torch.tensor([[0.7, 0.2, 0.1, 0.0], [0.1, 0.6, 0.0, 0.3], [0.25, 0.25, 0.5, 0.0], [0.0, 0.3, 0.2, 0.5]],
-                     dtype=torch.float64)
-    B = torch.tensor([[0.8, 0.2, 0.0], [0.1, 0.1, 0.8], [0.3, 0.6, 0.1], [0.0, 0.5, 0.5]], dtype=torch.float64)
-    world = HMMWorld(emission=B, transition=A)
     s = ASSD().connect(world)
     assert isinstance(s.denoiser, HMMOracleDenoiser)
     x = s.sample(N, 4, 1, seed=3)

@@ -10,10 +10,10 @@ import torch
 
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import HMMOracleDenoiser
-from dllm_lit.markov import HMMWorld
 from dllm_lit.samplers import LLaDA21
 from dllm_lit.samplers.selection import transfer_schedule
-from exact_laws import chain_law
+from exact_laws import chain_law, law_vector
+from test_hmm_samplers import world  # noqa: F401  (the tiny HMM world fixture)
 from test_wino import loo_row, ranked, tempered
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -76,10 +76,7 @@ def llada21_law(den, T: int, L: int, steps: int, thr: float, edit_thr: float | N
                 else:
                     put((new, blk, j + (1 if mset else 0), post), pd)
         dist = nxt
-    law = torch.zeros(V ** T, dtype=torch.float64)
-    for x, p in final.items():
-        law[sum(v * V ** (T - 1 - t) for t, v in enumerate(x))] += p
-    return law
+    return law_vector(final, V, T)
 
 
 @pytest.mark.parametrize("T, L, steps, thr, edit_thr, max_post, tau", [
@@ -98,11 +95,7 @@ def test_law_matches_dynamic_programming(den, T, L, steps, thr, edit_thr, max_po
     assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
 
 
-def test_law_in_an_hmm_world() -> None:
-    A = torch.tensor([[0.7, 0.2, 0.1, 0.0], [0.1, 0.6, 0.0, 0.3], [0.25, 0.25, 0.5, 0.0], [0.0, 0.3, 0.2, 0.5]],
-                     dtype=torch.float64)
-    B = torch.tensor([[0.8, 0.2, 0.0], [0.1, 0.1, 0.8], [0.3, 0.6, 0.1], [0.0, 0.5, 0.5]], dtype=torch.float64)
-    world = HMMWorld(emission=B, transition=A)
+def test_law_in_an_hmm_world(world) -> None:
     s = LLaDA21(block_length=4, editing_threshold=0.45, max_post_steps=2).connect(world)
     assert isinstance(s.denoiser, HMMOracleDenoiser)
     law = llada21_law(s.denoiser, 4, 4, 2, 0.7, 0.45, 2, 1.0)

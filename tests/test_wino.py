@@ -11,10 +11,10 @@ import torch
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import HMMOracleDenoiser, OracleDenoiser
 from dllm_lit.denoisers.channels import ABSORBING
-from dllm_lit.markov import HMMWorld
 from dllm_lit.samplers import WINO
 from dllm_lit.samplers.leave_one_out import posterior_rows
-from exact_laws import chain_law
+from exact_laws import chain_law, law_vector
+from test_hmm_samplers import world  # noqa: F401  (the tiny HMM world fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 V, N = 3, 20000
@@ -93,17 +93,14 @@ def wino_law(den, T: int, L: int, thr: float, thr_back: float, tau: float, cap: 
                     key = (new, len(commit), k + 1)
                     nxt[key] = nxt.get(key, 0.0) + pd
         dist = nxt
-    law = torch.zeros(V ** T, dtype=torch.float64)
-    for x, p in final.items():
-        law[sum(v * V ** (T - 1 - t) for t, v in enumerate(x))] += p
-    return law
+    return law_vector(final, V, T)
 
 
 @pytest.mark.parametrize("T, L, thr, thr_back, tau", [
     (4, 4, 0.6, 0.9, 1.0),
     (4, 4, 0.35, 0.9, 1.0),   # wide in: several commits, hence re-masking
     (4, 2, 0.35, 0.95, 1.0),  # two blocks
-    (5, 5, 0.4, 0.9, 0.7),
+    (4, 4, 0.4, 0.9, 0.7),    # tempered proposals
 ])
 def test_law_matches_dynamic_programming(den, T, L, thr, thr_back, tau) -> None:
     law = wino_law(den, T, L, thr, thr_back, tau, cap=4 * L)
@@ -113,12 +110,8 @@ def test_law_matches_dynamic_programming(den, T, L, thr, thr_back, tau) -> None:
     assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
 
 
-def test_law_in_an_hmm_world() -> None:
+def test_law_in_an_hmm_world(world) -> None:
     """The generic leave-one-out path (the HMM oracle's forward-backward) in a world that is not a first-order chain."""
-    A = torch.tensor([[0.7, 0.2, 0.1, 0.0], [0.1, 0.6, 0.0, 0.3], [0.25, 0.25, 0.5, 0.0], [0.0, 0.3, 0.2, 0.5]],
-                     dtype=torch.float64)
-    B = torch.tensor([[0.8, 0.2, 0.0], [0.1, 0.1, 0.8], [0.3, 0.6, 0.1], [0.0, 0.5, 0.5]], dtype=torch.float64)
-    world = HMMWorld(emission=B, transition=A)
     s = WINO(block_length=4, wide_in_threshold=0.3).connect(world)
     assert isinstance(s.denoiser, HMMOracleDenoiser)
     law = wino_law(s.denoiser, 4, 4, 0.3, 0.9, 1.0, cap=16)
