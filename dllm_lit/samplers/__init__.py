@@ -30,6 +30,10 @@ _EXPORTS: dict[str, str] = {
     "ReMDM": "remdm",
     "SEDD": "sedd",
     "Sampler": "base",
+    "ASSD": "assd",
+    "DUS": "dus",
+    "LLaDA21": "llada21",
+    "WINO": "wino",
     "top_p_filter": "nucleus",
 }
 
@@ -62,3 +66,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from dllm_lit.samplers.pc_sampler import PCSampler
     from dllm_lit.samplers.remdm import ReMDM
     from dllm_lit.samplers.sedd import SEDD
+    from dllm_lit.samplers.assd import ASSD
+    from dllm_lit.samplers.dus import DUS
+    from dllm_lit.samplers.llada21 import LLaDA21
+    from dllm_lit.samplers.wino import WINO

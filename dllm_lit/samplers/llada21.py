@@ -1,0 +1,136 @@
+"""LLaDA 2.1 block refinement with token editing; see ``docs/samplers/llada21.md``.
+
+LLaDA 2.1's decoding as diffusers runs it: ``BlockRefinementScheduler.step`` (``threshold``, ``editing_threshold``)
+in ``schedulers/scheduling_block_refinement.py`` and the loop of ``pipelines/llada2/pipeline_llada2.py``
+(``max_post_steps``).
+
+Blocks of ``block_length`` left to right, S = steps / blocks steps per block with LLaDA's transfer counts k_j.  One
+call scores every position of the block: a token x^_i is drawn from p^(1/tau) (argmax at tau = 0) with confidence
+c_i = its probability under that law, where p is p(x_i | z) at a masked position and the leave-one-out
+p(x_i | z_{-i}) at a revealed one (what an editing model is trained to predict, :mod:`.leave_one_out`).  Then
+
+* mask filling (while the block has masks, step j): commit every masked i with c_i > ``threshold`` if there are at
+  least k_j of them, else the min(k_j, #masked) most confident;
+* editing (``editing_threshold`` not None): replace every revealed token with x^_i when x^_i differs from it and
+  c_i > ``editing_threshold``;
+* once the block has no mask, up to ``max_post_steps`` more calls edit it; the first call that edits nothing ends
+  the block (and a block without masks ends at once when editing is off).
+
+Ties: the lower position first.  NFE = calls, per sequence (adaptive: threshold commits end the mask phase early,
+edits extend the post phase).  Randomness: Stream.TOKEN uniforms at (the sequence's call count, position).
+"""
+from __future__ import annotations
+
+import torch
+
+from dllm_lit import checks
+from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.confidence_decoding import check_blocks
+from dllm_lit.samplers.draws import StepUniforms, tempered_draw, tempered_law
+from dllm_lit.samplers.leave_one_out import check_leave_one_out, posterior_rows
+from dllm_lit.samplers.selection import transfer_schedule
+from dllm_lit.samplers.wino import stable_ranks
+
+__all__ = ["LLaDA21"]
+
+
+class LLaDA21(Sampler):
+    """Threshold block refinement with token editing (T2T) from leave-one-out confidences.
+
+    Args:
+        denoiser: frozen denoiser answering leave-one-out posteriors (None: the world's exact oracle).
+        steps: mask-filling steps in all (a grid: one row each); must be divisible by the number of blocks.
+        block_length: block size; None = one block of length T.
+        threshold: commit masked proposals above this confidence (diffusers / LLaDA 2.1 default 0.7).
+        editing_threshold: replace revealed tokens whose proposal beats this confidence (default 0.5); None: off.
+        max_post_steps: editing calls allowed per block once it has no mask (default 16).
+        temperature: proposal temperature (diffusers' default 0, argmax).
+    """
+
+    sampler_name = "llada21"
+
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, block_length: int | None = None,
+                 threshold: float = 0.7, editing_threshold: float | None = 0.5, max_post_steps: int = 16,
+                 temperature: float = 1.0) -> None:
+        super().__init__(denoiser=denoiser, steps=steps)
+        self.block_length = checks.optional_integer("block_length", block_length)
+        self.threshold = checks.real("threshold", threshold, 0.0, 1.0)
+        self.editing_threshold = None if editing_threshold is None else \
+            checks.real("editing_threshold", editing_threshold, 0.0, 1.0, low_open=True)
+        self.max_post_steps = checks.integer("max_post_steps", max_post_steps, 0)
+        self.temperature = checks.real("temperature", temperature, 0.0)
+
+    @property
+    def name(self) -> str:
+        return self.sampler_name if self.editing_threshold is not None else f"{self.sampler_name}_noedit"
+
+    def check_options(self) -> None:
+        check_leave_one_out(self.denoiser, "LLaDA21")
+
+    def check_run(self, seq_len: int, steps: int | None) -> None:
+        check_blocks(seq_len, 0, self.block_length, steps)
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
+
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+        B, T, dev, M = indices.numel(), seq_len, indices.device, self.mask_id
+        L = self.block_length or T
+        nb = T // L
+        S = steps // nb
+        k_of = torch.tensor(transfer_schedule(L, S), dtype=torch.long, device=dev)
+        edit_on = self.editing_threshold is not None
+        z = torch.full((B, T), M, dtype=torch.long, device=dev)
+        blk = torch.zeros(B, dtype=torch.long, device=dev)
+        j = torch.zeros(B, dtype=torch.long, device=dev)        # mask-filling steps in the block
+        post = torch.zeros(B, dtype=torch.long, device=dev)     # post-mask calls in the block
+        nfe = torch.zeros(B, dtype=torch.long, device=dev)
+        tok_u = StepUniforms(seed, indices, steps)
+        col = torch.arange(L, device=dev)
+        while True:
+            live = blk < nb
+            if not bool(live.any()):
+                break
+            pos_all = blk.clamp(max=nb - 1)[:, None] * L + col[None, :]
+            has_mask = (z.gather(1, pos_all) == M).any(1)
+            # a block without masks: one more post call if editing allows it, else the next block
+            post = torch.where(live & ~has_mask, post + 1, post)
+            end = live & ~has_mask & (~torch.tensor(edit_on, device=dev) | (post > self.max_post_steps))
+            self._next_block(end, blk, j, post)
+            rows = torch.nonzero(live & ~end).squeeze(1)
+            if rows.numel() == 0:
+                continue
+            R = rows.numel()
+            pos = pos_all[rows]
+            bb = rows[:, None].expand(R, L)
+            zb = z[bb, pos]
+            masked = zb == M
+            probs = posterior_rows(self.denoiser, z, bb.reshape(-1), pos.reshape(-1))
+            x0 = tempered_draw(probs, tok_u.at(nfe[rows, None].expand(R, L).reshape(-1), bb.reshape(-1),
+                                               pos.reshape(-1)), self.temperature)
+            law = tempered_law(probs, self.temperature)
+            conf = (law / law.sum(-1, keepdim=True)).gather(1, x0[:, None]).squeeze(1) if law is not None \
+                else probs.gather(1, x0[:, None]).squeeze(1)
+            x0, conf = x0.view(R, L), conf.view(R, L)
+            # mask filling
+            k = k_of[j[rows].clamp(max=S - 1)]
+            score = torch.where(masked, conf, float("-inf"))
+            high = (score > self.threshold) & masked
+            top = stable_ranks(score, descending=True) < torch.minimum(k, masked.sum(1))[:, None]
+            fill = torch.where((high.sum(1) >= k)[:, None], high, top) & masked
+            # editing
+            edit = ~masked & (x0 != zb) & (conf > self.editing_threshold) if edit_on else torch.zeros_like(masked)
+            z[bb, pos] = torch.where(fill | edit, x0, zb)
+            nfe[rows] += 1
+            mask_phase = masked.any(1)
+            j[rows] += mask_phase.long()
+            self._next_block(torch.zeros_like(live).index_fill_(0, rows[~mask_phase & ~edit.any(1)], True),
+                             blk, j, post)
+        return z, nfe.to(torch.float64)
+
+    @staticmethod
+    def _next_block(which: torch.Tensor, blk: torch.Tensor, j: torch.Tensor, post: torch.Tensor) -> None:
+        blk += which.long()
+        j.masked_fill_(which, 0)
+        post.masked_fill_(which, 0)

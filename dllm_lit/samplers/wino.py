@@ -1,0 +1,135 @@
+"""WINO, wide-in narrow-out decoding with revocable tokens; see ``docs/samplers/wino.md``.
+
+Hong et al., "Wide-In, Narrow-Out: Revokable Decoding for Diffusion Large Language Models" (arXiv:2507.18578);
+followed in Kamichanw/d2Cache ``src/generation/wino_official.py`` (``decoding_wino``, the authors' loop) and
+``src/generation/wino.py``.
+
+Blocks of ``block_length`` (None: one block) left to right; inside a block, every call scores all block positions
+at once (upstream's "shadow block" with a leave-one-out attention mask):
+
+* masked i: a proposal x^_i ~ p(x_i | z)^(1/tau) (argmax at tau = 0), confidence c_i = p(x^_i | z);
+* revealed i: the back-confidence b_i = p(z_i | z_{-i}), the leave-one-out probability of the token it holds.
+
+Wide in: commit every proposal with c_i > ``wide_in_threshold``; more than a = min(max(floor(0.7 |M|), 5), 20) of
+them (|M| masked in the block): the a most confident; none: the single most confident.  Narrow out, only when
+more than one token was committed: re-mask the revealed tokens with b_i < ``narrow_out_threshold`` (scored before
+this call's commits); when they number at least the previous call's commit count n_prev (30 at a block's start),
+re-mask only the n_prev - 1 least confident of them.  A block ends when it has no mask left.
+
+Ties (frequent under the exact oracle): the lower position first, in the top-a, the argmax and the re-mask order.
+Termination (a departure): after ``max_steps_per_block`` calls in a block (default 4 x block_length) re-masking
+stops, so every later call commits at least one token.  NFE = calls, counted per sequence (adaptive).
+Randomness: proposals from Stream.TOKEN uniforms at (the sequence's call count, position).
+"""
+from __future__ import annotations
+
+import torch
+
+from dllm_lit import checks
+from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.draws import StepUniforms, tempered_draw
+from dllm_lit.samplers.leave_one_out import check_leave_one_out, posterior_rows
+
+__all__ = ["WINO", "stable_ranks"]
+
+#: upstream's back-off count at the start of every block (``last_accept = 30``)
+FIRST_LAST_ACCEPT = 30
+
+
+def stable_ranks(scores: torch.Tensor, descending: bool) -> torch.Tensor:
+    """Rank of every entry of each row [R, L] (0 = best), ties broken by the lower position."""
+    order = torch.sort(scores, dim=1, descending=descending, stable=True).indices
+    ranks = torch.arange(scores.shape[1], device=scores.device).expand_as(order)
+    return torch.empty_like(order).scatter_(1, order, ranks)
+
+
+class WINO(Sampler):
+    """Wide-in narrow-out: threshold commits plus leave-one-out re-masking of weak tokens, block by block.
+
+    Args:
+        denoiser: frozen denoiser answering leave-one-out posteriors (None: the world's exact oracle).
+        steps: keys the randomness only (a grid gives replicates); the step count is adaptive.
+        block_length: block size (None: one block of length T; upstream's default, 128, is in the config); must
+            divide T.
+        wide_in_threshold: commit proposals with confidence above this (upstream 0.6).
+        narrow_out_threshold: re-mask revealed tokens whose leave-one-out probability is below this (upstream 0.9).
+        temperature: proposal temperature (upstream: 0, argmax).
+        max_steps_per_block: calls per block after which re-masking stops (None: 4 x block_length).
+    """
+
+    sampler_name = "wino"
+
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, block_length: int | None = None,
+                 wide_in_threshold: float = 0.6, narrow_out_threshold: float = 0.9, temperature: float = 1.0,
+                 max_steps_per_block: int | None = None) -> None:
+        super().__init__(denoiser=denoiser, steps=steps)
+        self.block_length = checks.optional_integer("block_length", block_length)
+        self.wide_in_threshold = checks.real("wide_in_threshold", wide_in_threshold, 0.0, 1.0)
+        self.narrow_out_threshold = checks.real("narrow_out_threshold", narrow_out_threshold, 0.0, 1.0)
+        self.temperature = checks.real("temperature", temperature, 0.0)
+        self.max_steps_per_block = checks.optional_integer("max_steps_per_block", max_steps_per_block)
+
+    def check_options(self) -> None:
+        check_leave_one_out(self.denoiser, "WINO")
+
+    def check_run(self, seq_len: int, steps: int | None) -> None:
+        if self.block_length is not None and seq_len % self.block_length:
+            raise ValueError(f"block_length={self.block_length} must divide seq_len={seq_len}")
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
+
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+        B, T, dev = indices.numel(), seq_len, indices.device
+        L = self.block_length or T
+        M, nb = self.mask_id, T // L
+        cap = self.max_steps_per_block if self.max_steps_per_block is not None else 4 * L
+        z = torch.full((B, T), M, dtype=torch.long, device=dev)
+        blk = torch.zeros(B, dtype=torch.long, device=dev)
+        last = torch.full((B,), FIRST_LAST_ACCEPT, dtype=torch.long, device=dev)
+        in_block = torch.zeros(B, dtype=torch.long, device=dev)     # calls made in the current block
+        nfe = torch.zeros(B, dtype=torch.long, device=dev)          # calls made in all (the randomness key too)
+        tok_u = StepUniforms(seed, indices, steps)
+        col = torch.arange(L, device=dev)
+        while True:
+            rows = torch.nonzero(blk < nb).squeeze(1)
+            if rows.numel() == 0:
+                break
+            R = rows.numel()
+            pos = blk[rows, None] * L + col[None, :]                                  # [R, L]
+            bb = rows[:, None].expand(R, L)
+            zb = z[bb, pos]
+            masked = zb == M
+            probs = posterior_rows(self.denoiser, z, bb.reshape(-1), pos.reshape(-1)).view(R, L, -1)
+            step = nfe[rows, None].expand(R, L)
+            x0 = tempered_draw(probs.view(R * L, -1), tok_u.at(step.reshape(-1), bb.reshape(-1), pos.reshape(-1)),
+                               self.temperature).view(R, L)
+            conf = probs.gather(2, x0[..., None]).squeeze(2)
+            back = probs.gather(2, torch.where(masked, 0, zb)[..., None]).squeeze(2)
+            # wide in
+            n_mask = masked.sum(1)
+            most = (n_mask.double() * 0.7).floor().long().clamp(min=5).clamp(max=20)
+            score = torch.where(masked, conf, float("-inf"))
+            above = (score > self.wide_in_threshold) & masked
+            n_above = above.sum(1, keepdim=True)
+            rank = stable_ranks(score, descending=True)
+            commit = torch.where(n_above > most[:, None], rank < most[:, None],
+                                 torch.where(n_above == 0, rank == 0, above)) & masked
+            n_commit = commit.sum(1)
+            # narrow out (scored on the tokens revealed before this call)
+            back = torch.where(masked, float("inf"), back)
+            low = back < self.narrow_out_threshold
+            fewest = stable_ranks(back, descending=False) < (last[rows] - 1)[:, None]
+            remask = torch.where((low.sum(1) >= last[rows])[:, None], fewest & low, low)
+            remask &= ((n_commit > 1) & (in_block[rows] < cap))[:, None] & ~masked
+            new = torch.where(commit, x0, torch.where(remask, M, zb))
+            z[bb, pos] = new
+            last[rows] = n_commit
+            in_block[rows] += 1
+            nfe[rows] += 1
+            done = rows[~(new == M).any(1)]
+            blk[done] += 1
+            last[done] = FIRST_LAST_ACCEPT
+            in_block[done] = 0
+        return z, nfe.to(torch.float64)
