@@ -1,0 +1,94 @@
+"""Duo / UDLM ancestral sampling of uniform-state diffusion with the exact oracle; see ``docs/samplers/duo.md``.
+
+Sahoo et al., "The Diffusion Duality" (arXiv:2506.10892), upstream ``s-sahoo/duo`` (``trainer_base.py``:
+``generate_samples``, ``_ancestral_update``, ``LogLinear``, ``Cosine``; ``algo.py``: ``DUO_BASE._posterior_from_x0``).
+
+Forward noise q(z_t | x) = alpha_t delta_x + (1 - alpha_t) / V, loglinear alpha_t = 1 - (1 - eps) t (or cosine).
+Start from uniform tokens; on t_j = linspace(1, t_min, steps + 1) every position draws, independently,
+
+    z_s ~ [alpha_t V x e_zt + (alpha_ts - alpha_t) e_zt + (alpha_s - alpha_t) x + (1 - alpha_ts)(1 - alpha_s) / V]
+          / [alpha_t V x(z_t) + 1 - alpha_t],
+
+x = p(x_i | z_{-i}) the oracle's leave-one-out law under UniformNoise(alpha_t) (which makes this the exact
+per-position marginal p(z_s^i | z_t); :mod:`dllm_lit.samplers.uniform_state`).  Then the noise removal at t_min:
+
+* ``ancestral`` (upstream default): the same step with alpha_s = 1, i.e. a draw from the exact posterior
+  p(x_i | z) of every position;
+* ``greedy``: every position replaced by argmax_v x(v) at once (upstream ``forward(...).argmax``) - biased: it
+  ignores the position's own token and the law's spread (documented, not a bug);
+* ``none``: the state at t_min is returned.
+
+NFE = steps + 1 (one evaluation per step; upstream disables its cache for time-conditioned models), steps
+with ``none``.  Uniforms: the prior at slot 3 of step 0, step j's draws at slot 0 of step j, the final
+ancestral draw at step ``steps``.
+"""
+from __future__ import annotations
+
+import torch
+
+from dllm_lit import checks
+from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.denoisers.channels import UniformNoise
+from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.draws import StepUniforms
+from dllm_lit.samplers.schedules import time_grid
+from dllm_lit.samplers.uniform_state import (NOISES, check_channel, draw_rows, duo_alpha, leave_one_out_law,
+                                             uniform_prior, uniform_reverse_step)
+
+__all__ = ["Duo", "NOISE_REMOVAL"]
+
+NOISE_REMOVAL = ("ancestral", "greedy", "none")
+
+
+class Duo(Sampler):
+    """Duo / UDLM ancestral sampler (module docstring).
+
+    Args:
+        denoiser: frozen denoiser answering UniformNoise leave-one-out (the exact oracle if None).
+        steps: ancestral steps (or a grid); the noise removal adds one evaluation.
+        noise: "loglinear" (upstream default) or "cosine".
+        noise_eps: the schedule's eps (upstream 1e-3).
+        t_min: end of the time grid linspace(1, t_min, steps + 1) (upstream 1e-5).
+        noise_removal: "ancestral" (upstream default), "greedy" (argmax tail, biased) or "none".
+    """
+
+    sampler_name = "duo"
+    no_log_q_reason = "uniform-state sampling has no unmasking order: every position may change at every step"
+
+    def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, noise: str = "loglinear",
+                 noise_eps: float = 1e-3, t_min: float = 1e-5, noise_removal: str = "ancestral") -> None:
+        super().__init__(denoiser=denoiser, steps=steps)
+        self.noise = checks.choice("noise", noise, NOISES)
+        self.noise_eps = checks.real("noise_eps", noise_eps, 0.0, 1.0, low_open=True, high_open=True)
+        self.t_min = checks.real("t_min", t_min, 0.0, 1.0, low_open=True, high_open=True)
+        self.noise_removal = checks.choice("noise_removal", noise_removal, NOISE_REMOVAL)
+
+    @property
+    def name(self) -> str:
+        return "duo" if self.noise_removal == "ancestral" else f"duo_{self.noise_removal}"
+
+    def check_options(self) -> None:
+        check_channel(self.denoiser, UniformNoise(0.5))
+
+    def nfe(self, seq_len: int, steps: int | None) -> float | None:
+        return float(steps + (self.noise_removal != "none"))
+
+    def alpha(self, t: float) -> float:
+        return duo_alpha(t, self.noise, self.noise_eps)
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        den, V, T = self.denoiser, self.vocab_size, seq_len
+        uni = StepUniforms(seed, indices, steps)
+        z = uniform_prior(uni, 0, indices.numel(), T, V).to(indices.device)
+        ts = time_grid(steps, self.t_min).tolist()
+        for j in range(steps):
+            a_t, a_s = self.alpha(ts[j]), self.alpha(ts[j + 1])
+            x = leave_one_out_law(den, z, UniformNoise(a_t))
+            z = draw_rows(uniform_reverse_step(x, z, a_s, a_t), uni.grid(j, T))
+        if self.noise_removal == "none":
+            return z
+        a_t = self.alpha(ts[-1])
+        x = leave_one_out_law(den, z, UniformNoise(a_t))
+        if self.noise_removal == "greedy":
+            return x.argmax(-1)
+        return draw_rows(uniform_reverse_step(x, z, 1.0, a_t), uni.grid(steps, T))
