@@ -16,10 +16,11 @@ from dllm_lit.samplers.mdlm import MDLM
 from dllm_lit.samplers.mdlm_paper import MDLMPaper
 from dllm_lit.samplers.nucleus import top_p_filter
 from dllm_lit.samplers.pc_sampler import PCSampler
+from dllm_lit.samplers.psi import Psi
 from dllm_lit.samplers.remdm import ReMDM
 from dllm_lit.samplers.sedd import SEDD
 from dllm_lit.samplers.sedd_uniform import SEDDUniform
 
 __all__ = ["AR", "BlockMDLM", "Dream", "EBSampler", "ExternalSampler", "FHS", "FastDLLM", "KLASS", "LLaDA", "MDLM", "MDLMPaper", "MaskGIT",
            "PCSampler", "ReMDM", "SEDD", "Sampler", "top_p_filter"]
-__all__ += ["Duo", "GIDD", "SEDDUniform"]  # uniform-state samplers (issue 23)
+__all__ += ["Duo", "GIDD", "Psi", "SEDDUniform"]  # uniform-state samplers (issue 23)

@@ -33,6 +33,7 @@ from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.samplers.schedules import time_grid
 from dllm_lit.samplers.uniform_state import (NOISES, check_channel, draw_rows, duo_alpha, leave_one_out_law,
+                                             noise_removal_step,
                                              uniform_prior, uniform_reverse_step)
 
 __all__ = ["Duo", "NOISE_REMOVAL"]
@@ -85,10 +86,4 @@ class Duo(Sampler):
             a_t, a_s = self.alpha(ts[j]), self.alpha(ts[j + 1])
             x = leave_one_out_law(den, z, UniformNoise(a_t))
             z = draw_rows(uniform_reverse_step(x, z, a_s, a_t), uni.grid(j, T))
-        if self.noise_removal == "none":
-            return z
-        a_t = self.alpha(ts[-1])
-        x = leave_one_out_law(den, z, UniformNoise(a_t))
-        if self.noise_removal == "greedy":
-            return x.argmax(-1)
-        return draw_rows(uniform_reverse_step(x, z, 1.0, a_t), uni.grid(steps, T))
+        return noise_removal_step(den, z, self.alpha(ts[-1]), self.noise_removal, uni.grid(steps, T))

@@ -19,11 +19,11 @@ import math
 import torch
 
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.denoisers.channels import EvidenceChannel
+from dllm_lit.denoisers.channels import EvidenceChannel, UniformNoise
 from dllm_lit.samplers.draws import StepUniforms, categorical
 
 __all__ = ["NOISES", "duo_alpha", "check_channel", "leave_one_out_law", "uniform_prior", "draw_rows",
-           "uniform_reverse_step", "uniform_forward"]
+           "uniform_reverse_step", "uniform_forward", "noise_removal_step"]
 
 #: Duo's noise schedules (``trainer_base.LogLinear``, ``trainer_base.Cosine``)
 NOISES = ("loglinear", "cosine")
@@ -85,3 +85,14 @@ def uniform_reverse_step(x0: torch.Tensor, zt: torch.Tensor, alpha_s: float, alp
 def uniform_forward(law: torch.Tensor, alpha: float) -> torch.Tensor:
     """Forward uniform noise applied to a clean law [..., V]: alpha law + (1 - alpha) / V (Duo ``_forward_process``)."""
     return alpha * law + (1 - alpha) / law.shape[-1]
+
+
+def noise_removal_step(denoiser: Denoiser, z: torch.Tensor, alpha_t: float, mode: str, u: torch.Tensor) -> torch.Tensor:
+    """Duo's final step at alpha_t: "ancestral" (a draw from the exact posterior, the reverse step to alpha = 1 with
+    uniforms u), "greedy" (argmax of the leave-one-out law, biased) or "none" (z unchanged, no evaluation)."""
+    if mode == "none":
+        return z
+    x = leave_one_out_law(denoiser, z, UniformNoise(alpha_t))
+    if mode == "greedy":
+        return x.argmax(-1)
+    return draw_rows(uniform_reverse_step(x, z, 1.0, alpha_t), u)
