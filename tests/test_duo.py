@@ -93,3 +93,20 @@ class CountingLOO(CountingDenoiser):
     def log_posterior(self, z, channel=None, leave_one_out=False):
         self.calls += 1
         return self.oracle.log_posterior(z, channel, leave_one_out)
+
+
+def tiny_hmm():
+    """A tiny HMM that is not a first-order chain (V = 3, S = 4; as tests/test_hmm_samplers.py)."""
+    from dllm_lit.markov import HMMWorld
+
+    A = torch.tensor([[0.7, 0.2, 0.1, 0.0], [0.1, 0.6, 0.0, 0.3], [0.25, 0.25, 0.5, 0.0], [0.0, 0.3, 0.2, 0.5]],
+                     dtype=torch.float64)
+    B = torch.tensor([[0.8, 0.2, 0.0], [0.1, 0.1, 0.8], [0.3, 0.6, 0.1], [0.0, 0.5, 0.5]], dtype=torch.float64)
+    return HMMWorld(emission=B, transition=A)
+
+
+def test_law_in_an_hmm_world() -> None:
+    """Through HMMOracleDenoiser (uniform channel, leave-one-out forward-backward) the law is the DP's."""
+    world = tiny_hmm()
+    x = Duo().connect(world).sample(N, T, 2, seed=41)
+    assert chi_square_pvalue(sequence_counts(x, V), duo_law(world, T, 2)) > ALPHA

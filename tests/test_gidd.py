@@ -61,3 +61,12 @@ def test_chunking_invariance(chain, den) -> None:
 def test_bad_settings_rejected(kwargs, field) -> None:
     with pytest.raises(ValueError, match=field):
         GIDD(**kwargs)
+
+
+def test_law_in_an_hmm_world() -> None:
+    """Through HMMOracleDenoiser (MaskedUniform channel, leave-one-out forward-backward) the law is the DP's."""
+    from test_duo import tiny_hmm
+
+    world = tiny_hmm()
+    x = GIDD().connect(world).sample(N, T, 2, seed=43)
+    assert chi_square_pvalue(sequence_counts(x, V), gidd_law(world, T, 2)) > ALPHA
