@@ -26,22 +26,16 @@ from __future__ import annotations
 
 import torch
 
-from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import UniformNoise
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms
-from dllm_lit.samplers.schedules import time_grid
-from dllm_lit.samplers.uniform_state import (NOISES, check_channel, draw_rows, duo_alpha, leave_one_out_law,
-                                             noise_removal_step,
-                                             uniform_prior, uniform_reverse_step)
+from dllm_lit.samplers.uniform_state import (NOISE_REMOVAL, DuoNoise, draw_rows, leave_one_out_law, noise_removal_step,
+                                             uniform_reverse_step, uniform_start)
 
 __all__ = ["Duo", "NOISE_REMOVAL"]
 
-NOISE_REMOVAL = ("ancestral", "greedy", "none")
 
-
-class Duo(Sampler):
+class Duo(DuoNoise, Sampler):
     """Duo / UDLM ancestral sampler (module docstring).
 
     Args:
@@ -54,34 +48,19 @@ class Duo(Sampler):
     """
 
     sampler_name = "duo"
-    no_log_q_reason = "uniform-state sampling has no unmasking order: every position may change at every step"
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, noise: str = "loglinear",
                  noise_eps: float = 1e-3, t_min: float = 1e-5, noise_removal: str = "ancestral") -> None:
         super().__init__(denoiser=denoiser, steps=steps)
-        self.noise = checks.choice("noise", noise, NOISES)
-        self.noise_eps = checks.real("noise_eps", noise_eps, 0.0, 1.0, low_open=True, high_open=True)
-        self.t_min = checks.real("t_min", t_min, 0.0, 1.0, low_open=True, high_open=True)
-        self.noise_removal = checks.choice("noise_removal", noise_removal, NOISE_REMOVAL)
+        self._duo_options(noise, noise_eps, t_min, noise_removal)
 
     @property
     def name(self) -> str:
         return "duo" if self.noise_removal == "ancestral" else f"duo_{self.noise_removal}"
 
-    def check_options(self) -> None:
-        check_channel(self.denoiser, UniformNoise(0.5))
-
-    def nfe(self, seq_len: int, steps: int | None) -> float | None:
-        return float(steps + (self.noise_removal != "none"))
-
-    def alpha(self, t: float) -> float:
-        return duo_alpha(t, self.noise, self.noise_eps)
-
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        den, V, T = self.denoiser, self.vocab_size, seq_len
-        uni = StepUniforms(seed, indices, steps)
-        z = uniform_prior(uni, 0, indices.numel(), T, V).to(indices.device)
-        ts = time_grid(steps, self.t_min).tolist()
+        den, T = self.denoiser, seq_len
+        uni, z, ts = uniform_start(indices, T, steps, seed, self.vocab_size, self.t_min)
         for j in range(steps):
             a_t, a_s = self.alpha(ts[j]), self.alpha(ts[j + 1])
             x = leave_one_out_law(den, z, UniformNoise(a_t))

@@ -23,17 +23,14 @@ from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import UniformNoise
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.samplers.schedules import time_grid
-from dllm_lit.samplers.uniform_state import (NOISES, check_channel, draw_rows, duo_alpha, leave_one_out_law,
-                                             noise_removal_step,
-                                             uniform_forward, uniform_prior, uniform_reverse_step)
+from dllm_lit.samplers.uniform_state import (DuoNoise, draw_rows, leave_one_out_law, noise_removal_step, uniform_forward,
+                                             uniform_reverse_step, uniform_start)
 
 __all__ = ["Psi", "parse_mode", "psi_kappas"]
 
 _FIXED = {"pure-posterior": 1.0, "pure-pc": 0.0}
 _PREFIXES = ("constant-remdm-", "max-capped-", "max-rescale-", "constant-")
-NOISE_REMOVAL = ("ancestral", "greedy", "none")
 
 
 def parse_mode(name: str, mode: str) -> tuple[str, float]:
@@ -77,7 +74,7 @@ def psi_kappas(times: list[float], alpha, modes: tuple[str, str, str], high_frac
     return out
 
 
-class Psi(Sampler):
+class Psi(DuoNoise, Sampler):
     """Psi predictor-corrector sampler on Duo's uniform-state diffusion (module docstring).
 
     Args:
@@ -87,41 +84,27 @@ class Psi(Sampler):
     """
 
     sampler_name = "psi"
-    no_log_q_reason = "uniform-state sampling has no unmasking order: every position may change at every step"
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, noise: str = "loglinear",
                  noise_eps: float = 1e-3, t_min: float = 1e-5, high_mode: str = "pure-posterior",
                  middle_mode: str = "pure-posterior", low_mode: str = "pure-posterior", high_frac: float = 0.2,
                  middle_frac: float = 0.6, noise_removal: str = "ancestral") -> None:
         super().__init__(denoiser=denoiser, steps=steps)
-        self.noise = checks.choice("noise", noise, NOISES)
-        self.noise_eps = checks.real("noise_eps", noise_eps, 0.0, 1.0, low_open=True, high_open=True)
-        self.t_min = checks.real("t_min", t_min, 0.0, 1.0, low_open=True, high_open=True)
+        self._duo_options(noise, noise_eps, t_min, noise_removal)
         for field, mode in (("high_mode", high_mode), ("middle_mode", middle_mode), ("low_mode", low_mode)):
             parse_mode(field, mode)
         self.high_mode, self.middle_mode, self.low_mode = high_mode, middle_mode, low_mode
         self.high_frac = checks.real("high_frac", high_frac, 0.0, 1.0)
         self.middle_frac = checks.real("middle_frac", middle_frac, 0.0, 1.0 - self.high_frac)
-        self.noise_removal = checks.choice("noise_removal", noise_removal, NOISE_REMOVAL)
-
-    def check_options(self) -> None:
-        check_channel(self.denoiser, UniformNoise(0.5))
-
-    def nfe(self, seq_len: int, steps: int | None) -> float | None:
-        return float(steps + (self.noise_removal != "none"))
-
-    def alpha(self, t: float) -> float:
-        return duo_alpha(t, self.noise, self.noise_eps)
 
     def kappas(self, steps: int) -> list[float]:
         return psi_kappas(time_grid(steps, self.t_min).tolist(), self.alpha,
                           (self.high_mode, self.middle_mode, self.low_mode), self.high_frac, self.middle_frac)
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        den, V, T = self.denoiser, self.vocab_size, seq_len
-        uni = StepUniforms(seed, indices, steps)
-        z = uniform_prior(uni, 0, indices.numel(), T, V).to(indices.device)
-        ts, kap = time_grid(steps, self.t_min).tolist(), self.kappas(steps)
+        den, T = self.denoiser, seq_len
+        uni, z, ts = uniform_start(indices, T, steps, seed, self.vocab_size, self.t_min)
+        kap = self.kappas(steps)
         for j in range(steps):
             a_t, a_s = self.alpha(ts[j]), self.alpha(ts[j + 1])
             x = leave_one_out_law(den, z, UniformNoise(a_t))

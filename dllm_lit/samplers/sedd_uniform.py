@@ -33,9 +33,7 @@ from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import UniformNoise
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms
-from dllm_lit.samplers.schedules import time_grid
-from dllm_lit.samplers.uniform_state import check_channel, draw_rows, leave_one_out_law, uniform_prior
+from dllm_lit.samplers.uniform_state import NO_ORDER, check_channel, draw_rows, leave_one_out_law, uniform_start
 
 __all__ = ["SEDDUniform", "PREDICTORS", "SEDD_NOISES", "uniform_scores", "staggered_step"]
 
@@ -74,7 +72,7 @@ class SEDDUniform(Sampler):
     """
 
     sampler_name = "sedd_uniform"
-    no_log_q_reason = "uniform-state sampling has no unmasking order: every position may change at every step"
+    no_log_q_reason = NO_ORDER
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, predictor: str = "analytic",
                  noise: str = "geometric", sigma_min: float = 1e-4, sigma_max: float = 20.0,
@@ -110,9 +108,7 @@ class SEDDUniform(Sampler):
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         den, V, T = self.denoiser, self.vocab_size, seq_len
-        uni = StepUniforms(seed, indices, steps)
-        z = uniform_prior(uni, 0, indices.numel(), T, V).to(indices.device)
-        ts = time_grid(steps, self.t_min).tolist()
+        uni, z, ts = uniform_start(indices, T, steps, seed, V, self.t_min)
         for j in range(steps):
             t, s = ts[j], ts[j + 1]
             alpha = math.exp(-self.sigma(t))

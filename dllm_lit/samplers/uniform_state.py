@@ -20,10 +20,18 @@ import torch
 
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import EvidenceChannel, UniformNoise
+from dllm_lit import checks
 from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.schedules import time_grid
 
 __all__ = ["NOISES", "duo_alpha", "check_channel", "leave_one_out_law", "uniform_prior", "draw_rows",
-           "uniform_reverse_step", "uniform_forward", "noise_removal_step"]
+           "uniform_reverse_step", "uniform_forward", "noise_removal_step", "uniform_start", "DuoNoise",
+           "NOISE_REMOVAL", "NO_ORDER"]
+
+#: Duo's final steps (``sampling.noise_removal``)
+NOISE_REMOVAL = ("ancestral", "greedy", "none")
+#: why uniform-state rows report no log q
+NO_ORDER = "uniform-state sampling has no unmasking order: every position may change at every step"
 
 #: Duo's noise schedules (``trainer_base.LogLinear``, ``trainer_base.Cosine``)
 NOISES = ("loglinear", "cosine")
@@ -96,3 +104,33 @@ def noise_removal_step(denoiser: Denoiser, z: torch.Tensor, alpha_t: float, mode
     if mode == "greedy":
         return x.argmax(-1)
     return draw_rows(uniform_reverse_step(x, z, 1.0, alpha_t), u)
+
+
+def uniform_start(indices: torch.Tensor, seq_len: int, steps: int, seed: int, vocab_size: int,
+                  t_min: float) -> tuple[StepUniforms, torch.Tensor, list[float]]:
+    """(the run's uniforms, uniform start tokens [B, T], the grid linspace(1, t_min, steps + 1))."""
+    uni = StepUniforms(seed, indices, steps)
+    z = uniform_prior(uni, 0, indices.numel(), seq_len, vocab_size).to(indices.device)
+    return uni, z, time_grid(steps, t_min).tolist()
+
+
+class DuoNoise:
+    """Mixin of the samplers on Duo's uniform-state noise (Duo, Psi): options, channel check, alpha_t, NFE."""
+
+    no_log_q_reason = NO_ORDER
+
+    def _duo_options(self, noise: str, noise_eps: float, t_min: float, noise_removal: str) -> None:
+        self.noise = checks.choice("noise", noise, NOISES)
+        self.noise_eps = checks.real("noise_eps", noise_eps, 0.0, 1.0, low_open=True, high_open=True)
+        self.t_min = checks.real("t_min", t_min, 0.0, 1.0, low_open=True, high_open=True)
+        self.noise_removal = checks.choice("noise_removal", noise_removal, NOISE_REMOVAL)
+
+    def check_options(self) -> None:
+        check_channel(self.denoiser, UniformNoise(0.5))
+
+    def nfe(self, seq_len: int, steps: int | None) -> float | None:
+        """One evaluation per step, one for the noise removal (none with ``none``)."""
+        return float(steps + (self.noise_removal != "none"))
+
+    def alpha(self, t: float) -> float:
+        return duo_alpha(t, self.noise, self.noise_eps)
