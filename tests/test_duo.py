@@ -28,9 +28,9 @@ def test_law_matches_dynamic_programming(chain, den, steps, noise, noise_removal
 
 def test_greedy_tail_is_biased_and_ancestral_converges(chain) -> None:
     """The greedy tail's law stays far from the chain's as steps grow; the ancestral tail's approaches it.
-    Total variation at 1, 4, 16 steps (exact laws)."""
+    Total variation at 1, 4, 8 steps (exact laws; docs/samplers/duo.md gives 16 and 64)."""
     exact = chain_law(chain, T)
-    tv = {m: [0.5 * (duo_law(chain, T, s, noise_removal=m) - exact).abs().sum().item() for s in (1, 4, 16)]
+    tv = {m: [0.5 * (duo_law(chain, T, s, noise_removal=m) - exact).abs().sum().item() for s in (1, 4, 8)]
           for m in ("ancestral", "greedy")}
     assert tv["ancestral"][0] > tv["ancestral"][1] > tv["ancestral"][2]
     assert min(tv["greedy"]) > 0.3 > tv["ancestral"][2]
