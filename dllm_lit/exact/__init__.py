@@ -15,6 +15,7 @@ from dllm_lit.exact.rules import eb_law, fast_dllm_law, llada_law, pc_law
 from dllm_lit.exact.score_select import (Selection, plackett_luce_choice, ranked_choice, score_select_law,
                                          tempered_options)
 from dllm_lit.exact.sedd import sedd_law
+from dllm_lit.exact.uniform_state import bayes_step_law, duo_law, gidd_law, psi_law, sedd_uniform_law
 
 
 def _block_mdlm(chain, T: int, block_size: int, steps: int, grid: str = "bd3", nucleus_p: float = 1.0,
@@ -59,3 +60,4 @@ __all__ = ["DREAM_ALGS", "LAWS", "OPTION_CHOICES", "PosteriorCache", "Selection"
            "maskgit_law", "mdlm_law", "mdlm_paper_law", "nucleus_row", "pc_law", "plackett_luce_choice",
            "plackett_luce_sets", "product_step", "proposal_options", "ranked_choice", "score_select_law",
            "sedd_law", "tempered_options", "transfer_counts"]
+__all__ += ["bayes_step_law", "duo_law", "gidd_law", "psi_law", "sedd_uniform_law"]  # uniform-state samplers

@@ -34,6 +34,10 @@ _EXPORTS: dict[str, str] = {
     "DUS": "dus",
     "LLaDA21": "llada21",
     "WINO": "wino",
+    "Duo": "duo",
+    "GIDD": "gidd",
+    "Psi": "psi",
+    "SEDDUniform": "sedd_uniform",
     "top_p_filter": "nucleus",
 }
 
@@ -70,3 +74,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from dllm_lit.samplers.dus import DUS
     from dllm_lit.samplers.llada21 import LLaDA21
     from dllm_lit.samplers.wino import WINO
+    from dllm_lit.samplers.duo import Duo
+    from dllm_lit.samplers.gidd import GIDD
+    from dllm_lit.samplers.psi import Psi
+    from dllm_lit.samplers.sedd_uniform import SEDDUniform

@@ -1,0 +1,136 @@
+"""Shared pieces of the uniform-state samplers (Duo / UDLM, Psi, SEDD-uniform, GIDD): the oracle's evidence,
+the reverse step of uniform noise, the uniform prior and row-wise draws.
+
+**Which posterior the oracle supplies.**  These samplers take a network output x_theta over the V clean
+tokens and plug it into the D3PM-form reverse step
+
+    p(z_s = y | z_t) = sum_x x_theta(x) q(z_s = y | x) q(z_t | z_s = y)  /  sum_x x_theta(x) q(z_t | x)
+
+(numerator and denominator each linear in x_theta).  With x_theta the *leave-one-out* law
+q_i(x) = p(x_i = x | z_{-i}) this is Bayes' rule for the position's exact marginal p(z_s^i = y | z_t), so
+the leave-one-out posterior is what these models' training losses are minimised by, and what the exact
+oracle supplies here (:meth:`Denoiser.log_posterior` with ``leave_one_out=True``).  (The full posterior
+p(x_i | z) plugged into the mixture sum_x p(x | z) q(z_s | z_t, x) gives the same marginal.)
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.denoisers.channels import EvidenceChannel, UniformNoise
+from dllm_lit import checks
+from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.schedules import time_grid
+
+__all__ = ["NOISES", "duo_alpha", "check_channel", "leave_one_out_law", "uniform_prior", "draw_rows",
+           "uniform_reverse_step", "uniform_forward", "noise_removal_step", "uniform_start", "DuoNoise",
+           "NOISE_REMOVAL", "NO_ORDER"]
+
+#: Duo's final steps (``sampling.noise_removal``)
+NOISE_REMOVAL = ("ancestral", "greedy", "none")
+#: why uniform-state rows report no log q
+NO_ORDER = "uniform-state sampling has no unmasking order: every position may change at every step"
+
+#: Duo's noise schedules (``trainer_base.LogLinear``, ``trainer_base.Cosine``)
+NOISES = ("loglinear", "cosine")
+
+
+def duo_alpha(t: float, noise: str = "loglinear", eps: float = 1e-3) -> float:
+    """alpha_t of Duo's schedules with t' = (1 - eps) t: loglinear 1 - t', cosine 1 - cos(pi/2 (1 - t'))."""
+    tt = (1.0 - eps) * t
+    if noise == "loglinear":
+        return 1.0 - tt
+    if noise == "cosine":
+        return 1.0 - math.cos(0.5 * math.pi * (1.0 - tt))
+    raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
+
+
+def check_channel(denoiser: Denoiser, channel: EvidenceChannel) -> None:
+    """One-line refusal, at wiring, of a denoiser that does not answer ``channel`` leave-one-out."""
+    if not denoiser.supports(channel, leave_one_out=True):
+        raise ValueError(f"denoiser {type(denoiser).__name__} does not answer the {channel.describe()['channel']} "
+                         f"channel leave-one-out, which uniform-state samplers need (the exact oracles do)")
+
+
+def leave_one_out_law(denoiser: Denoiser, z: torch.Tensor, channel: EvidenceChannel) -> torch.Tensor:
+    """p(x_i = v | z_{-i}) under ``channel``: float64 [B, T, V] (one denoiser evaluation).
+
+    A denoiser that does not answer the channel leave-one-out is refused in one line."""
+    check_channel(denoiser, channel)
+    return denoiser.log_posterior(z, channel, leave_one_out=True).to(torch.float64).exp()
+
+
+def uniform_prior(uni: StepUniforms, step: int, batch: int, seq_len: int, vocab_size: int) -> torch.Tensor:
+    """Uniform tokens in [0, V) from the uniforms of ``step`` (the limit law of uniform noise): LongTensor [B, T]."""
+    u = uni.grid(step, seq_len, slot=3)
+    return (u * vocab_size).long().clamp_(max=vocab_size - 1)
+
+
+def draw_rows(law: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One inverse-CDF draw per row of ``law`` [B, T, K] (unnormalised, non-negative) with uniforms u [B, T]."""
+    B, T, K = law.shape
+    return categorical(law.reshape(B * T, K), u.reshape(B * T)).view(B, T)
+
+
+def uniform_reverse_step(x0: torch.Tensor, zt: torch.Tensor, alpha_s: float, alpha_t: float) -> torch.Tensor:
+    """Duo's ``_posterior_from_x0``: the law of z_s given z_t and x0 [B, T, V] (a clean law) under uniform noise
+    q(z_t | x) = alpha_t delta_x + (1 - alpha_t) / V, float64 [B, T, V] (rows sum to one):
+
+        [alpha_t V x0 o e_zt + (alpha_ts - alpha_t) e_zt + (alpha_s - alpha_t) x0 + (1 - alpha_ts)(1 - alpha_s) / V]
+        / [alpha_t V x0(z_t) + 1 - alpha_t],        alpha_ts = alpha_t / alpha_s.
+    """
+    V = x0.shape[-1]
+    x0 = x0.to(torch.float64)
+    a_ts = alpha_t / alpha_s
+    e = torch.nn.functional.one_hot(zt, V).to(torch.float64)
+    num = alpha_t * V * x0 * e + (a_ts - alpha_t) * e + (alpha_s - alpha_t) * x0 + (1 - a_ts) * (1 - alpha_s) / V
+    den = alpha_t * V * x0.gather(-1, zt.unsqueeze(-1)) + (1 - alpha_t)
+    return num / den
+
+
+def uniform_forward(law: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Forward uniform noise applied to a clean law [..., V]: alpha law + (1 - alpha) / V (Duo ``_forward_process``)."""
+    return alpha * law + (1 - alpha) / law.shape[-1]
+
+
+def noise_removal_step(denoiser: Denoiser, z: torch.Tensor, alpha_t: float, mode: str, u: torch.Tensor) -> torch.Tensor:
+    """Duo's final step at alpha_t: "ancestral" (a draw from the exact posterior, the reverse step to alpha = 1 with
+    uniforms u), "greedy" (argmax of the leave-one-out law, biased) or "none" (z unchanged, no evaluation)."""
+    if mode == "none":
+        return z
+    x = leave_one_out_law(denoiser, z, UniformNoise(alpha_t))
+    if mode == "greedy":
+        return x.argmax(-1)
+    return draw_rows(uniform_reverse_step(x, z, 1.0, alpha_t), u)
+
+
+def uniform_start(indices: torch.Tensor, seq_len: int, steps: int, seed: int, vocab_size: int,
+                  t_min: float) -> tuple[StepUniforms, torch.Tensor, list[float]]:
+    """(the run's uniforms, uniform start tokens [B, T], the grid linspace(1, t_min, steps + 1))."""
+    uni = StepUniforms(seed, indices, steps)
+    z = uniform_prior(uni, 0, indices.numel(), seq_len, vocab_size).to(indices.device)
+    return uni, z, time_grid(steps, t_min).tolist()
+
+
+class DuoNoise:
+    """Mixin of the samplers on Duo's uniform-state noise (Duo, Psi): options, channel check, alpha_t, NFE."""
+
+    no_log_q_reason = NO_ORDER
+
+    def _duo_options(self, noise: str, noise_eps: float, t_min: float, noise_removal: str) -> None:
+        self.noise = checks.choice("noise", noise, NOISES)
+        self.noise_eps = checks.real("noise_eps", noise_eps, 0.0, 1.0, low_open=True, high_open=True)
+        self.t_min = checks.real("t_min", t_min, 0.0, 1.0, low_open=True, high_open=True)
+        self.noise_removal = checks.choice("noise_removal", noise_removal, NOISE_REMOVAL)
+
+    def check_options(self) -> None:
+        check_channel(self.denoiser, UniformNoise(0.5))
+
+    def nfe(self, seq_len: int, steps: int | None) -> float | None:
+        """One evaluation per step, one for the noise removal (none with ``none``)."""
+        return float(steps + (self.noise_removal != "none"))
+
+    def alpha(self, t: float) -> float:
+        return duo_alpha(t, self.noise, self.noise_eps)

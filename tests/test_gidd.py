@@ -1,0 +1,72 @@
+"""GIDD mixed-noise sampler (MaskedUniform channel, exact leave-one-out oracle): output law equals the exact law of its
+algorithm (DP over the (V + 1)^T noisy states), the forward channel matches upstream's schedule, NFE, bad settings."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import chi_square_pvalue, sequence_counts
+from dllm_lit.samplers.gidd import GIDD, gidd_channel
+from exact_laws import chain_law, gidd_law
+from test_duo import CountingLOO
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+V, T, N = 3, 4, 20000
+ALPHA = 0.01  # goodness-of-fit level
+
+
+@pytest.mark.parametrize("steps, p_uniform, gamma, min_p", [
+    (1, 0.1, 1.0, 0.0), (2, 0.1, 1.0, 0.0), (4, 0.2, 1.0, 0.0), (3, 0.0, 1.0, 0.0), (3, 0.5, 2.0, 0.0),
+    (3, 0.2, 1.0, 0.1),
+])
+def test_law_matches_dynamic_programming(chain, den, steps, p_uniform, gamma, min_p) -> None:
+    law = gidd_law(chain, T, steps, p_uniform, gamma, min_p=min_p)
+    x = GIDD(den, p_uniform=p_uniform, gamma=gamma, min_p=min_p).sample(N, T, steps, seed=steps + 20)
+    assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
+
+
+def test_converges_to_the_chain(chain) -> None:
+    """Total variation to the chain's law falls with the steps (exact laws at 1, 3, 8 steps)."""
+    exact = chain_law(chain, T)
+    tv = [0.5 * (gidd_law(chain, T, s) - exact).abs().sum().item() for s in (1, 3, 8)]
+    assert tv[0] > tv[1] > tv[2]
+
+
+def test_channel_is_upstream_schedule() -> None:
+    """alpha_t = (1 - t) / C_t, uniform share c_t / C_t, MASK t / C_t, c_t = 2^gamma p_u / (1 - p_u) (t (1 - t))^(gamma/2)."""
+    for t, p_u, g in ((0.5, 0.1, 1.0), (0.1, 0.2, 2.0), (0.9, 0.0, 1.0)):
+        c = 2 ** g * max(p_u, math.exp(-20)) / (1 - max(p_u, math.exp(-20))) * (t * (1 - t)) ** (g / 2)
+        ch = gidd_channel(t, p_u, g)
+        assert math.isclose(ch.alpha, (1 - t) / (1 + c), rel_tol=1e-12)
+        assert math.isclose(1 - ch.alpha - ch.beta, t / (1 + c), rel_tol=1e-12)
+
+
+def test_nfe_counts_denoiser_calls(chain, den) -> None:
+    counting = CountingLOO(den)
+    s = GIDD(counting).connect(chain)
+    s.sample(5, 6, 4, seed=0)
+    assert counting.calls == s.nfe(6, 4) == 4
+
+
+def test_chunking_invariance(chain, den) -> None:
+    s = GIDD(den)
+    x = s.sample(40, 9, 5, seed=3)
+    assert torch.equal(s.sample(15, 9, 5, seed=3, start_index=25), x[25:])
+
+
+@pytest.mark.parametrize("kwargs, field", [({"p_uniform": 1.0}, "p_uniform"), ({"gamma": 3.0}, "gamma"),
+                                           ({"t_eps": 0.0}, "t_eps"), ({"min_p": -0.1}, "min_p")])
+def test_bad_settings_rejected(kwargs, field) -> None:
+    with pytest.raises(ValueError, match=field):
+        GIDD(**kwargs)
+
+
+def test_law_in_an_hmm_world() -> None:
+    """Through HMMOracleDenoiser (MaskedUniform channel, leave-one-out forward-backward) the law is the DP's."""
+    from test_duo import tiny_hmm
+
+    world = tiny_hmm()
+    x = GIDD().connect(world).sample(N, T, 2, seed=43)
+    assert chi_square_pvalue(sequence_counts(x, V), gidd_law(world, T, 2)) > ALPHA
