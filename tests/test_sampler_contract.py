@@ -1,8 +1,9 @@
 """The contract every sampler keeps, checked on every exported sampler and every shipped config.
 
 The cases are collected, not listed: every ``configs/*.yaml`` whose ``model:`` block is a ``dllm_lit.samplers``
-class, a few option variants that take other code paths, and every sampler class exported by
-:mod:`dllm_lit.samplers` that no config uses (default options, or :data:`EXPORT_ARGS`).  A new sampler with a
+class, a few option variants that take other code paths, every sampler class exported by :mod:`dllm_lit.samplers`
+or defined in one of its modules that no config uses (default options, or :data:`EXPORT_ARGS`), and the docs'
+example (:data:`EXTRA`).  A new sampler with a
 config or an export line is covered without editing this file; one that cannot keep an item goes into
 :data:`EXEMPT` with the reason.
 
@@ -26,7 +27,9 @@ chunkings (the same float64 operations on the same rows) and bounded by 1e-12 ab
 """
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 from pathlib import Path
 
 import pytest
@@ -57,6 +60,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "mdlm_stepwise": ("MDLM", {"decoding": "stepwise"}),
     "sedd_beta3": ("SEDD", {"beta": 3.0}),
     "dream_entropy_tie_highest": ("Dream", {"alg": "entropy", "temperature": 1.0, "tie_rule": "highest"}),
+}
+#: samplers outside the export list that the contract covers too (the docs' example); every concrete sampler class
+#: defined in a dllm_lit.samplers module but not exported (e.g. a rule port) is collected as well
+EXTRA: dict[str, tuple[str, dict]] = {
+    "example:left_to_right": ("examples.my_sampler:LeftToRight", {}),
 }
 #: constructor options for exported classes that cannot be built with defaults
 EXPORT_ARGS: dict[str, dict] = {
@@ -110,6 +118,17 @@ def _exported() -> list[type[Sampler]]:
     return out
 
 
+def _module_samplers() -> list[type[Sampler]]:
+    """Concrete sampler classes defined in the modules of dllm_lit.samplers (exported or not)."""
+    out = []
+    for info in pkgutil.iter_modules(samplers.__path__):
+        module = importlib.import_module(f"dllm_lit.samplers.{info.name}")
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if obj.__module__ == module.__name__ and issubclass(obj, Sampler) and not inspect.isabstract(obj):
+                out.append(obj)
+    return out
+
+
 def _build(cls: type[Sampler], options: dict, denoiser=None) -> Sampler:
     """``cls`` with ``options`` (steps replaced by :data:`STEPS` where the class takes steps) and ``denoiser``."""
     options = dict(options)
@@ -134,6 +153,13 @@ def _cases() -> dict[str, tuple[type[Sampler], dict]]:
     for cls in _exported():
         if cls not in used:
             cases[f"export:{cls.__name__}"] = (cls, EXPORT_ARGS.get(cls.__name__, {}))
+            used.add(cls)
+    for cls in _module_samplers():
+        if cls not in used:
+            cases[f"module:{cls.__name__}"] = (cls, EXPORT_ARGS.get(cls.__name__, {}))
+    for name, (path, options) in EXTRA.items():
+        module, _, attr = path.partition(":")
+        cases[name] = (getattr(importlib.import_module(module), attr), options)
     return cases
 
 
@@ -177,7 +203,7 @@ def test_every_exported_sampler_and_config_is_a_case() -> None:
     names = set(CASES)
     assert {f"config:{s}" for s in _config_models()} <= names
     covered = {cls for cls, _ in CASES.values()}
-    assert set(_exported()) <= covered
+    assert set(_exported()) <= covered and set(_module_samplers()) <= covered
     items = {"chunks", "generic", "nfe", "log_q", "steps"}
     for item, case in EXEMPT:
         assert item in items and case in names, (item, case)

@@ -22,6 +22,8 @@ above its row's maximum is refused in one line instead of silently changing the 
 """
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import torch
 
 from dllm_lit import checks, rng
@@ -53,9 +55,9 @@ class RuleSampler(Sampler):
         """The law proposals are drawn from at rows ``probs`` [n, V] (unnormalised), or None for the argmax."""
         return probs
 
+    @abstractmethod
     def score(self, probs: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Float64 [n] ranking score of proposal ``tok`` [n] at absolute positions ``pos`` [n]."""
-        raise NotImplementedError(f"{type(self).__name__} must define score(probs, tok, pos)")
 
     def counts(self, n: int, steps: int) -> list[int]:
         """Commits at each of the ``steps`` steps of a block of ``n`` masked positions (sum n): the even split."""
