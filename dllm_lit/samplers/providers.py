@@ -24,11 +24,11 @@ import torch
 from dllm_lit import rng
 from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
 from dllm_lit.samplers.confidence_decoding import StepView, decode_blocks
-from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
 from dllm_lit.samplers.rule import RuleSampler, check_bound, reference_decode
 
-__all__ = ["PROVIDERS", "choose_provider", "decode_rule"]
+__all__ = ["PROVIDERS", "choose_provider", "decode_rule", "run_memo", "keyed_rows"]
 
 PROVIDERS = ("dense", "cache", "bounded")
 
@@ -74,7 +74,7 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
     V = den.vocab_size
     greedy = _greedy(rule, V, x.device)
     tok_u = StepUniforms(seed, indices, steps)
-    memo = NeighbourhoodRows(den, lambda rows: {"rows": rows}, x.device) if NeighbourhoodRows.applies(den) else None
+    memo = run_memo(den, lambda rows: {"rows": rows}, x.device)
 
     def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
         out = {"probs": probs, "argmax": probs.argmax(-1)}
@@ -109,3 +109,24 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
                   schedule=schedule, use_cache=True, bound="pmax" if rule.bound is not None else None,
                   fresh=("probs",), law=None if greedy else rule.propose)
     return provider
+
+
+def run_memo(den, derive, device: torch.device) -> NeighbourhoodRows | None:
+    """A run-long memo of ``derive(rows)`` by neighbourhood key (:class:`NeighbourhoodRows`) where it pays: a local
+    denoiser naming few keys, on the CPU (on CUDA large per-step kernels are faster); else None."""
+    if torch.device(device).type == "cpu" and NeighbourhoodRows.applies(den):
+        return NeighbourhoodRows(den, derive, device=device)
+    return None
+
+
+def keyed_rows(den, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor, derive, memo: NeighbourhoodRows | None = None,
+               max_rows: int | None = None):
+    """(query, keyed) at the masked positions (b, p) of z: the neighbour queries when ``den`` is local (else None),
+    and, on the CPU, :func:`~dllm_lit.samplers.neighbourhood_rows.rows_by_key`'s (features, index) of one row per
+    neighbourhood key (else None: the caller computes rows per position, from ``query`` when there is one)."""
+    if not isinstance(den, LocalDenoiser):
+        return None, None
+    query = neighbour_queries(den, z, b, p)
+    if z.device.type != "cpu":
+        return query, None
+    return query, rows_by_key(den, query, derive, memo, max_rows=max_rows)
