@@ -157,3 +157,13 @@ def test_rule_settings_are_checked(chains) -> None:
         bad().connect(chain)
     with pytest.raises(ValueError, match="log q"):
         LLaDARule(temperature=1.0).connect(chain).generate(torch.arange(2), 8, 4, 0, log_q=torch.zeros(2, 8))
+
+
+def test_hmm_world_takes_the_dense_provider_with_llada_draws() -> None:
+    from dllm_lit.sources.hmm_synthetic import synthetic_hmm
+
+    world = synthetic_hmm(4, 6, seed=1)
+    for tau in (0.0, 1.0):
+        rule = LLaDARule(temperature=tau).connect(world)
+        assert choose_provider(rule, rule.denoiser) == "dense"
+        assert torch.equal(rule.sample(8, 16, 4, seed=2), LLaDA(temperature=tau).connect(world).sample(8, 16, 4, seed=2))
