@@ -167,3 +167,11 @@ def test_hmm_world_takes_the_dense_provider_with_llada_draws() -> None:
         rule = LLaDARule(temperature=tau).connect(world)
         assert choose_provider(rule, rule.denoiser) == "dense"
         assert torch.equal(rule.sample(8, 16, 4, seed=2), LLaDA(temperature=tau).connect(world).sample(8, 16, 4, seed=2))
+
+
+def test_nan_scores_are_refused(chains) -> None:
+    chain = chains["sparse_teleport"]
+    nan = type("NaNScore", (LLaDARule,), {"bound": None, "score": lambda self, probs, tok, pos: torch.full_like(pos, float("nan"), dtype=torch.float64)})
+    for den in (OracleDenoiser(chain), GenericDenoiser(OracleDenoiser(chain))):
+        with pytest.raises(ValueError, match="NaN"):
+            nan(den).connect(chain).sample(2, 16, 4, seed=0)

@@ -121,7 +121,9 @@ class RuleSampler(Sampler):
 
 
 def check_bound(rule: RuleSampler, probs: torch.Tensor, scores: torch.Tensor) -> None:
-    """Refuse, in one line, a score above the bound its rule declares (at rows ``probs``)."""
+    """Refuse, in one line, a NaN score or a score above the bound its rule declares (at rows ``probs``)."""
+    if bool(scores.isnan().any()):
+        raise ValueError(f"{type(rule).__name__}.score returned NaN: scores must be numbers (-inf for never)")
     if rule.bound == "pmax":
         over = scores > probs.amax(-1).to(torch.float64)
         if bool(over.any()):
