@@ -175,3 +175,17 @@ def test_nan_scores_are_refused(chains) -> None:
     for den in (OracleDenoiser(chain), GenericDenoiser(OracleDenoiser(chain))):
         with pytest.raises(ValueError, match="NaN"):
             nan(den).connect(chain).sample(2, 16, 4, seed=0)
+
+
+def test_rule_engine_benchmark_runs() -> None:
+    """benchmarks/rule_engine.py at a tiny size: the three paths agree (it exits non-zero otherwise)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "benchmarks/rule_engine.py", "--num-sequences", "2", "--seq-len", "32",
+                          "--steps", "16"], cwd=root, env=env, check=True, capture_output=True, text=True, timeout=300)
+    assert "identical samples: True" in out.stdout
