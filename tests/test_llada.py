@@ -13,7 +13,7 @@ from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers.llada import LLaDA, prompt_law
-from exact_laws import TIE_DECIMALS, PosteriorCache, chain_law, law_vector
+from exact_laws import TIE_DECIMALS, PosteriorCache, chain_law, law_vector, random_subset_step
 from exact_laws import proposal_options as _proposal, transfer_counts
 
 V, T, N = 3, 4, 20000
@@ -36,31 +36,23 @@ def llada_law(chain: MarkovChain, T: int, steps: int, remasking: str, temperatur
         for k in transfer_counts(bl, S):
             if k == 0:
                 continue
+            if remasking == "random":
+                dist = random_subset_step(dist, post, M, k, lambda g, i: _proposal(g[i], temperature), lo, hi)
+                continue
             new: dict = defaultdict(float)
             for z, pz in dist.items():
                 g = post(z)
                 masked = [i for i in range(lo, hi) if z[i] == M]
                 opts = {i: _proposal(g[i], temperature) for i in masked}
-                if remasking == "random":
-                    subsets = list(itertools.combinations(masked, k))
-                    for sub in subsets:
-                        for combo in itertools.product(*(opts[i] for i in sub)):
-                            zz = list(z)
-                            pr = pz / len(subsets)
-                            for i, (v, q) in zip(sub, combo):
-                                zz[i] = v
-                                pr *= q
-                            new[tuple(zz)] += pr
-                else:
-                    for combo in itertools.product(*(opts[i] for i in masked)):
-                        pr = pz * math.prod(q for _, q in combo)
-                        ranked = sorted((-round(float(g[i, v]), TIE_DECIMALS), i) for i, (v, _) in zip(masked, combo))
-                        chosen = {i for _, i in ranked[:k]}
-                        zz = list(z)
-                        for i, (v, _) in zip(masked, combo):
-                            if i in chosen:
-                                zz[i] = v
-                        new[tuple(zz)] += pr
+                for combo in itertools.product(*(opts[i] for i in masked)):
+                    pr = pz * math.prod(q for _, q in combo)
+                    ranked = sorted((-round(float(g[i, v]), TIE_DECIMALS), i) for i, (v, _) in zip(masked, combo))
+                    chosen = {i for _, i in ranked[:k]}
+                    zz = list(z)
+                    for i, (v, _) in zip(masked, combo):
+                        if i in chosen:
+                            zz[i] = v
+                    new[tuple(zz)] += pr
             dist = new
     return law_vector(dist, chain.vocab_size, T)
 
@@ -268,3 +260,14 @@ def test_stored_cdf_draw_equals_searchsorted() -> None:
         k = categorical_from_stored_cdf(cdf, rows, u)
         assert torch.equal(k, categorical_from_cdf(cdf[rows], u))
         assert (P[rows, k] > 0).all()
+
+
+@pytest.mark.parametrize("T, steps, temperature, block_length", [(4, 2, 0.5, None), (4, 2, 1.0, 2), (5, 3, 0.0, None)])
+def test_random_subset_law_is_the_random_tie_law_of_equal_scores(chain, T, steps, temperature, block_length) -> None:
+    """Two DPs of random remasking agree: the shared random-subset step (exact_laws.random_subset_step) and the
+    generic score-select DP with equal scores and random ties (exact_laws.llada_law)."""
+    from exact_laws import llada_law as generic_llada_law
+
+    a = llada_law(chain, T, steps, "random", temperature, block_length)
+    b = generic_llada_law(chain, T, steps, temperature, remasking="random", block_length=block_length)
+    assert torch.allclose(a, b, atol=1e-12, rtol=0)

@@ -123,3 +123,14 @@ def test_tempered_cache_matches_direct_path(monkeypatch) -> None:
     cached = s.sample(8, 48, 12, seed=2)
     monkeypatch.setattr(PosteriorCache, "fits", staticmethod(lambda *a, **k: False))
     assert torch.equal(cached, s.sample(8, 48, 12, seed=2))
+
+
+def test_tempered_rule_is_written_once_cached_or_not(den, monkeypatch) -> None:
+    """beta != 1: the posterior cache and the direct queries feed the same step rule, so the same draws."""
+    from dllm_lit.samplers import sedd
+
+    for kw in ({"beta": 3.0}, {"beta": 0.5, "token_temperature": 0.7, "predictor": "euler"}):
+        cached = SEDD(den, **kw).sample(40, 12, 6, seed=4)
+        with monkeypatch.context() as m:
+            m.setattr(sedd.PosteriorCache, "fits", staticmethod(lambda *a, **k: False))
+            assert torch.equal(SEDD(den, **kw).sample(40, 12, 6, seed=4), cached)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
 
 import pytest
 import torch
@@ -22,7 +21,7 @@ from dllm_lit.metrics.sequence_kl import SequenceKL
 from dllm_lit.metrics.transition import TransitionMetrics
 from dllm_lit.samplers import AR, FHS, LLaDA, MDLM, SEDD, BlockMDLM, MDLMPaper
 from dllm_lit.samplers.schedules import time_grid
-from exact_laws import PosteriorCache, chain_law, law_vector, product_step
+from exact_laws import PosteriorCache, chain_law, law_vector, product_step, random_order_steps_law
 
 #: strictly positive kernel: every sequence has p(x) > 0, so every KL here is finite
 KERNEL = [[0.6, 0.3, 0.1], [0.2, 0.1, 0.7], [0.5, 0.25, 0.25]]
@@ -86,15 +85,7 @@ def _mdlm_orders(T: int, steps: int) -> dict[tuple[int, ...], float]:
 
 def _paper_orders(T: int, steps: int) -> dict[tuple[int, ...], float]:
     """Paper MDLM: a uniformly random order cut into k_i = T // S + [i < T % S] positions per step."""
-    cut = [i for i in range(steps) for _ in range(T // steps + (1 if i < T % steps else 0))]
-    counts = Counter()
-    for perm in itertools.permutations(range(T)):
-        d = [0] * T
-        for rank, pos in enumerate(perm):
-            d[pos] = cut[rank]
-        counts[tuple(d)] += 1
-    total = sum(counts.values())
-    return {d: c / total for d, c in counts.items()}
+    return random_order_steps_law(T, [T // steps + (1 if i < T % steps else 0) for i in range(steps)])
 
 
 def _kl(a: torch.Tensor, b: torch.Tensor) -> float:

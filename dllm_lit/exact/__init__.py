@@ -15,6 +15,7 @@ from dllm_lit.exact.rules import eb_law, fast_dllm_law, llada_law, pc_law
 from dllm_lit.exact.score_select import (Selection, plackett_luce_choice, ranked_choice, score_select_law,
                                          tempered_options)
 from dllm_lit.exact.sedd import sedd_law
+from dllm_lit.exact.subsets import random_order_steps_law, random_subset_step
 from dllm_lit.exact.uniform_state import bayes_step_law, duo_law, gidd_law, psi_law, sedd_uniform_law
 
 
@@ -58,6 +59,6 @@ __all__ = ["DREAM_ALGS", "LAWS", "OPTION_CHOICES", "PosteriorCache", "Selection"
            "argmax_fill_law", "block_mdlm_law", "chain_law", "dream_counts", "dream_law", "dream_origin_law",
            "dream_token_law", "eb_law", "fast_dllm_law", "klass_law", "law_vector", "llada_law", "maskgit_keep",
            "maskgit_law", "mdlm_law", "mdlm_paper_law", "nucleus_row", "pc_law", "plackett_luce_choice",
-           "plackett_luce_sets", "product_step", "proposal_options", "ranked_choice", "score_select_law",
+           "plackett_luce_sets", "product_step", "proposal_options", "random_order_steps_law", "random_subset_step", "ranked_choice", "score_select_law",
            "sedd_law", "tempered_options", "transfer_counts"]
 __all__ += ["bayes_step_law", "duo_law", "gidd_law", "psi_law", "sedd_uniform_law"]  # uniform-state samplers

@@ -10,6 +10,7 @@ import torch
 
 from dllm_lit.markov import MarkovChain
 from dllm_lit.exact.core import PosteriorCache, State, argmax_fill_law, law_vector, product_step
+from dllm_lit.exact.subsets import random_subset_step
 
 __all__ = ["mdlm_law", "mdlm_paper_law", "nucleus_row", "block_mdlm_law"]
 
@@ -52,21 +53,7 @@ def mdlm_paper_law(chain: MarkovChain, T: int, steps: int, counts: list[int] | N
         k = T // steps + (1 if i < T % steps else 0) if counts is None else counts[i]
         if k == 0:
             continue
-        new: dict[State, float] = defaultdict(float)
-        for z, pz in dist.items():
-            g = post(z)
-            masked = [l for l in range(T) if z[l] == M]
-            subsets = list(itertools.combinations(masked, k))
-            for sub in subsets:
-                for toks in itertools.product(range(V), repeat=k):
-                    pr = pz / len(subsets)
-                    zz = list(z)
-                    for l, v in zip(sub, toks):
-                        pr *= float(g[l, v])
-                        zz[l] = v
-                    if pr > 0:
-                        new[tuple(zz)] += pr
-        dist = new
+        dist = random_subset_step(dist, post, M, k, lambda g, l: [(v, float(g[l, v])) for v in range(V)])
     return law_vector(dist, V, T)
 
 def nucleus_row(q: list[float], p: float) -> tuple[list[float], float]:

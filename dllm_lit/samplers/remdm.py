@@ -59,12 +59,12 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import (ROW_CHUNK_ELEMENTS, StepUniforms, argmax_fill, categorical,
-                                   categorical_from_stored_cdf, masked_posterior_chunks, neighbour_queries)
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
+                                   categorical_from_stored_cdf, masked_posterior_chunks)
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.samplers.providers import keyed_rows, run_memo
 from dllm_lit.samplers.nucleus import top_p_filter
 from dllm_lit.samplers.schedules import time_grid
 
@@ -177,9 +177,7 @@ class ReMDM(Sampler):
         rem = StepUniforms(seed, indices, steps, stream=rng.Stream.REMASK)
         # conf: softmax weights exp(conf_i) = exp(-psi_i), stored at decode time (0 while masked)
         weight = torch.zeros((B, T), dtype=torch.float64, device=dev) if conf_variant else None
-        memo = None
-        if dev.type == "cpu" and NeighbourhoodRows.applies(self.denoiser):
-            memo = NeighbourhoodRows(self.denoiser, self._row_features(conf_variant), device=dev)
+        memo = run_memo(self.denoiser, self._row_features(conf_variant), dev)
         ts = time_grid(steps, self.t_min).tolist()
         for j in range(steps):
             t, s = ts[j], ts[j + 1]
@@ -227,29 +225,25 @@ class ReMDM(Sampler):
         """Tokens drawn at the masked positions (b, p) of z from the nucleus-filtered posterior (inverse CDF
         with uniforms ``u``), and with ``with_weight`` their conf weights exp(-psi), psi = q(token) / sum q.
 
-        On the CPU a :class:`LocalDenoiser`'s rows are filtered and cumulated once per neighbourhood key
-        (:func:`rows_by_key`): once per run with ``memo`` (a small key range), else once per step when at most half
-        the positions have distinct keys, and drawn from by :func:`categorical_from_stored_cdf`.  Otherwise rows
+        On the CPU a local denoiser's rows are filtered and cumulated once per neighbourhood key
+        (:func:`~dllm_lit.samplers.providers.keyed_rows` decides from the denoiser and the device): once per run
+        with ``memo`` (a small key range), else once per step when at most half the positions have distinct keys,
+        and drawn from by :func:`categorical_from_stored_cdf`.  Otherwise rows
         are computed per position, in row chunks (temporaries stay small; see
         :func:`~dllm_lit.samplers.draws.masked_posterior_chunks`).  The same rows, cdfs and targets every way, so
         the same draws.
         """
         den, n = self.denoiser, b.numel()
-        query = None
-        if isinstance(den, LocalDenoiser):
-            query = neighbour_queries(den, z, b, p)
-            keyed = None
-            if z.device.type == "cpu":
-                keyed = rows_by_key(den, query, self._row_features(with_weight), memo,
-                                    max_rows=min(n // 2, ROW_CHUNK_ELEMENTS // den.vocab_size))
-            if keyed is not None:
-                f, index = keyed
-                tok = categorical_from_stored_cdf(f["cdf"], index, u)
-                if not with_weight:
-                    return tok, None
-                q = f["q"]
-                psi = q.reshape(-1).index_select(0, index * q.shape[1] + tok) / f["q_sum"].index_select(0, index)
-                return tok, torch.exp(-psi)
+        query, keyed = keyed_rows(den, z, b, p, self._row_features(with_weight), memo,
+                                  max_rows=min(n // 2, ROW_CHUNK_ELEMENTS // den.vocab_size))
+        if keyed is not None:
+            f, index = keyed
+            tok = categorical_from_stored_cdf(f["cdf"], index, u)
+            if not with_weight:
+                return tok, None
+            q = f["q"]
+            psi = q.reshape(-1).index_select(0, index * q.shape[1] + tok) / f["q_sum"].index_select(0, index)
+            return tok, torch.exp(-psi)
         tok = torch.empty_like(b)
         weight = torch.empty(b.shape, dtype=torch.float64, device=b.device) if with_weight else None
         for sl, probs in masked_posterior_chunks(den, z, b, p, query):

@@ -60,7 +60,7 @@ from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, sharpen, tempered_draw
+from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen, tempered_draw
 from dllm_lit.samplers.ordered_decoding import decode_in_order
 from dllm_lit.samplers.posterior_cache import PosteriorCache
 from dllm_lit.samplers.schedules import time_grid
@@ -190,26 +190,7 @@ class SEDD(Sampler):
             return decode_in_order(den, z, when.view(B, T), steps, draw, log_q=log_q)
         if log_q is not None:
             raise ValueError(f"SEDD records log q only at beta = 1: {self.log_q_reason(steps)}")
-        # beta != 1: the unmask probability depends on sum_v p_v^beta at every masked position
-        V = self.vocab_size
-        if PosteriorCache.fits(B, V + 2, length=T):
-            return self._generate_tempered_cached(z, uni, ts, steps)
-        for j in range(steps):
-            b, p = nonzero_pairs(z == M)
-            if b.numel() == 0:
-                break
-            probs = den.probs_at(z, b, p)
-            w = step_scale(ts[j], ts[j + 1], self.predictor, eps) * _token_weights(probs, loglinear_sigma(ts[j], eps), beta)
-            move = uni.at(j, b, p) < w.sum(-1)  # U = min(sum, 1): clipping P(MASK) at 0
-            if not bool(move.any()):
-                continue
-            bm, pm = b[move], p[move]
-            z[bm, pm] = categorical(token_law(probs[move], beta, tau), uni.at(j, bm, pm, slot=1))
-        # final denoise step: leftover masks sampled proportional to s^beta (then ^(1/tau))
-        b, p = nonzero_pairs(z == M)
-        if b.numel():
-            z[b, p] = categorical(token_law(den.probs_at(z, b, p), beta, tau), uni.at(steps, b, p, slot=1))
-        return z
+        return self._generate_tempered(z, uni, ts, steps)
 
     def _tempered_features(self, probs: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per position: S_beta = sum_v p_v^beta (float64) and the token law's cdf."""
@@ -217,27 +198,34 @@ class SEDD(Sampler):
         mass = torch.exp(self.beta * p.log()).sum(-1)  # p = 0 -> 0
         return {"mass": mass, "cdf": token_law(probs, self.beta, self.token_temperature).cumsum(-1)}
 
-    def _generate_tempered_cached(self, z: torch.Tensor, uni: StepUniforms, ts: list[float], steps: int) -> torch.Tensor:
-        """beta != 1 with a :class:`PosteriorCache`: P(unmask) = c_j S_beta / expm1(sigma_j)^beta (clipped at 1),
-        token ~ p^(beta/tau); S_beta and the token cdf are recomputed only where the posterior can change."""
+    def _generate_tempered(self, z: torch.Tensor, uni: StepUniforms, ts: list[float], steps: int) -> torch.Tensor:
+        """beta != 1: P(unmask) = c_j S_beta / expm1(sigma_j)^beta (clipped at 1), token ~ p^(beta/tau); the final
+        step samples every leftover mask from p^(beta/tau).  S_beta and the token cdf come from a
+        :class:`PosteriorCache` (recomputed only where the posterior can change) when it fits in memory, else from
+        ``probs_at`` at every masked position: the same features either way."""
         den, M = self.denoiser, self.mask_id
         B, T = z.shape
         V = self.vocab_size
         eps, beta = self.noise_eps, self.beta
-        cache = PosteriorCache(den, B, 0, T, self._tempered_features,
-                               {"mass": ((), torch.float64), "cdf": ((V,), torch.float64)}, z.device)
-        for j in range(steps):
+        cache = None
+        if PosteriorCache.fits(B, V + 2, length=T):
+            cache = PosteriorCache(den, B, 0, T, self._tempered_features,
+                                   {"mass": ((), torch.float64), "cdf": ((V,), torch.float64)}, z.device)
+        for j in range(steps + 1):
             b, p = nonzero_pairs(z == M)
             if b.numel() == 0:
                 break
-            cache.refresh(z)
+            if cache is not None:
+                cache.refresh(z)
+                feature = lambda name, sel=None: cache.get(name, b if sel is None else b[sel], p if sel is None else p[sel])  # noqa: E731
+            else:
+                f = self._tempered_features(den.probs_at(z, b, p))
+                feature = lambda name, sel=None: f[name] if sel is None else f[name][sel]  # noqa: E731
+            if j == steps:  # final denoise step: leftover masks sampled proportional to s^beta (then ^(1/tau))
+                z[b, p] = categorical_from_cdf(feature("cdf"), uni.at(steps, b, p, slot=1))
+                break
             scale = step_scale(ts[j], ts[j + 1], self.predictor, eps) * math.exp(-beta * math.log(math.expm1(loglinear_sigma(ts[j], eps))))
-            move = uni.at(j, b, p) < scale * cache.get("mass", b, p)
-            bm, pm = b[move], p[move]
-            if bm.numel():
-                z[bm, pm] = categorical_from_cdf(cache.get("cdf", bm, pm), uni.at(j, bm, pm, slot=1))
-        b, p = nonzero_pairs(z == M)
-        if b.numel():
-            cache.refresh(z)
-            z[b, p] = categorical_from_cdf(cache.get("cdf", b, p), uni.at(steps, b, p, slot=1))
+            move = uni.at(j, b, p) < scale * feature("mass")
+            if bool(move.any()):
+                z[b[move], p[move]] = categorical_from_cdf(feature("cdf", move), uni.at(j, b[move], p[move], slot=1))
         return z

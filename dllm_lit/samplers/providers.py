@@ -1,0 +1,132 @@
+"""The engine's choice of posterior provider for a :class:`~dllm_lit.samplers.rule.RuleSampler`, from what the
+denoiser declares; the rule never sees which one runs (identical draws, tested).
+
+=====================  ===========================================================  ==============================
+provider               when                                                         what a step costs
+=====================  ===========================================================  ==============================
+``dense``              any :class:`~dllm_lit.denoisers.Denoiser` that is not local  ``probs_at`` at the block's
+                       (a learned model, the HMM oracle): :func:`reference_decode`  masked positions
+``cache``              a :class:`~dllm_lit.denoisers.LocalDenoiser` (the exact      rows only where a nearest
+                       oracle) and a rule without a declared bound                  revealed neighbour changed
+``bounded``            a local denoiser and a rule that declares ``bound``          rows only where a score can
+                       (with a row-free max-probability bound and a proposal law:   reach the k-th best; compact
+                       compact columns and the neighbourhood memo)                  columns, one row per key
+=====================  ===========================================================  ==============================
+
+The fast providers are :func:`dllm_lit.samplers.confidence_decoding.decode_blocks` and the caches under it; this
+module only translates the rule's hooks into its ``propose`` / ``score`` callables, checks the declared bound
+wherever a score is computed and records log q at the committed positions.
+"""
+from __future__ import annotations
+
+import torch
+
+from dllm_lit import rng
+from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
+from dllm_lit.samplers.confidence_decoding import StepView, decode_blocks
+from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
+from dllm_lit.samplers.rule import RuleSampler, check_bound, reference_decode
+
+__all__ = ["PROVIDERS", "choose_provider", "decode_rule", "run_memo", "keyed_rows"]
+
+PROVIDERS = ("dense", "cache", "bounded")
+
+
+def choose_provider(rule: RuleSampler, den) -> str:
+    """The provider :func:`decode_rule` runs ``rule`` with on ``den`` (:data:`PROVIDERS`, module table)."""
+    if not isinstance(den, LocalDenoiser):
+        return "dense"
+    return "cache" if rule.bound is None else "bounded"
+
+
+def _greedy(rule: RuleSampler, V: int, device: torch.device) -> bool:
+    """Whether the rule proposes the argmax (its ``propose`` returns None)."""
+    return rule.propose(torch.full((1, V), 1.0 / V, device=device)) is None
+
+
+def _rows(view: StepView, memo: NeighbourhoodRows | None) -> torch.Tensor:
+    """Posterior rows at the positions a view covers, from whichever store the provider keeps."""
+    post = view.post
+    if hasattr(post, "cache"):  # BlockPosteriors: the stored or recomputed ("fresh") rows
+        return view.get("probs")
+    # compact columns: the rows of the covered columns from their stored nearest revealed neighbours (one row per
+    # neighbourhood key met in the run when the denoiser names few keys: the same numbers)
+    x, T = post.x, post.x.shape[1]
+    p, a, c = (t.view(-1).index_select(0, view.sel) for t in (post.pos, post.left, post.right))
+    d1, d2 = neighbour_distances(p, a, c, T)
+    query = (x[view.rows, a.clamp(min=0)], d1, x[view.rows, c.clamp(max=T - 1)], d2)
+    if memo is not None:
+        slots = memo.slots(query)  # first: it may add rows
+        return memo.features["rows"].index_select(0, slots)
+    return post.den.probs_given_neighbours(*query)
+
+
+@torch.no_grad()
+def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
+                log_q: torch.Tensor | None = None) -> str:
+    """Decode the masked positions of x [B, T] in place by ``rule`` through :func:`choose_provider`'s provider;
+    with ``log_q`` [B, T] also the log-probability of every committed proposal.  Returns the provider's name."""
+    provider = choose_provider(rule, den)
+    if provider == "dense":
+        reference_decode(rule, den, x, indices, steps, seed, log_q=log_q)
+        return provider
+    V = den.vocab_size
+    greedy = _greedy(rule, V, x.device)
+    tok_u = StepUniforms(seed, indices, steps)
+    memo = run_memo(den, lambda rows: {"rows": rows}, x.device)
+
+    def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = {"probs": probs, "argmax": probs.argmax(-1)}
+        if rule.bound is not None:
+            out["pmax"] = probs.amax(-1)
+        return out
+
+    widths = {"probs": ((V,), None), "argmax": ((), torch.int64)}
+    if rule.bound is not None:
+        widths["pmax"] = ((), None)
+
+    def propose(view: StepView) -> torch.Tensor:
+        if greedy:
+            return view.get("argmax")
+        u = view.uniforms(tok_u)
+        if view.post.draws_law:  # the provider draws from the rule's law where it keeps the rows
+            tok, view.tok_prob = view.post.draw_law(view, u)
+            return tok
+        return categorical(rule.propose(view.get("probs")), u)
+
+    def score(view: StepView) -> torch.Tensor:
+        probs = _rows(view, memo)
+        s = rule.score(probs, view.tok, view.p).to(torch.float64)
+        check_bound(rule, probs, s)
+        if log_q is not None:  # overwritten at every proposal: a committed position keeps its last one's
+            log_q[view.b, view.p] = 0.0 if greedy else drawn_log_prob(rule.propose(probs), view.tok)
+        return s
+
+    blocks, schedule = rule.schedule(x.shape[1], steps)
+    decode_blocks(den, x, blocks, features=features, widths=widths, propose=propose, score=score,
+                  tie_rule=rule.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
+                  schedule=schedule, use_cache=True, bound="pmax" if rule.bound is not None else None,
+                  fresh=("probs",), law=None if greedy else rule.propose)
+    return provider
+
+
+def run_memo(den, derive, device: torch.device) -> NeighbourhoodRows | None:
+    """A run-long memo of ``derive(rows)`` by neighbourhood key (:class:`NeighbourhoodRows`) where it pays: a local
+    denoiser naming few keys, on the CPU (on CUDA large per-step kernels are faster); else None."""
+    if torch.device(device).type == "cpu" and NeighbourhoodRows.applies(den):
+        return NeighbourhoodRows(den, derive, device=device)
+    return None
+
+
+def keyed_rows(den, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor, derive, memo: NeighbourhoodRows | None = None,
+               max_rows: int | None = None):
+    """(query, keyed) at the masked positions (b, p) of z: the neighbour queries when ``den`` is local (else None),
+    and, on the CPU, :func:`~dllm_lit.samplers.neighbourhood_rows.rows_by_key`'s (features, index) of one row per
+    neighbourhood key (else None: the caller computes rows per position, from ``query`` when there is one)."""
+    if not isinstance(den, LocalDenoiser):
+        return None, None
+    query = neighbour_queries(den, z, b, p)
+    if z.device.type != "cpu":
+        return query, None
+    return query, rows_by_key(den, query, derive, memo, max_rows=max_rows)
