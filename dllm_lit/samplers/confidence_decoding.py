@@ -37,7 +37,7 @@ from dllm_lit import checks
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies
-from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, categorical_from_stored_cdf, \
+from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, \
     sharpen, tempered_law
 from dllm_lit.samplers.posterior_cache import PosteriorCache
 from dllm_lit.samplers.selection import TIE_RULES, rank_positions, topk_mask_by_rule, topk_stable_mask
@@ -190,8 +190,7 @@ class BlockPosteriors:
              sel: torch.Tensor | None = None) -> torch.Tensor:
         """Inverse-CDF draw (uniforms ``u``) from the stored float64 cdf ``name`` at positions (b, p) (see :meth:`get`)."""
         if self.cache is not None:
-            cdf = self.cache.store[name]
-            return categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), self.cache.rows(b, p), u)
+            return self.cache.draw_stored(name, b, p, u)
         cdf = self._feats[name] if sel is None else self._feats[name][sel]
         return categorical_from_cdf(cdf, u)
 
@@ -278,6 +277,8 @@ Score = Callable[[StepView], torch.Tensor]
 ScoreBound = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: adaptive count: (scores sorted descending [B, L] with -inf where no masked position, masked count [B]) -> n [B]
 Count = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: (first scores of each row sorted descending [B, P]) -> bool [B]: the count of the prefix is the row's
+CountPrefix = Callable[[torch.Tensor], torch.Tensor]
 
 
 #: vocabularies from this size on make a posterior row costlier than a round of O(B L) bookkeeping
@@ -299,7 +300,7 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
                   use_cache: bool = True, width: int | None = None, bound: str | None = None,
                   fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
                   score_reads_tokens: bool = True, score_bound: ScoreBound | None = None,
-                  law_scores: bool = False) -> torch.Tensor:
+                  law_scores: bool = False, count_prefix: CountPrefix | None = None) -> torch.Tensor:
     """Decode the masked positions of ``blocks`` in x [B, T] (in place), block after block.
 
     Fixed schedule: ``schedule[blk][i]`` positions commit at step i of block blk (global step
@@ -335,6 +336,12 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     ``pos`` (same shape) to upper bounds of the score (None: the bound feature bounds the score itself).  With
     ``law_scores``, ``view.tok_prob`` of a drawn proposal is its probability under the proposal law ``law``
     (which must then be normalised) instead of the posterior's.
+
+    ``count_prefix(prefix)`` (adaptive count, tie rule "lowest" or "highest"): given the first
+    :data:`COUNT_PREFIX` scores of each sequence sorted descending, whether ``count`` of that prefix is ``count``
+    of the whole sorted row (per sequence).  Where it is for every sequence, a step takes a partial selection
+    (``torch.topk``) instead of a full sort and commits the stable top-n set by its n-th value (the same
+    positions as the first n of the sorted order under the tie rule); else the full sort.
     """
     B, dev = x.shape[0], x.device
     if width is None:
@@ -344,12 +351,13 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     for sl in sub_batches(B, width, L, use_cache):
         _decode(den, x[sl], sl.start, taken[sl], blocks, features, widths, propose, score, tie_rule,
                 tie_u.rows(sl) if tie_u is not None else None, schedule, count, use_cache, width, bound, fresh, law,
-                score_reads_tokens, score_bound, law_scores)
+                score_reads_tokens, score_bound, law_scores, count_prefix)
     return taken.to(torch.float64)
 
 
 def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_rule, tie_u, schedule, count,
-            use_cache, width, bound, fresh, law, score_reads_tokens=True, score_bound=None, law_scores=False) -> None:
+            use_cache, width, bound, fresh, law, score_reads_tokens=True, score_bound=None, law_scores=False,
+            count_prefix=None) -> None:
     """:func:`decode_blocks` on rows row0.. of the caller's batch (``x``, ``taken`` and ``tie_u`` are these rows)."""
     B, dev = x.shape[0], x.device
     M = den.mask_id
@@ -405,6 +413,16 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                     proposal = proposal.at_mask(sel)
                 x[:, lo:hi] = torch.where(sel, proposal, x[:, lo:hi])
                 continue
+            if schedule is None and count_prefix is not None and tie_rule != "random" and L > COUNT_PREFIX:
+                top = torch.topk(scores, COUNT_PREFIX, dim=1).values  # the sorted order's first scores
+                if bool(count_prefix(top).all()):
+                    active = masked.any(1)
+                    n = count(top, masked.sum(1)).long() * active
+                    taken += active.long()
+                    sel = _top_n_mask(scores, top, n, tie_rule)
+                    rr, cc = nonzero_pairs(sel)
+                    x[rr, cc + lo] = proposal.at(rr, cc) if isinstance(proposal, _LazyProposals) else proposal[rr, cc]
+                    continue
             order = rank_positions(scores, tie_rule, keys)
             if schedule is not None:
                 n = torch.full((B,), k, dtype=torch.long, device=dev)
@@ -425,6 +443,23 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             else:
                 x[rr, cc + lo] = proposal[rr, cc]
         base += len(schedule[blk]) if schedule is not None else 0
+
+
+#: sorted scores an adaptive count reads first (``count_prefix`` of :func:`decode_blocks`)
+COUNT_PREFIX = 8
+
+
+def _top_n_mask(scores: torch.Tensor, top: torch.Tensor, n: torch.Tensor, tie_rule: str) -> torch.Tensor:
+    """Bool [B, L]: the first n[b] columns of row b in the descending order of ``scores`` with equal scores by
+    ``tie_rule`` ("lowest" / "highest"), given ``top`` [B, P] (P >= max n), the row's P largest scores sorted:
+    every score above the n-th, then the tied ones at the n-th, lowest (highest) column first."""
+    s = scores if tie_rule == "lowest" else scores.flip(1)
+    thr = top.gather(1, (n - 1).clamp(min=0)[:, None])
+    above = s > thr
+    tie = s == thr
+    need = n[:, None] - above.sum(1, keepdim=True)
+    sel = (above | (tie & (tie.cumsum(1) <= need))) & (n > 0)[:, None]
+    return sel if tie_rule == "lowest" else sel.flip(1)
 
 
 class _LazyProposals:
@@ -548,7 +583,7 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
     index = None
     if post.cache is not None:  # bounds read straight from the cache's [B, L] store
         post.load(x, None, None)
-        ub = torch.where(masked, post.cache.store[bound].to(torch.float64), -torch.inf)
+        ub = torch.where(masked, post.cache.column(bound).to(torch.float64), -torch.inf)
     else:
         b, p = nonzero_pairs(masked)
         post.load(x, b, p + lo)

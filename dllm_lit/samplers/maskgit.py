@@ -162,7 +162,7 @@ class MaskGIT(Sampler):
             if noise > 0:  # the same numbers as generate's - noise log(-log u) at the masked positions
                 gumbel = -(noise * torch.log(-torch.log(gum_u.at(t, b, p))))
             ub = torch.full((B, T), -math.inf, dtype=torch.float64, device=dev)
-            ub[b, p] = post.cache.store["pmax"][b, p].log() + gumbel
+            ub[b, p] = post.cache.column("pmax")[b, p].log() + gumbel
             ub_gumbel = torch.zeros((B, T), dtype=torch.float64, device=dev)
             ub_gumbel[b, p] = gumbel
             m = masked.sum(1)

@@ -14,7 +14,11 @@ The cached values are exactly those a fresh query would give (same neighbours, s
 so samplers produce identical draws with and without the cache (tested).  When the denoiser names
 a key per neighbourhood (:meth:`~dllm_lit.denoisers.LocalDenoiser.neighbour_keys`), the features
 are computed once per distinct key among the positions to refresh (the oracle: positions farther
-than its certified depth from both neighbours share one posterior).
+than its certified depth from both neighbours share one posterior).  When the key range is small
+(:class:`~dllm_lit.samplers.neighbourhood_rows.NeighbourhoodRows`: the English chain's oracle), the features
+are kept once per key met in the run and each position stores only its key's slot: a refresh then looks
+up keys (rows only for keys not met before) and writes one integer per position, and reads gather the
+feature at the slot.  Same rows, same row-wise features, so the same numbers.
 
 Bounds instead of rows.  A rule that only needs, at refresh, an upper bound of max_v p(x0_i = v | z)
 (LLaDA's low-confidence remasking at temperature > 0 draws proposals only where the bound can reach the
@@ -30,7 +34,8 @@ import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries, nearest_revealed, neighbour_distances
 from dllm_lit.indices import nonzero_pairs
-from dllm_lit.samplers.draws import categorical, row_chunks
+from dllm_lit.samplers.draws import categorical, categorical_from_stored_cdf, row_chunks
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 
 __all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS"]
 
@@ -79,6 +84,17 @@ class PosteriorCache:
         self.law = law if self.local else None  # draw() reads rows from the stored neighbours
         self.bound = bound
         self.law_scores = law_scores
+        #: features by neighbourhood key (row-wise ``features`` of rows memoised per key) and each position's slot
+        self.memo: NeighbourhoodRows | None = None
+        self.slot: torch.Tensor | None = None
+        if self.local and features is not None and NeighbourhoodRows.applies(denoiser):
+            self.memo = NeighbourhoodRows(denoiser, self._stored_features, device=device)
+            self.slot = torch.zeros(self.shape, dtype=torch.long, device=device)
+            self.store = {}
+
+    def _stored_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The features of ``rows`` that are stored (``fresh`` ones are recomputed where read)."""
+        return {name: v for name, v in self.features(rows).items() if name not in self.fresh}
 
     @staticmethod
     def fits(B: int, width: int, budget: int = DEFAULT_CACHE_ELEMENTS, length: int = 1) -> bool:
@@ -115,6 +131,9 @@ class PosteriorCache:
             if self.bound is not None:
                 self.store[self.bound][b, p] = self.den.max_prob_bound(xl, d1, xr, d2).to(torch.float64)
             if self.features is None:
+                return
+            if self.memo is not None:  # one slot per position: rows only for keys not met before
+                self.slot[b, p] = self.memo.slots((xl, d1, xr, d2))
                 return
             keys = self.den.neighbour_keys(xl, d1, xr, d2)
             if keys is None:
@@ -158,9 +177,26 @@ class PosteriorCache:
         if name in self.fresh:
             rows = self.posterior(b, p)
             return rows if k is None else rows.gather(1, k[:, None]).squeeze(1)
+        if self.memo is not None:
+            table, slot = self.memo.features[name], self.slot[b, p - self.lo]
+            return table.index_select(0, slot) if k is None else table[slot, k]
         if k is None:
             return self.store[name][b, p - self.lo]
         return self.store[name][b, p - self.lo, k]
+
+    def column(self, name: str) -> torch.Tensor:
+        """A scalar feature at every position of the block, [B, hi - lo] (stale where not masked)."""
+        if self.memo is not None and name in self.memo.features:
+            return self.memo.features[name][self.slot]
+        return self.store[name]
+
+    def draw_stored(self, name: str, b: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """Inverse-CDF draws (uniforms ``u``) from the stored float64 cdf feature ``name`` at (b, p)
+        (:func:`~dllm_lit.samplers.draws.categorical_from_stored_cdf`)."""
+        if self.memo is not None:
+            return categorical_from_stored_cdf(self.memo.features[name], self.slot[b, p - self.lo], u)
+        cdf = self.store[name]
+        return categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), self.rows(b, p), u)
 
     def posterior(self, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """Posterior rows [n, V] at masked (batch, absolute position) pairs of the last refreshed state, from the
