@@ -156,7 +156,7 @@ class BlockPosteriors:
                                             law_scores=law_scores)
             else:
                 self.cache = PosteriorCache(denoiser, B, lo, hi, features, widths, device, fresh, law=law,
-                                            law_scores=law_scores)
+                                            law_scores=law_scores, by_key=True)
         self._feats: dict[str, torch.Tensor] = {}
 
     def load(self, x: torch.Tensor, b: torch.Tensor | None, p: torch.Tensor | None) -> None:
@@ -414,13 +414,16 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                 x[:, lo:hi] = torch.where(sel, proposal, x[:, lo:hi])
                 continue
             if schedule is None and count_prefix is not None and tie_rule != "random" and L > COUNT_PREFIX:
-                top = torch.topk(scores, COUNT_PREFIX, dim=1).values  # the sorted order's first scores
+                top, top_cols = torch.topk(scores, COUNT_PREFIX, dim=1)  # the sorted order's first scores
                 if bool(count_prefix(top).all()):
                     active = masked.any(1)
                     n = count(top, masked.sum(1)).long() * active
                     taken += active.long()
-                    sel = _top_n_mask(scores, top, n, tie_rule)
-                    rr, cc = nonzero_pairs(sel)
+                    first = torch.arange(COUNT_PREFIX, device=dev)[None, :] < n[:, None]
+                    if bool(_unique_top_n(top, n).all()):  # no tie at the n-th score: topk's first n columns
+                        rr, cc = rows[:, None].expand_as(first)[first], top_cols[first]
+                    else:
+                        rr, cc = nonzero_pairs(_top_n_mask(scores, top, n, tie_rule))
                     x[rr, cc + lo] = proposal.at(rr, cc) if isinstance(proposal, _LazyProposals) else proposal[rr, cc]
                     continue
             order = rank_positions(scores, tie_rule, keys)
@@ -447,6 +450,15 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
 
 #: sorted scores an adaptive count reads first (``count_prefix`` of :func:`decode_blocks`)
 COUNT_PREFIX = 8
+
+
+def _unique_top_n(top: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """Per row of the P largest scores ``top`` sorted descending: whether exactly n[b] scores of the row are at or
+    above its n-th (the n-th strictly above the (n+1)-th; n = 0 trivially), so the top-n set has no tie to break."""
+    P = top.shape[1]
+    nth = top.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0]
+    nxt = top.gather(1, n.clamp(max=P - 1)[:, None])[:, 0]
+    return (n == 0) | ((n < P) & (nxt < nth))
 
 
 def _top_n_mask(scores: torch.Tensor, top: torch.Tensor, n: torch.Tensor, tie_rule: str) -> torch.Tensor:

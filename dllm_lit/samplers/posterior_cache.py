@@ -33,7 +33,7 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries, nearest_revealed, neighbour_distances
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import categorical, categorical_from_stored_cdf, row_chunks
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 
@@ -63,12 +63,14 @@ class PosteriorCache:
             computes a row.  ``features`` may then be None (no row features at all).
         law_scores: :meth:`draw` returns each proposal's probability under ``law`` (a normalised law) instead of
             the posterior's.
+        by_key: keep the features once per neighbourhood key and a slot per position, where the denoiser's key
+            range is small (:class:`NeighbourhoodRows`).
     """
 
     def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features,
                  widths: dict[str, tuple[tuple[int, ...], torch.dtype]], device: torch.device,
                  fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 bound: str | None = None, law_scores: bool = False) -> None:
+                 bound: str | None = None, law_scores: bool = False, by_key: bool = False) -> None:
         self.den = denoiser
         self.lo, self.hi = lo, hi
         self.features = features
@@ -87,7 +89,9 @@ class PosteriorCache:
         #: features by neighbourhood key (row-wise ``features`` of rows memoised per key) and each position's slot
         self.memo: NeighbourhoodRows | None = None
         self.slot: torch.Tensor | None = None
-        if self.local and features is not None and NeighbourhoodRows.applies(denoiser):
+        #: revealed positions [B, T] at the last refresh (neighbours are then updated from the newly revealed ones)
+        self.revealed: torch.Tensor | None = None
+        if by_key and self.local and features is not None and NeighbourhoodRows.applies(denoiser):
             self.memo = NeighbourhoodRows(denoiser, self._stored_features, device=device)
             self.slot = torch.zeros(self.shape, dtype=torch.long, device=device)
             self.store = {}
@@ -111,21 +115,24 @@ class PosteriorCache:
         M = self.den.mask_id
         lo, hi = self.lo, self.hi
         self.z = z
-        masked = z[:, lo:hi] == M
-        if self.local:
+        changed = self._update_neighbours(z) if self.local else None
+        if changed is not None:
+            b, p = changed
+        elif self.local:
+            masked = z[:, lo:hi] == M
             left, right = nearest_revealed(z, M)
             l_blk, r_blk = left[:, lo:hi], right[:, lo:hi]
             need = masked if self.left is None else masked & ((l_blk != self.left) | (r_blk != self.right))
             self.left, self.right = l_blk, r_blk
+            b, p = nonzero_pairs(need)
         else:
-            need = masked
-        b, p = nonzero_pairs(need)
+            b, p = nonzero_pairs(z[:, lo:hi] == M)
         if b.numel() == 0:
             return
         if self.local:  # masked positions only: straight from the neighbours, no one-hot rows
             pos = p + lo
             T = z.shape[1]
-            a, c = left[b, pos].long(), right[b, pos].long()
+            a, c = self.left[b, p].long(), self.right[b, p].long()
             d1, d2 = neighbour_distances(pos, a, c, T)
             xl, xr = z[b, a.clamp(min=0)], z[b, c.clamp(max=T - 1)]
             if self.bound is not None:
@@ -157,6 +164,49 @@ class PosteriorCache:
                 self._write(b[dst], p[dst], self.features(probs), src)
             return
         self._write(b, p, self.features(self.den.probs_at(z, b, p + lo)))
+
+    def _update_neighbours(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Nearest revealed neighbours updated from the positions revealed since the last refresh, and the block
+        positions (b, column) whose neighbours changed, row-major (the set the two full scans of
+        :func:`nearest_revealed` find); None (after recording the revealed positions) when a full scan is needed:
+        the first refresh, a position masked again, or one revealed outside the block.
+
+        A position P revealed in the gap (L, R) of its row becomes the right neighbour of the gap's positions
+        before it and the left neighbour of those after it, up to the next position revealed in the same gap.
+        """
+        revealed = z != self.den.mask_id
+        prev, self.revealed = self.revealed, revealed
+        if prev is None or self.left is None or prev.shape != revealed.shape:
+            return None
+        T, lo, hi = z.shape[1], self.lo, self.hi
+        flat = flat_nonzero(revealed != prev)
+        if flat.numel() == 0:
+            return flat, flat
+        b, P = torch.div(flat, T, rounding_mode="floor"), flat % T
+        if not bool(revealed[b, P].all()) or int(P.min()) < lo or int(P.max()) >= hi:
+            return None
+        L, R = self.left[b, P - lo].long(), self.right[b, P - lo].long()
+        first = torch.ones_like(b, dtype=torch.bool)
+        first[1:] = b[1:] != b[:-1]
+        last = torch.ones_like(first)
+        last[:-1] = first[1:]
+        prv = torch.where(first, -1, torch.cat([P[:1], P[:-1]]))  # the previous revealed one of the row (-1: none)
+        nxt = torch.where(last, T, torch.cat([P[1:], P[-1:]]))
+        after_len = torch.minimum(torch.minimum(R, nxt), torch.full_like(R, hi)) - P - 1  # get left = P
+        before_start = torch.maximum(torch.maximum(L, prv) + 1, torch.full_like(L, lo))  # get right = P
+        before_len = P - before_start
+        rows = b * (hi - lo)
+        after = ranges(rows + P + 1 - lo, after_len)
+        before = ranges(rows + before_start - lo, before_len)
+        left, right = self.left.clone(), self.right.clone()  # callers may hold the previous ones
+        left.view(-1)[after] = P.to(left.dtype).repeat_interleave(after_len)
+        right.view(-1)[before] = P.to(right.dtype).repeat_interleave(before_len)
+        self.left, self.right = left, right
+        # between two positions revealed in one gap: in both lists, refreshed once
+        alone = prv <= L
+        need = torch.cat([after, ranges((rows + before_start - lo)[alone], before_len[alone])]).sort().values
+        rb = torch.div(need, hi - lo, rounding_mode="floor")
+        return rb, need - rb * (hi - lo)
 
     def _write(self, b: torch.Tensor, p: torch.Tensor, values: dict[str, torch.Tensor],
                src: torch.Tensor | None = None) -> None:
