@@ -36,7 +36,7 @@ import torch
 from dllm_lit import checks
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.indices import flat_nonzero, nonzero_pairs
-from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies
+from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies, compact_counts
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, \
     sharpen, tempered_law
 from dllm_lit.samplers.posterior_cache import PosteriorCache
@@ -374,6 +374,13 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             continue
         post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width, row0, fresh, law,
                                bound if schedule is not None else None, law_scores)
+        # a fixed schedule ranked by features alone over a by-key cache, every sequence holding the same number of
+        # masked positions: score every column from the slots (no position lists), commit the stable top-k columns
+        ranked_dense = (schedule is not None and bound is None and not score_reads_tokens and tie_rule != "random"
+                        and post.cache is not None and post.cache.memo is not None
+                        and compact_counts(x, den.mask_id, lo, hi, schedule[blk]))
+        if ranked_dense:
+            all_b, all_p = rows.repeat_interleave(L), torch.arange(lo, hi, device=dev).repeat(B)
         i = 0
         while True:
             if schedule is not None:
@@ -387,6 +394,13 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             masked = x[:, lo:hi] == M
             if schedule is None and not bool(masked.any()):
                 break
+            if ranked_dense:  # every position scored from its key's features, the k best drawn
+                post.load(x, None, None)
+                scores = torch.where(masked, score(StepView(post, all_b, all_p, j, lo, hi)).view(B, L), -torch.inf)
+                rr = rows[:, None].expand(B, k).reshape(-1)
+                cc = _commit_cols(scores, k, tie_rule).reshape(-1) + lo
+                x[rr, cc] = propose(StepView(post, rr, cc, j, lo, hi))
+                continue
             if bound is not None and schedule is not None:
                 scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score, score_bound)
             else:
@@ -561,6 +575,12 @@ def _commits(scores: torch.Tensor, proposal: torch.Tensor, k: int, tie_rule: str
     "highest") and their proposals: for k <= ARGMAX_COMMITS by k rounds of first (last) maxima; else the columns
     of ``torch.topk`` when no row has more than k scores at or above its k-th (no tie at the boundary, so the set
     is unique), else :func:`topk_stable_mask`."""
+    cols = _commit_cols(scores, k, tie_rule)
+    return cols, proposal.gather(1, cols)
+
+
+def _commit_cols(scores: torch.Tensor, k: int, tie_rule: str) -> torch.Tensor:
+    """The columns of :func:`_commits`."""
     B, n = scores.shape
     if k <= ARGMAX_COMMITS and tie_rule in ("lowest", "highest"):
         # argmax returns the first maximal index (documented): k rounds of it, each taking its column out, give
@@ -577,13 +597,11 @@ def _commits(scores: torch.Tensor, proposal: torch.Tensor, k: int, tie_rule: str
         cols = torch.cat(taken, 1) if tie_rule == "lowest" else (n - 1) - torch.cat(taken, 1)
         cols = cols.sort(1).values if k > 1 else cols
         if finite:  # else a row has fewer than k finite scores (a taken column could come back): general path
-            return cols, proposal.gather(1, cols)
+            return cols
     top = torch.topk(scores, k, dim=1)
     if bool(((scores >= top.values[:, -1:]).sum(1) == k).all()):
-        cols = top.indices.sort(1).values
-    else:
-        cols = nonzero_pairs(topk_mask_by_rule(scores, k, tie_rule))[1].view(B, k)
-    return cols, proposal.gather(1, cols)
+        return top.indices.sort(1).values
+    return nonzero_pairs(topk_mask_by_rule(scores, k, tie_rule))[1].view(B, k)
 
 
 def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int, k: int, bound: str,
