@@ -210,7 +210,8 @@ def _kl_by_keys(cache, memo: NeighbourhoodRows, before: tuple[torch.Tensor, torc
     out = torch.empty(rep.shape, dtype=torch.float64, device=b.device)
     for sl in row_chunks(rep.numel(), cache.den.vocab_size, b.device):
         r = rep[sl]
-        out[sl] = stability_kl(rows.index_select(0, now.index_select(0, r)), rows.index_select(0, then.index_select(0, r)))
+        out[sl] = stability_kl(rows.index_select(0, now.index_select(0, r)),
+                               rows.index_select(0, then.index_select(0, r)))
     return out.index_select(0, inv)
 
 

@@ -78,8 +78,11 @@ class PosteriorCache:
         self.fresh = set(fresh) if self.local else set()
         self.shape = (B, hi - lo)
         self.device = device
-        self.store = {name: torch.zeros((B, hi - lo, *shape), dtype=dt, device=device)
-                      for name, (shape, dt) in widths.items() if dt is not None and name not in self.fresh}
+        by_key = by_key and self.local and features is not None and bound is None and NeighbourhoodRows.applies(
+            denoiser)
+        self.store = {} if by_key else {
+            name: torch.zeros((B, hi - lo, *shape), dtype=dt, device=device)
+            for name, (shape, dt) in widths.items() if dt is not None and name not in self.fresh}
         self.left: torch.Tensor | None = None
         self.right: torch.Tensor | None = None
         self.z: torch.Tensor | None = None
@@ -91,10 +94,9 @@ class PosteriorCache:
         self.slot: torch.Tensor | None = None
         #: revealed positions [B, T] at the last refresh (neighbours are then updated from the newly revealed ones)
         self.revealed: torch.Tensor | None = None
-        if by_key and self.local and features is not None and NeighbourhoodRows.applies(denoiser):
+        if by_key:
             self.memo = NeighbourhoodRows(denoiser, self._stored_features, device=device)
             self.slot = torch.zeros(self.shape, dtype=torch.long, device=device)
-            self.store = {}
 
     def _stored_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         """The features of ``rows`` that are stored (``fresh`` ones are recomputed where read)."""
