@@ -416,7 +416,8 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                     scores[b, p - lo] = score(view)
                 else:  # rank first, draw at the committed positions only (see decode_blocks)
                     scores[b, p - lo] = score(view)
-                    proposal = _LazyProposals(post, masked, b, p, lo, view.j, propose, proposal)
+                    proposal = _LazyProposals(post, masked, b, p, lo, view.j, propose, proposal,
+                                              None if schedule is not None else taken.clone())
             keys = None
             if tie_rule == "random":
                 keys = tie_u.block(j if schedule is not None else taken, lo, hi, slot=TIE_SLOT)
@@ -491,20 +492,22 @@ def _top_n_mask(scores: torch.Tensor, top: torch.Tensor, n: torch.Tensor, tie_ru
 class _LazyProposals:
     """The proposals of one step drawn on demand at the positions that commit (``score_reads_tokens=False``):
     ``propose`` on a :class:`StepView` of those positions, with the step index ``j`` of the full view (an int, or
-    one per loaded position), and without the cache the loaded positions' indices as ``sel``."""
+    one per loaded position; ``j_rows``: the same, one per row of the state), and without the cache the loaded
+    positions' indices as ``sel``."""
 
     def __init__(self, post: BlockPosteriors, masked: torch.Tensor, b: torch.Tensor, p: torch.Tensor, lo: int, j,
-                 propose, dense: torch.Tensor) -> None:
+                 propose, dense: torch.Tensor, j_rows: torch.Tensor | None = None) -> None:
         self.post, self.masked, self.lo, self.j, self.propose, self.dense = post, masked, lo, j, propose, dense
+        self.j_rows = j_rows if post.cache is not None else None
         self.index = None
-        if post.cache is None or not isinstance(j, int):  # loaded-position index of every masked (b, p)
+        if post.cache is None or not (isinstance(j, int) or self.j_rows is not None):  # index of every masked (b, p)
             self.index = torch.full(dense.shape, -1, dtype=torch.long, device=dense.device)
             self.index[b, p - lo] = torch.arange(b.numel(), device=dense.device)
 
     def at(self, rb: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """Proposals at block columns q of rows rb (masked positions)."""
         sel = None if self.index is None else self.index[rb, q]
-        j = self.j if isinstance(self.j, int) else self.j[sel]
+        j = self.j if isinstance(self.j, int) else self.j_rows[rb] if self.j_rows is not None else self.j[sel]
         view = StepView(self.post, rb, q + self.lo, j, self.lo, self.post.hi,
                         sel if self.post.cache is None else None)
         return self.propose(view)
