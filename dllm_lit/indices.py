@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["flat_nonzero", "nonzero_pairs"]
+__all__ = ["flat_nonzero", "nonzero_pairs", "ranges"]
 
 
 def flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
@@ -31,3 +31,10 @@ def nonzero_pairs(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     flat = np.flatnonzero(mask.detach().numpy()).astype(np.int64, copy=False)
     rows = flat // max(1, mask.shape[1])
     return torch.from_numpy(rows), torch.from_numpy(flat - rows * mask.shape[1])
+
+
+def ranges(starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Concatenation of range(starts[i], starts[i] + lengths[i]) over i (int64; lengths >= 0)."""
+    total = int(lengths.sum())
+    offsets = torch.cumsum(lengths, 0) - lengths
+    return (starts - offsets).repeat_interleave(lengths, output_size=total) + torch.arange(total, device=starts.device)

@@ -468,3 +468,55 @@ def test_modern_fast_paths_equal_the_direct_step(name, kind) -> None:
         (x0, st0), (x1, st1) = out
         assert torch.equal(x0, x1), (name, kind, steps)
         assert torch.equal(st0["nfe"], st1["nfe"]), (name, kind, steps)
+
+
+@pytest.mark.parametrize("by_key", [False, True])
+def test_posterior_cache_neighbour_updates_equal_full_scans(by_key: bool) -> None:
+    """PosteriorCache's neighbours, updated from the newly revealed positions, are those of two full scans at every
+    masked position of the block, and its features those of a fresh cache (by key or stored), step after step;
+    a position revealed outside the block or masked again falls back to the full scan."""
+    from dllm_lit.denoisers.local import nearest_revealed
+    from dllm_lit.samplers.confidence_decoding import proposal_features, proposal_widths
+    chain, oracle = _oracle("sparse_teleport")
+    B, T, lo, hi, M = 5, 40, 8, 32, oracle.mask_id
+    g = torch.Generator().manual_seed(3)
+    z = torch.full((B, T), M, dtype=torch.long)
+    z[:, :3] = torch.randint(0, chain.vocab_size, (B, 3), generator=g)
+    feats, widths = (lambda p: proposal_features(p, 1.0, cdf=False)), proposal_widths(chain.vocab_size, 1.0, cdf=False)
+    cache = posterior_cache.PosteriorCache(oracle, B, lo, hi, feats, widths, z.device, by_key=by_key)
+    for step in range(14):
+        if step == 6:  # outside the block
+            z[:, 36] = 1
+        elif step == 9:  # masked again
+            z[0, (z[0, lo:hi] != M).nonzero()[0, 0] + lo] = M
+        else:
+            reveal = (torch.rand(B, hi - lo, generator=g) < 0.15) & (z[:, lo:hi] == M)
+            z[:, lo:hi] = torch.where(reveal, torch.randint(0, chain.vocab_size, (B, hi - lo), generator=g), z[:, lo:hi])
+        cache.refresh(z)
+        left, right = nearest_revealed(z, M)
+        b, q = (z[:, lo:hi] == M).nonzero(as_tuple=True)
+        assert torch.equal(cache.left[b, q], left[b, q + lo]) and torch.equal(cache.right[b, q], right[b, q + lo])
+        fresh = posterior_cache.PosteriorCache(oracle, B, lo, hi, feats, widths, z.device)
+        fresh.refresh(z)
+        for name in ("argmax", "pmax"):
+            assert torch.equal(cache.get(name, b, q + lo), fresh.get(name, b, q + lo)), (step, name)
+
+
+@pytest.mark.usefixtures("single_thread")
+@pytest.mark.parametrize("name", ["dense", "eps0", "v256"])
+def test_eb_prefix_count_equals_the_full_sort(name: str, monkeypatch) -> None:
+    """EB's step by a topk prefix (count from the first COUNT_PREFIX sorted entropies when they provably decide it,
+    commits by the n-th value) gives the draws and NFE of the full stable sort, at budgets from one commit per
+    step to many, both deterministic tie rules, argmax and sampled proposals."""
+    from dllm_lit.samplers import EBSampler, confidence_decoding
+    chain, oracle = _oracle(name)
+    for gamma, tie_rule, tau in ((0.0, "lowest", 1.0), (0.05, "highest", 0.0), (0.5, "lowest", 1.0),
+                                 (3.0, "highest", 1.0)):
+        out = []
+        for prefix in (confidence_decoding.COUNT_PREFIX, 10**9):
+            monkeypatch.setattr(confidence_decoding, "COUNT_PREFIX", prefix)
+            s = EBSampler(oracle, gamma=gamma, tie_rule=tie_rule, temperature=tau)
+            s.connect(chain)
+            out.append(s.generate_with_stats(torch.arange(6), 48, 48, 3))
+        (x0, st0), (x1, st1) = out
+        assert torch.equal(x0, x1) and torch.equal(st0["nfe"], st1["nfe"]), (name, gamma, tie_rule)

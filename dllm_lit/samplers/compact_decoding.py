@@ -23,11 +23,11 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
-from dllm_lit.indices import flat_nonzero, nonzero_pairs
+from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import ROW_CHUNK_ELEMENTS, categorical, categorical_from_stored_cdf, row_chunks
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
 
-__all__ = ["CompactBlock", "compact_applies"]
+__all__ = ["CompactBlock", "compact_applies", "compact_counts"]
 
 
 def compact_applies(den, x: torch.Tensor, lo: int, hi: int, counts: list[int]) -> bool:
@@ -37,8 +37,16 @@ def compact_applies(den, x: torch.Tensor, lo: int, hi: int, counts: list[int]) -
     without host synchronisation, is faster (OWT-sized LLaDA grid on an H100: 20 s dense, 41 s compact)."""
     if x.device.type != "cpu" or not (isinstance(den, LocalDenoiser) and den.has_max_prob_bound) or x.shape[0] == 0:
         return False
-    n = (x[:, lo:hi] == den.mask_id).sum(1)
-    return x.is_contiguous() and bool((n == n[0]).all()) and sum(counts) <= int(n[0])
+    return x.is_contiguous() and compact_counts(x, den.mask_id, lo, hi, counts)
+
+
+def compact_counts(x: torch.Tensor, mask_id: int, lo: int, hi: int, counts: list[int]) -> bool:
+    """Whether every sequence of x holds the same number n of masked positions in [lo, hi), with at most n
+    commits in all (so every row keeps the same count after each step of a fixed schedule)."""
+    if x.shape[0] == 0:
+        return False
+    n = (x[:, lo:hi] == mask_id).sum(1)
+    return bool((n == n[0]).all()) and sum(counts) <= int(n[0])
 
 
 class CompactBlock:
@@ -165,22 +173,16 @@ class CompactBlock:
         after_len = torch.minimum(end, nxt - 1) - cols  # columns that get left = P
         before_start = torch.maximum(start, prev + 1)  # columns that get right = P
         before_len = cols - before_start
-        after = _ranges((base + cols + 1).view(-1), after_len.view(-1))
-        before = _ranges((base + before_start).view(-1), before_len.view(-1))
+        after = ranges((base + cols + 1).view(-1), after_len.view(-1))
+        before = ranges((base + before_start).view(-1), before_len.view(-1))
         self.left.view(-1)[after] = P.view(-1).repeat_interleave(after_len.view(-1))
         self.right.view(-1)[before] = P.view(-1).repeat_interleave(before_len.view(-1))
         # columns between two commits of one gap are in both lists: refresh the "before" ones only once
         alone = (prev < start).view(-1)
-        self._refresh(torch.cat([after, _ranges((base + before_start).view(-1)[alone], before_len.view(-1)[alone])]))
+        self._refresh(torch.cat([after, ranges((base + before_start).view(-1)[alone], before_len.view(-1)[alone])]))
         keep = torch.ones_like(self.pos, dtype=torch.bool)
         keep.scatter_(1, cols, False)
         keep = flat_nonzero(keep).view(B, n - k) - base  # every row keeps n - k columns
         self.pos, self.bound = self.pos.gather(1, keep), self.bound.gather(1, keep)
         self.left, self.right = self.left.gather(1, keep), self.right.gather(1, keep)
 
-
-def _ranges(starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Concatenation of range(starts[i], starts[i] + lengths[i]) over i (int64)."""
-    total = int(lengths.sum())
-    offsets = torch.cumsum(lengths, 0) - lengths
-    return (starts - offsets).repeat_interleave(lengths, output_size=total) + torch.arange(total, device=starts.device)

@@ -36,8 +36,8 @@ import torch
 from dllm_lit import checks
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.indices import flat_nonzero, nonzero_pairs
-from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies
-from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, categorical_from_stored_cdf, \
+from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies, compact_counts
+from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, \
     sharpen, tempered_law
 from dllm_lit.samplers.posterior_cache import PosteriorCache
 from dllm_lit.samplers.selection import TIE_RULES, rank_positions, topk_mask_by_rule, topk_stable_mask
@@ -156,7 +156,7 @@ class BlockPosteriors:
                                             law_scores=law_scores)
             else:
                 self.cache = PosteriorCache(denoiser, B, lo, hi, features, widths, device, fresh, law=law,
-                                            law_scores=law_scores)
+                                            law_scores=law_scores, by_key=True)
         self._feats: dict[str, torch.Tensor] = {}
 
     def load(self, x: torch.Tensor, b: torch.Tensor | None, p: torch.Tensor | None) -> None:
@@ -190,8 +190,7 @@ class BlockPosteriors:
              sel: torch.Tensor | None = None) -> torch.Tensor:
         """Inverse-CDF draw (uniforms ``u``) from the stored float64 cdf ``name`` at positions (b, p) (see :meth:`get`)."""
         if self.cache is not None:
-            cdf = self.cache.store[name]
-            return categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), self.cache.rows(b, p), u)
+            return self.cache.draw_stored(name, b, p, u)
         cdf = self._feats[name] if sel is None else self._feats[name][sel]
         return categorical_from_cdf(cdf, u)
 
@@ -278,6 +277,8 @@ Score = Callable[[StepView], torch.Tensor]
 ScoreBound = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: adaptive count: (scores sorted descending [B, L] with -inf where no masked position, masked count [B]) -> n [B]
 Count = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: (first scores of each row sorted descending [B, P]) -> bool [B]: the count of the prefix is the row's
+CountPrefix = Callable[[torch.Tensor], torch.Tensor]
 
 
 #: vocabularies from this size on make a posterior row costlier than a round of O(B L) bookkeeping
@@ -299,7 +300,7 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
                   use_cache: bool = True, width: int | None = None, bound: str | None = None,
                   fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
                   score_reads_tokens: bool = True, score_bound: ScoreBound | None = None,
-                  law_scores: bool = False) -> torch.Tensor:
+                  law_scores: bool = False, count_prefix: CountPrefix | None = None) -> torch.Tensor:
     """Decode the masked positions of ``blocks`` in x [B, T] (in place), block after block.
 
     Fixed schedule: ``schedule[blk][i]`` positions commit at step i of block blk (global step
@@ -335,6 +336,12 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     ``pos`` (same shape) to upper bounds of the score (None: the bound feature bounds the score itself).  With
     ``law_scores``, ``view.tok_prob`` of a drawn proposal is its probability under the proposal law ``law``
     (which must then be normalised) instead of the posterior's.
+
+    ``count_prefix(prefix)`` (adaptive count, tie rule "lowest" or "highest"): given the first
+    :data:`COUNT_PREFIX` scores of each sequence sorted descending, whether ``count`` of that prefix is ``count``
+    of the whole sorted row (per sequence).  Where it is for every sequence, a step takes a partial selection
+    (``torch.topk``) instead of a full sort and commits the stable top-n set by its n-th value (the same
+    positions as the first n of the sorted order under the tie rule); else the full sort.
     """
     B, dev = x.shape[0], x.device
     if width is None:
@@ -344,12 +351,13 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     for sl in sub_batches(B, width, L, use_cache):
         _decode(den, x[sl], sl.start, taken[sl], blocks, features, widths, propose, score, tie_rule,
                 tie_u.rows(sl) if tie_u is not None else None, schedule, count, use_cache, width, bound, fresh, law,
-                score_reads_tokens, score_bound, law_scores)
+                score_reads_tokens, score_bound, law_scores, count_prefix)
     return taken.to(torch.float64)
 
 
 def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_rule, tie_u, schedule, count,
-            use_cache, width, bound, fresh, law, score_reads_tokens=True, score_bound=None, law_scores=False) -> None:
+            use_cache, width, bound, fresh, law, score_reads_tokens=True, score_bound=None, law_scores=False,
+            count_prefix=None) -> None:
     """:func:`decode_blocks` on rows row0.. of the caller's batch (``x``, ``taken`` and ``tie_u`` are these rows)."""
     B, dev = x.shape[0], x.device
     M = den.mask_id
@@ -366,6 +374,13 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             continue
         post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width, row0, fresh, law,
                                bound if schedule is not None else None, law_scores)
+        # a fixed schedule ranked by features alone over a by-key cache, every sequence holding the same number of
+        # masked positions: score every column from the slots (no position lists), commit the stable top-k columns
+        ranked_dense = (schedule is not None and bound is None and not score_reads_tokens and tie_rule != "random"
+                        and post.cache is not None and post.cache.memo is not None
+                        and compact_counts(x, den.mask_id, lo, hi, schedule[blk]))
+        if ranked_dense:
+            all_b, all_p = rows.repeat_interleave(L), torch.arange(lo, hi, device=dev).repeat(B)
         i = 0
         while True:
             if schedule is not None:
@@ -379,6 +394,13 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             masked = x[:, lo:hi] == M
             if schedule is None and not bool(masked.any()):
                 break
+            if ranked_dense:  # every position scored from its key's features, the k best drawn
+                post.load(x, None, None)
+                scores = torch.where(masked, score(StepView(post, all_b, all_p, j, lo, hi)).view(B, L), -torch.inf)
+                rr = rows[:, None].expand(B, k).reshape(-1)
+                cc = _commit_cols(scores, k, tie_rule).reshape(-1) + lo
+                x[rr, cc] = propose(StepView(post, rr, cc, j, lo, hi))
+                continue
             if bound is not None and schedule is not None:
                 scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score, score_bound)
             else:
@@ -394,7 +416,8 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                     scores[b, p - lo] = score(view)
                 else:  # rank first, draw at the committed positions only (see decode_blocks)
                     scores[b, p - lo] = score(view)
-                    proposal = _LazyProposals(post, masked, b, p, lo, view.j, propose, proposal)
+                    proposal = _LazyProposals(post, masked, b, p, lo, view.j, propose, proposal,
+                                              None if schedule is not None else taken.clone())
             keys = None
             if tie_rule == "random":
                 keys = tie_u.block(j if schedule is not None else taken, lo, hi, slot=TIE_SLOT)
@@ -405,6 +428,19 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                     proposal = proposal.at_mask(sel)
                 x[:, lo:hi] = torch.where(sel, proposal, x[:, lo:hi])
                 continue
+            if schedule is None and count_prefix is not None and tie_rule != "random" and L > COUNT_PREFIX:
+                top, top_cols = torch.topk(scores, COUNT_PREFIX, dim=1)  # the sorted order's first scores
+                if bool(count_prefix(top).all()):
+                    active = masked.any(1)
+                    n = count(top, masked.sum(1)).long() * active
+                    taken += active.long()
+                    first = torch.arange(COUNT_PREFIX, device=dev)[None, :] < n[:, None]
+                    if bool(_unique_top_n(top, n).all()):  # no tie at the n-th score: topk's first n columns
+                        rr, cc = rows[:, None].expand_as(first)[first], top_cols[first]
+                    else:
+                        rr, cc = nonzero_pairs(_top_n_mask(scores, top, n, tie_rule))
+                    x[rr, cc + lo] = proposal.at(rr, cc) if isinstance(proposal, _LazyProposals) else proposal[rr, cc]
+                    continue
             order = rank_positions(scores, tie_rule, keys)
             if schedule is not None:
                 n = torch.full((B,), k, dtype=torch.long, device=dev)
@@ -427,23 +463,51 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
         base += len(schedule[blk]) if schedule is not None else 0
 
 
+#: sorted scores an adaptive count reads first (``count_prefix`` of :func:`decode_blocks`)
+COUNT_PREFIX = 8
+
+
+def _unique_top_n(top: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """Per row of the P largest scores ``top`` sorted descending: whether exactly n[b] scores of the row are at or
+    above its n-th (the n-th strictly above the (n+1)-th; n = 0 trivially), so the top-n set has no tie to break."""
+    P = top.shape[1]
+    nth = top.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0]
+    nxt = top.gather(1, n.clamp(max=P - 1)[:, None])[:, 0]
+    return (n == 0) | ((n < P) & (nxt < nth))
+
+
+def _top_n_mask(scores: torch.Tensor, top: torch.Tensor, n: torch.Tensor, tie_rule: str) -> torch.Tensor:
+    """Bool [B, L]: the first n[b] columns of row b in the descending order of ``scores`` with equal scores by
+    ``tie_rule`` ("lowest" / "highest"), given ``top`` [B, P] (P >= max n), the row's P largest scores sorted:
+    every score above the n-th, then the tied ones at the n-th, lowest (highest) column first."""
+    s = scores if tie_rule == "lowest" else scores.flip(1)
+    thr = top.gather(1, (n - 1).clamp(min=0)[:, None])
+    above = s > thr
+    tie = s == thr
+    need = n[:, None] - above.sum(1, keepdim=True)
+    sel = (above | (tie & (tie.cumsum(1) <= need))) & (n > 0)[:, None]
+    return sel if tie_rule == "lowest" else sel.flip(1)
+
+
 class _LazyProposals:
     """The proposals of one step drawn on demand at the positions that commit (``score_reads_tokens=False``):
     ``propose`` on a :class:`StepView` of those positions, with the step index ``j`` of the full view (an int, or
-    one per loaded position), and without the cache the loaded positions' indices as ``sel``."""
+    one per loaded position; ``j_rows``: the same, one per row of the state), and without the cache the loaded
+    positions' indices as ``sel``."""
 
     def __init__(self, post: BlockPosteriors, masked: torch.Tensor, b: torch.Tensor, p: torch.Tensor, lo: int, j,
-                 propose, dense: torch.Tensor) -> None:
+                 propose, dense: torch.Tensor, j_rows: torch.Tensor | None = None) -> None:
         self.post, self.masked, self.lo, self.j, self.propose, self.dense = post, masked, lo, j, propose, dense
+        self.j_rows = j_rows if post.cache is not None else None
         self.index = None
-        if post.cache is None or not isinstance(j, int):  # loaded-position index of every masked (b, p)
+        if post.cache is None or not (isinstance(j, int) or self.j_rows is not None):  # index of every masked (b, p)
             self.index = torch.full(dense.shape, -1, dtype=torch.long, device=dense.device)
             self.index[b, p - lo] = torch.arange(b.numel(), device=dense.device)
 
     def at(self, rb: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """Proposals at block columns q of rows rb (masked positions)."""
         sel = None if self.index is None else self.index[rb, q]
-        j = self.j if isinstance(self.j, int) else self.j[sel]
+        j = self.j if isinstance(self.j, int) else self.j_rows[rb] if self.j_rows is not None else self.j[sel]
         view = StepView(self.post, rb, q + self.lo, j, self.lo, self.post.hi,
                         sel if self.post.cache is None else None)
         return self.propose(view)
@@ -514,6 +578,12 @@ def _commits(scores: torch.Tensor, proposal: torch.Tensor, k: int, tie_rule: str
     "highest") and their proposals: for k <= ARGMAX_COMMITS by k rounds of first (last) maxima; else the columns
     of ``torch.topk`` when no row has more than k scores at or above its k-th (no tie at the boundary, so the set
     is unique), else :func:`topk_stable_mask`."""
+    cols = _commit_cols(scores, k, tie_rule)
+    return cols, proposal.gather(1, cols)
+
+
+def _commit_cols(scores: torch.Tensor, k: int, tie_rule: str) -> torch.Tensor:
+    """The columns of :func:`_commits`."""
     B, n = scores.shape
     if k <= ARGMAX_COMMITS and tie_rule in ("lowest", "highest"):
         # argmax returns the first maximal index (documented): k rounds of it, each taking its column out, give
@@ -530,13 +600,11 @@ def _commits(scores: torch.Tensor, proposal: torch.Tensor, k: int, tie_rule: str
         cols = torch.cat(taken, 1) if tie_rule == "lowest" else (n - 1) - torch.cat(taken, 1)
         cols = cols.sort(1).values if k > 1 else cols
         if finite:  # else a row has fewer than k finite scores (a taken column could come back): general path
-            return cols, proposal.gather(1, cols)
+            return cols
     top = torch.topk(scores, k, dim=1)
     if bool(((scores >= top.values[:, -1:]).sum(1) == k).all()):
-        cols = top.indices.sort(1).values
-    else:
-        cols = nonzero_pairs(topk_mask_by_rule(scores, k, tie_rule))[1].view(B, k)
-    return cols, proposal.gather(1, cols)
+        return top.indices.sort(1).values
+    return nonzero_pairs(topk_mask_by_rule(scores, k, tie_rule))[1].view(B, k)
 
 
 def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int, k: int, bound: str,
@@ -548,7 +616,7 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
     index = None
     if post.cache is not None:  # bounds read straight from the cache's [B, L] store
         post.load(x, None, None)
-        ub = torch.where(masked, post.cache.store[bound].to(torch.float64), -torch.inf)
+        ub = torch.where(masked, post.cache.column(bound).to(torch.float64), -torch.inf)
     else:
         b, p = nonzero_pairs(masked)
         post.load(x, b, p + lo)

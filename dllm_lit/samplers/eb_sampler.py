@@ -20,6 +20,8 @@ exact sequential sampling in a state-dependent order, so the output law is the c
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from dllm_lit import checks, rng
@@ -29,7 +31,7 @@ from dllm_lit.samplers.confidence_decoding import (decode_blocks, posterior_entr
                                                    proposal_widths, propose_tokens, ranking_options, with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 
-__all__ = ["EBSampler", "entropy_bound_count"]
+__all__ = ["EBSampler", "entropy_bound_count", "entropy_bound_prefix_exact"]
 
 
 def entropy_bound_count(sorted_neg_entropy: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -39,6 +41,19 @@ def entropy_bound_count(sorted_neg_entropy: torch.Tensor, gamma: float) -> torch
     H = torch.where(valid, -sorted_neg_entropy, torch.zeros_like(sorted_neg_entropy))
     ok = (H.cumsum(1) - H.cummax(1).values <= gamma) & valid
     return ok.sum(1).clamp(min=1)
+
+
+def entropy_bound_prefix_exact(prefix: torch.Tensor, gamma: float, vocab_size: int) -> torch.Tensor:
+    """Per row of the first P scores -H sorted descending: whether :func:`entropy_bound_count` of the prefix is
+    that of the whole row.  True when the row has fewer than P positions (the rest is -inf), or when the prefix's
+    entropy sum S_P already exceeds gamma by a rounding margin: for k > P, with 0 <= H <= log V (+ 1 for
+    rounding) and u = 2^-53, the tested fl(fl(S_(k-1) + H_k) - H_k) >= (S_P (1 - u) - u H_k)(1 - u) > gamma,
+    so no later k passes (the bound test uses a 1e-12 margin, far above u)."""
+    valid = torch.isfinite(prefix)
+    H = torch.where(valid, -prefix, torch.zeros_like(prefix))
+    total = H.cumsum(1)[:, -1]
+    h_max = math.log(max(vocab_size, 1)) + 1.0
+    return ~valid[:, -1] | (total * (1.0 - 1e-12) - 1e-12 * h_max > gamma)
 
 
 class EBSampler(Sampler):
@@ -84,6 +99,7 @@ class EBSampler(Sampler):
             propose=lambda view: propose_tokens(view, tau, tok_u), score=lambda view: -view.get("entropy"),
             tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
             count=lambda sorted_scores, m: entropy_bound_count(sorted_scores, gamma), use_cache=self.use_cache,
+            count_prefix=lambda prefix: entropy_bound_prefix_exact(prefix, gamma, self.vocab_size),
             fresh=("probs",), law=(lambda probs: tempered_law(probs, tau)) if tau > 0 else None,
             score_reads_tokens=False)
         return x, nfe

@@ -42,8 +42,9 @@ from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, confidence, in_sub_batches, proposal_features,
                                                    proposal_widths, propose_step)
-from dllm_lit.denoisers.local import neighbour_distances
+from dllm_lit.denoisers.local import distinct_queries, neighbour_distances
 from dllm_lit.samplers.draws import StepUniforms, row_chunks
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
 
 __all__ = ["KLASS", "KL_EPS", "stability_kl"]
@@ -116,6 +117,8 @@ class KLASS(Sampler):
         tok_u = StepUniforms(seed, indices, steps)
         rows_b = torch.arange(B, device=dev)
         prev = torch.zeros((B, bl, V), dtype=torch.float64, device=dev)  # q: rows of the previous call
+        # float64 rows by neighbourhood key for the KL where a neighbour changed (small key ranges only)
+        memo = NeighbourhoodRows(den, _float64_rows, device=dev) if NeighbourhoodRows.applies(den) else None
         for blk in range(nb):
             lo, hi = blk * bl, (blk + 1) * bl
             post = BlockPosteriors(den, B, lo, hi, lambda probs: proposal_features(probs, tau, cdf=tau != 0),
@@ -144,7 +147,9 @@ class KLASS(Sampler):
                     else:  # 0 exactly where the neighbours, hence the rows, are those of the previous call
                         changed = masked & ((cache.left != before[0]) | (cache.right != before[1]))
                         cb, cq = nonzero_pairs(changed)
-                        if cb.numel():
+                        if cb.numel() and memo is not None:
+                            kl[cb, cq] = _kl_by_keys(cache, memo, before, cb, cq + lo)
+                        elif cb.numel():
                             kl[cb, cq] = _kl_at(cache, cb, cq + lo,
                                                 lambda rb, rp: _rows_from(cache, before, rb, rp).to(torch.float64))
                     hist = torch.cat([hist[:, :, 1:], kl[:, :, None]], 2)
@@ -179,13 +184,41 @@ class KLASS(Sampler):
         return x, nfe
 
 
-def _rows_from(cache, neighbours: tuple[torch.Tensor, torch.Tensor], b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """Posterior rows at masked (b, p) of the cache's state given earlier nearest revealed neighbours (the block's
-    [B, L] left / right indices): revealed tokens never change, so these are the rows of that earlier state."""
+def _float64_rows(rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"rows": rows.to(torch.float64)}
+
+
+def _query(cache, neighbours: tuple[torch.Tensor, torch.Tensor], b: torch.Tensor,
+           p: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(x_left, d_left, x_right, d_right) at masked (b, p) of the cache's state given the block's [B, L] nearest
+    revealed neighbours ``neighbours`` (current or earlier: revealed tokens never change)."""
     T = cache.z.shape[1]
     a, c = neighbours[0][b, p - cache.lo].long(), neighbours[1][b, p - cache.lo].long()
     d1, d2 = neighbour_distances(p, a, c, T)
-    return cache.den.probs_given_neighbours(cache.z[b, a.clamp(min=0)], d1, cache.z[b, c.clamp(max=T - 1)], d2)
+    return cache.z[b, a.clamp(min=0)], d1, cache.z[b, c.clamp(max=T - 1)], d2
+
+
+def _kl_by_keys(cache, memo: NeighbourhoodRows, before: tuple[torch.Tensor, torch.Tensor], b: torch.Tensor,
+                p: torch.Tensor) -> torch.Tensor:
+    """:func:`stability_kl` of the current rows at masked (b, p) against the rows given the neighbours ``before``,
+    once per distinct (earlier key, current key) pair: equal keys are identical rows (the memo's float64 rows,
+    the numbers :func:`_kl_at` computes), so equal pairs have identical KL."""
+    now = memo.slots(_query(cache, (cache.left, cache.right), b, p))
+    then = memo.slots(_query(cache, before, b, p))
+    rep, inv = distinct_queries(then * memo.size + now)
+    rows = memo.features["rows"]
+    out = torch.empty(rep.shape, dtype=torch.float64, device=b.device)
+    for sl in row_chunks(rep.numel(), cache.den.vocab_size, b.device):
+        r = rep[sl]
+        out[sl] = stability_kl(rows.index_select(0, now.index_select(0, r)),
+                               rows.index_select(0, then.index_select(0, r)))
+    return out.index_select(0, inv)
+
+
+def _rows_from(cache, neighbours: tuple[torch.Tensor, torch.Tensor], b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Posterior rows at masked (b, p) of the cache's state given earlier nearest revealed neighbours (the block's
+    [B, L] left / right indices): revealed tokens never change, so these are the rows of that earlier state."""
+    return cache.den.probs_given_neighbours(*_query(cache, neighbours, b, p))
 
 
 def _kl_at(cache, b: torch.Tensor, p: torch.Tensor, previous) -> torch.Tensor:

@@ -149,27 +149,26 @@ class MaskGIT(Sampler):
         M, tau = self.mask_id, self.temperature
         for t in range(steps):
             masked = x == M
-            b, p = nonzero_pairs(masked)
-            if b.numel() == 0:
+            m = masked.sum(1)
+            if not bool(m.any()):
                 break
-            post.load(x, None, None)
             if t == steps - 1:
+                b, p = nonzero_pairs(masked)
+                post.load(x, b, p)
                 view = StepView(post, b, p, t, 0, T)
                 x[b, p] = propose_tokens(view, tau, tok_u)
                 break
-            noise = self.choice_temperature * (1.0 - (t + 1) / steps)
-            gumbel = torch.zeros(b.shape, dtype=torch.float64, device=dev)
-            if noise > 0:  # the same numbers as generate's - noise log(-log u) at the masked positions
-                gumbel = -(noise * torch.log(-torch.log(gum_u.at(t, b, p))))
-            ub = torch.full((B, T), -math.inf, dtype=torch.float64, device=dev)
-            ub[b, p] = post.cache.store["pmax"][b, p].log() + gumbel
-            ub_gumbel = torch.zeros((B, T), dtype=torch.float64, device=dev)
-            ub_gumbel[b, p] = gumbel
-            m = masked.sum(1)
             k = m - num_masked_next(T, t, steps, m, self.schedule)  # [B]; 0 where one position is left
             kmax = int(k.max())
             if kmax == 0:
                 continue
+            post.load(x, None, None)
+            noise = self.choice_temperature * (1.0 - (t + 1) / steps)
+            # the same numbers as generate's - noise log(-log u) at the masked positions (uniforms keyed by
+            # position: the grid holds them at every position, read only where masked)
+            ub_gumbel = -(noise * torch.log(-torch.log(gum_u.grid(t, T)))) if noise > 0 else \
+                torch.zeros((B, T), dtype=torch.float64, device=dev)
+            ub = torch.where(masked, post.cache.column("pmax").log() + ub_gumbel, -math.inf)
             score = torch.full((B, T), -math.inf, dtype=torch.float64, device=dev)
             proposal = torch.zeros((B, T), dtype=torch.long, device=dev)
 

@@ -14,7 +14,11 @@ The cached values are exactly those a fresh query would give (same neighbours, s
 so samplers produce identical draws with and without the cache (tested).  When the denoiser names
 a key per neighbourhood (:meth:`~dllm_lit.denoisers.LocalDenoiser.neighbour_keys`), the features
 are computed once per distinct key among the positions to refresh (the oracle: positions farther
-than its certified depth from both neighbours share one posterior).
+than its certified depth from both neighbours share one posterior).  When the key range is small
+(:class:`~dllm_lit.samplers.neighbourhood_rows.NeighbourhoodRows`: the English chain's oracle), the features
+are kept once per key met in the run and each position stores only its key's slot: a refresh then looks
+up keys (rows only for keys not met before) and writes one integer per position, and reads gather the
+feature at the slot.  Same rows, same row-wise features, so the same numbers.
 
 Bounds instead of rows.  A rule that only needs, at refresh, an upper bound of max_v p(x0_i = v | z)
 (LLaDA's low-confidence remasking at temperature > 0 draws proposals only where the bound can reach the
@@ -29,8 +33,9 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries, nearest_revealed, neighbour_distances
-from dllm_lit.indices import nonzero_pairs
-from dllm_lit.samplers.draws import categorical, row_chunks
+from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
+from dllm_lit.samplers.draws import categorical, categorical_from_stored_cdf, row_chunks
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 
 __all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS"]
 
@@ -58,12 +63,14 @@ class PosteriorCache:
             computes a row.  ``features`` may then be None (no row features at all).
         law_scores: :meth:`draw` returns each proposal's probability under ``law`` (a normalised law) instead of
             the posterior's.
+        by_key: keep the features once per neighbourhood key and a slot per position, where the denoiser's key
+            range is small (:class:`NeighbourhoodRows`).
     """
 
     def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features,
                  widths: dict[str, tuple[tuple[int, ...], torch.dtype]], device: torch.device,
                  fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 bound: str | None = None, law_scores: bool = False) -> None:
+                 bound: str | None = None, law_scores: bool = False, by_key: bool = False) -> None:
         self.den = denoiser
         self.lo, self.hi = lo, hi
         self.features = features
@@ -71,14 +78,29 @@ class PosteriorCache:
         self.fresh = set(fresh) if self.local else set()
         self.shape = (B, hi - lo)
         self.device = device
-        self.store = {name: torch.zeros((B, hi - lo, *shape), dtype=dt, device=device)
-                      for name, (shape, dt) in widths.items() if dt is not None and name not in self.fresh}
+        by_key = by_key and self.local and features is not None and bound is None and NeighbourhoodRows.applies(
+            denoiser)
+        self.store = {} if by_key else {
+            name: torch.zeros((B, hi - lo, *shape), dtype=dt, device=device)
+            for name, (shape, dt) in widths.items() if dt is not None and name not in self.fresh}
         self.left: torch.Tensor | None = None
         self.right: torch.Tensor | None = None
         self.z: torch.Tensor | None = None
         self.law = law if self.local else None  # draw() reads rows from the stored neighbours
         self.bound = bound
         self.law_scores = law_scores
+        #: features by neighbourhood key (row-wise ``features`` of rows memoised per key) and each position's slot
+        self.memo: NeighbourhoodRows | None = None
+        self.slot: torch.Tensor | None = None
+        #: revealed positions [B, T] at the last refresh (neighbours are then updated from the newly revealed ones)
+        self.revealed: torch.Tensor | None = None
+        if by_key:
+            self.memo = NeighbourhoodRows(denoiser, self._stored_features, device=device)
+            self.slot = torch.zeros(self.shape, dtype=torch.long, device=device)
+
+    def _stored_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The features of ``rows`` that are stored (``fresh`` ones are recomputed where read)."""
+        return {name: v for name, v in self.features(rows).items() if name not in self.fresh}
 
     @staticmethod
     def fits(B: int, width: int, budget: int = DEFAULT_CACHE_ELEMENTS, length: int = 1) -> bool:
@@ -95,26 +117,32 @@ class PosteriorCache:
         M = self.den.mask_id
         lo, hi = self.lo, self.hi
         self.z = z
-        masked = z[:, lo:hi] == M
-        if self.local:
+        changed = self._update_neighbours(z) if self.local else None
+        if changed is not None:
+            b, p = changed
+        elif self.local:
+            masked = z[:, lo:hi] == M
             left, right = nearest_revealed(z, M)
             l_blk, r_blk = left[:, lo:hi], right[:, lo:hi]
             need = masked if self.left is None else masked & ((l_blk != self.left) | (r_blk != self.right))
             self.left, self.right = l_blk, r_blk
+            b, p = nonzero_pairs(need)
         else:
-            need = masked
-        b, p = nonzero_pairs(need)
+            b, p = nonzero_pairs(z[:, lo:hi] == M)
         if b.numel() == 0:
             return
         if self.local:  # masked positions only: straight from the neighbours, no one-hot rows
             pos = p + lo
             T = z.shape[1]
-            a, c = left[b, pos].long(), right[b, pos].long()
+            a, c = self.left[b, p].long(), self.right[b, p].long()
             d1, d2 = neighbour_distances(pos, a, c, T)
             xl, xr = z[b, a.clamp(min=0)], z[b, c.clamp(max=T - 1)]
             if self.bound is not None:
                 self.store[self.bound][b, p] = self.den.max_prob_bound(xl, d1, xr, d2).to(torch.float64)
             if self.features is None:
+                return
+            if self.memo is not None:  # one slot per position: rows only for keys not met before
+                self.slot[b, p] = self.memo.slots((xl, d1, xr, d2))
                 return
             keys = self.den.neighbour_keys(xl, d1, xr, d2)
             if keys is None:
@@ -139,6 +167,49 @@ class PosteriorCache:
             return
         self._write(b, p, self.features(self.den.probs_at(z, b, p + lo)))
 
+    def _update_neighbours(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Nearest revealed neighbours updated from the positions revealed since the last refresh, and the block
+        positions (b, column) whose neighbours changed, row-major (the set the two full scans of
+        :func:`nearest_revealed` find); None (after recording the revealed positions) when a full scan is needed:
+        the first refresh, a position masked again, or one revealed outside the block.
+
+        A position P revealed in the gap (L, R) of its row becomes the right neighbour of the gap's positions
+        before it and the left neighbour of those after it, up to the next position revealed in the same gap.
+        """
+        revealed = z != self.den.mask_id
+        prev, self.revealed = self.revealed, revealed
+        if prev is None or self.left is None or prev.shape != revealed.shape:
+            return None
+        T, lo, hi = z.shape[1], self.lo, self.hi
+        flat = flat_nonzero(revealed != prev)
+        if flat.numel() == 0:
+            return flat, flat
+        b, P = torch.div(flat, T, rounding_mode="floor"), flat % T
+        if not bool(revealed[b, P].all()) or int(P.min()) < lo or int(P.max()) >= hi:
+            return None
+        L, R = self.left[b, P - lo].long(), self.right[b, P - lo].long()
+        first = torch.ones_like(b, dtype=torch.bool)
+        first[1:] = b[1:] != b[:-1]
+        last = torch.ones_like(first)
+        last[:-1] = first[1:]
+        prv = torch.where(first, -1, torch.cat([P[:1], P[:-1]]))  # the previous revealed one of the row (-1: none)
+        nxt = torch.where(last, T, torch.cat([P[1:], P[-1:]]))
+        after_len = torch.minimum(torch.minimum(R, nxt), torch.full_like(R, hi)) - P - 1  # get left = P
+        before_start = torch.maximum(torch.maximum(L, prv) + 1, torch.full_like(L, lo))  # get right = P
+        before_len = P - before_start
+        rows = b * (hi - lo)
+        after = ranges(rows + P + 1 - lo, after_len)
+        before = ranges(rows + before_start - lo, before_len)
+        left, right = self.left.clone(), self.right.clone()  # callers may hold the previous ones
+        left.view(-1)[after] = P.to(left.dtype).repeat_interleave(after_len)
+        right.view(-1)[before] = P.to(right.dtype).repeat_interleave(before_len)
+        self.left, self.right = left, right
+        # between two positions revealed in one gap: in both lists, refreshed once
+        alone = prv <= L
+        need = torch.cat([after, ranges((rows + before_start - lo)[alone], before_len[alone])]).sort().values
+        rb = torch.div(need, hi - lo, rounding_mode="floor")
+        return rb, need - rb * (hi - lo)
+
     def _write(self, b: torch.Tensor, p: torch.Tensor, values: dict[str, torch.Tensor],
                src: torch.Tensor | None = None) -> None:
         """Store feature rows (``values[name][src]`` when ``src`` maps targets to computed rows)."""
@@ -158,9 +229,26 @@ class PosteriorCache:
         if name in self.fresh:
             rows = self.posterior(b, p)
             return rows if k is None else rows.gather(1, k[:, None]).squeeze(1)
+        if self.memo is not None:
+            table, slot = self.memo.features[name], self.slot[b, p - self.lo]
+            return table.index_select(0, slot) if k is None else table[slot, k]
         if k is None:
             return self.store[name][b, p - self.lo]
         return self.store[name][b, p - self.lo, k]
+
+    def column(self, name: str) -> torch.Tensor:
+        """A scalar feature at every position of the block, [B, hi - lo] (stale where not masked)."""
+        if self.memo is not None and name in self.memo.features:
+            return self.memo.features[name][self.slot]
+        return self.store[name]
+
+    def draw_stored(self, name: str, b: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """Inverse-CDF draws (uniforms ``u``) from the stored float64 cdf feature ``name`` at (b, p)
+        (:func:`~dllm_lit.samplers.draws.categorical_from_stored_cdf`)."""
+        if self.memo is not None:
+            return categorical_from_stored_cdf(self.memo.features[name], self.slot[b, p - self.lo], u)
+        cdf = self.store[name]
+        return categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), self.rows(b, p), u)
 
     def posterior(self, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """Posterior rows [n, V] at masked (batch, absolute position) pairs of the last refreshed state, from the
