@@ -26,7 +26,7 @@ import resource
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
@@ -209,15 +209,16 @@ def main() -> None:
         spent[config][0] += wall
         spent[config][1] += cpu
         peak = max(peak, unit_peak)
+        print(f"  unit {name} steps={sorted(rows, key=str)}: {wall:.1f} s wall {cpu:.1f} s cpu", flush=True)
 
     if args.jobs == 1:
         for config, steps in units:
             report(config, run_unit(config, steps, args))
     else:
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(run_unit, config, steps, args) for config, steps in units]
-            for (config, _), fut in zip(units, futures):
-                report(config, fut.result())
+            futures = {pool.submit(run_unit, config, steps, args): config for config, steps in units}
+            for fut in as_completed(futures):  # each unit's time as soon as it is done
+                report(futures[fut], fut.result())
     for config in args.configs:
         print(f"{names[config]:>18s}: {spent[config][0]:7.1f} s wall {spent[config][1]:7.1f} s cpu")
     wall_sum, cpu_sum = sum(w for w, _ in spent.values()), sum(c for _, c in spent.values())

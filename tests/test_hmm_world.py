@@ -210,6 +210,11 @@ def test_kth_order_from_any_text(tmp_path) -> None:
     (lambda: MaskedUniform(0.7, 0.5), "alpha \\+ beta"),
     (lambda: HMMWorld(emission=torch.eye(2), transition=torch.tensor([[0.5, 0.6], [0.5, 0.5]])), "row 0 of transition"),
     (lambda: HMMWorld(emission=torch.tensor([[0.5, 0.4], [0.5, 0.5]]), transition=torch.eye(2)), "row 0 of emission"),
+    (lambda: MaskedUniform(1.1, 0.0), "alpha"),
+    (lambda: MaskedUniform(0.5, -0.1), "beta"),
+    (lambda: HMMWorld(context_rows=torch.tensor([[0.5, 0.6], [0.5, 0.5]])), "row 0 of context_rows"),
+    (lambda: HMMWorld(emission=torch.eye(2), transition=torch.tensor([[0.5, 0.5], [0.5, 0.5]]),
+                      initial=torch.tensor([0.9, 0.1])), "invariant"),
     (lambda: synthetic_hmm(4, 3, stay=1.0), "stay"),
     (lambda: HMMSynthetic(emission_support=40, vocab_size=27), "emission_support"),
 ])

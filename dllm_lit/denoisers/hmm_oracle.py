@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.denoisers.channels import ABSORBING, EvidenceChannel
+from dllm_lit.denoisers.channels import ABSORBING, AbsorbingMask, EvidenceChannel
 from dllm_lit.denoisers.hmm_posterior import hmm_likelihood_tables, hmm_posterior
+from dllm_lit.denoisers.hmm_segments import SegmentedPosterior, segments_apply
 from dllm_lit.markov.hmm import HMMWorld
 
 __all__ = ["HMMOracleDenoiser"]
@@ -19,12 +20,16 @@ __all__ = ["HMMOracleDenoiser"]
 class HMMOracleDenoiser(Denoiser):
     """Exact posterior of an :class:`HMMWorld`, computed in float64 and returned in ``dtype``.
 
+    Under absorbing masks in an order-k context world with positive rows the posterior is solved segment by
+    segment between pinned states, with a memo across calls (:mod:`dllm_lit.denoisers.hmm_segments`;
+    ``segments=False`` always runs the full forward-backward).
+
     ``dtype`` float32 (default, as the first-order oracle's rows) rounds away the float64 noise by which rows
     that are equal in exact arithmetic (e.g. every position's marginal with nothing revealed) differ, so
     confidence-ranked samplers see exact ties there and order them by their tie rule; float64 keeps every digit.
     """
 
-    def __init__(self, world: HMMWorld, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, world: HMMWorld, dtype: torch.dtype = torch.float32, segments: bool = True) -> None:
         super().__init__()
         if not isinstance(world, HMMWorld):
             raise TypeError(f"world must be an HMMWorld, got {type(world).__name__}")
@@ -33,6 +38,7 @@ class HMMOracleDenoiser(Denoiser):
         self.world, self.chain, self.dtype = world, world, dtype
         self.vocab_size = world.vocab_size
         self._tables: dict = {}
+        self._segmented = SegmentedPosterior(world) if segments and segments_apply(world) else None
         self.requires_grad_(False)
         self.eval()
 
@@ -52,6 +58,8 @@ class HMMOracleDenoiser(Denoiser):
     def log_posterior(self, z: torch.Tensor, channel: EvidenceChannel | None = None,
                       leave_one_out: bool = False) -> torch.Tensor:
         channel = ABSORBING if channel is None else channel
+        if self._segmented is not None and isinstance(channel, AbsorbingMask) and not leave_one_out:
+            return self._segmented(z).to(device=z.device, dtype=self.dtype).log()
         tables = self._tables_for(channel, z.device)
         rows = max(1, self.MESSAGE_BYTES // (8 * max(z.shape[1], 1) * self.world.num_states))
         out = [hmm_posterior(self.world, z[i:i + rows], channel, leave_one_out, torch.float64, tables).to(self.dtype)

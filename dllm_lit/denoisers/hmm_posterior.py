@@ -29,7 +29,10 @@ __all__ = ["hmm_posterior", "hmm_likelihood_tables"]
 
 
 def _normalise_or(x: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """x / sum(x) per row, or the normalised fallback where a row of x sums to zero."""
     s = x.sum(-1, keepdim=True)
+    if bool((s > 0).all()):  # the usual case: no fallback rows to compute (same numbers as the where below)
+        return x / s.clamp_min(1e-300)
     fs = fallback.sum(-1, keepdim=True)
     return torch.where(s > 0, x / s.clamp_min(1e-300), fallback / fs.clamp_min(1e-300))
 
