@@ -222,3 +222,16 @@ def test_bad_settings_fail_with_one_line(build, match) -> None:
     with pytest.raises(ValueError, match=match) as err:
         build()
     assert "\n" not in str(err.value)
+
+
+def test_hmm_oracle_keeps_a_bounded_number_of_channel_tables() -> None:
+    """A uniform-state sampler asks for a new noise level at every step: the oracle's likelihood-table memo stays
+    bounded (least recently used dropped) and a dropped table is rebuilt to the same posterior."""
+    chain = MarkovChain.from_kernel(torch.tensor(TINY_KERNEL, dtype=torch.float64))
+    oracle = HMMOracleDenoiser(HMMWorld.from_chain(chain), dtype=torch.float64)
+    z = torch.tensor([[0, 1, 2, 1, 1, 0]])
+    first = oracle.log_posterior(z, UniformNoise(0.5))
+    for k in range(3 * oracle.MAX_TABLES):
+        oracle.log_posterior(z, UniformNoise(0.01 + 0.03 * k))
+    assert len(oracle._tables) == oracle.MAX_TABLES
+    assert torch.equal(oracle.log_posterior(z, UniformNoise(0.5)), first)

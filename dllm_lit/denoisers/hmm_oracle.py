@@ -6,6 +6,8 @@ O(B T (S V + cost of m A))).  First-order chains keep :class:`~dllm_lit.denoiser
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 
 from dllm_lit.denoisers.base import Denoiser
@@ -37,7 +39,7 @@ class HMMOracleDenoiser(Denoiser):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.world, self.chain, self.dtype = world, world, dtype
         self.vocab_size = world.vocab_size
-        self._tables: dict = {}
+        self._tables: OrderedDict = OrderedDict()
         self._segmented = SegmentedPosterior(world) if segments and segments_apply(world) else None
         self.requires_grad_(False)
         self.eval()
@@ -45,10 +47,18 @@ class HMMOracleDenoiser(Denoiser):
     def supports(self, channel: EvidenceChannel, leave_one_out: bool = False) -> bool:
         return isinstance(channel, EvidenceChannel)
 
+    #: likelihood tables kept (least recently used dropped): a uniform-state sampler asks for a new noise level
+    #: at every step, so an unbounded memo would grow with the step count
+    MAX_TABLES = 8
+
     def _tables_for(self, channel: EvidenceChannel, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         key = (channel, str(device))
-        if key not in self._tables:
+        if key in self._tables:
+            self._tables.move_to_end(key)
+        else:
             self._tables[key] = hmm_likelihood_tables(self.world, channel, torch.float64, device)
+            while len(self._tables) > self.MAX_TABLES:
+                self._tables.popitem(last=False)
         return self._tables[key]
 
     #: bytes of right messages (float64 [rows, T, S]) held at once: the batch is processed in chunks of rows
