@@ -89,12 +89,6 @@ class GenericDenoiser(Denoiser):
     def probs_at(self, z, b, p):
         return self.oracle.probs_at(z, b, p)
 
-    def supports(self, channel, leave_one_out: bool = False) -> bool:
-        return self.oracle.supports(channel, leave_one_out)
-
-    def log_posterior(self, z, channel=None, leave_one_out: bool = False):
-        return self.oracle.log_posterior(z, channel, leave_one_out)
-
 
 class CountingDenoiser(GenericDenoiser):
     """The oracle seen only through the generic ``probs_at`` interface, counting per sequence the

@@ -37,7 +37,7 @@ import torch
 import yaml
 
 import dllm_lit.samplers as samplers
-from conftest import GenericDenoiser
+from conftest import GenericDenoiser as _GenericProbs
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.denoisers.channels import AbsorbingMask
 from dllm_lit.markov import MarkovChain, synthetic_chain
@@ -236,6 +236,17 @@ def test_chunks(case: str, steps: int) -> None:
         assert torch.equal(got, stats[name]) or (got.isnan() & stats[name].isnan()).all(), (case, name)
     one, _ = _run(s, [idx[4]], steps)
     assert torch.equal(one[0], x[4]), f"{case}: a sequence alone differs from the same sequence in a batch"
+
+
+class GenericDenoiser(_GenericProbs):
+    """The oracle through the generic interface: ``probs_at`` on the actual state, and the evidence-channel
+    interface (``supports`` / ``log_posterior``: uniform noise, leave-one-out) passed through."""
+
+    def supports(self, channel, leave_one_out: bool = False) -> bool:
+        return self.oracle.supports(channel, leave_one_out)
+
+    def log_posterior(self, z, channel=None, leave_one_out: bool = False):
+        return self.oracle.log_posterior(z, channel, leave_one_out)
 
 
 @pytest.mark.parametrize("chain_name", sorted(CHAINS))
