@@ -38,6 +38,7 @@ PAPER_CONFIGS = ["llada", "remdm_loop", "remdm_conf", "sedd", "mdlm_paper", "mdl
 MODERN_CONFIGS = ["fast_dllm", "fast_dllm_factor", "dream_origin", "dream_maskgit_plus", "dream_topk_margin",
                   "dream_entropy", "eb_sampler", "pc_sampler", "fhs", "maskgit", "klass", "bd3"]
 MODERN_CONFIGS += ["assd", "dus", "wino", "llada21"]  # issue 23: exact by design, schedules, editing
+MODERN_CONFIGS += ["p2", "slowfast"]  # issue 23: path planning (re-masking), SlowFast schedule
 STEPS = [8, 16, 32, 64, 128, 256, 512, 1024]
 #: step counts up to this share one work unit per config; larger ones get a unit each
 SMALL_STEPS = 128

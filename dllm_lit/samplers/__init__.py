@@ -34,6 +34,8 @@ _EXPORTS: dict[str, str] = {
     "DUS": "dus",
     "LLaDA21": "llada21",
     "WINO": "wino",
+    "P2": "p2",
+    "SlowFast": "slowfast",
     "Duo": "duo",
     "GIDD": "gidd",
     "Psi": "psi",
@@ -74,6 +76,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from dllm_lit.samplers.dus import DUS
     from dllm_lit.samplers.llada21 import LLaDA21
     from dllm_lit.samplers.wino import WINO
+    from dllm_lit.samplers.p2 import P2
+    from dllm_lit.samplers.slowfast import SlowFast
     from dllm_lit.samplers.duo import Duo
     from dllm_lit.samplers.gidd import GIDD
     from dllm_lit.samplers.psi import Psi
