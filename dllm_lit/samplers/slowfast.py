@@ -74,6 +74,7 @@ class SlowFast(Sampler):
         return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
 
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+        self.check_run(seq_len, steps)
         B, T, dev = indices.numel(), seq_len, indices.device
         L = self.block_length or T
         M, nb, K, W = self.mask_id, T // L, self.k_exploration_steps, self.stability_window
