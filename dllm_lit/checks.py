@@ -114,3 +114,9 @@ def nonempty_str(name: str, v: Any) -> str:
     if not isinstance(v, str) or not v.strip():
         raise ValueError(f"{name} must be a non-empty string, got {v!r}")
     return v
+
+
+def divides(name: str, block: int | None, seq_len: int) -> None:
+    """One-line error unless ``block`` (None: one block of the whole sequence) divides ``seq_len``."""
+    if block is not None and seq_len % block:
+        raise ValueError(f"{name}={block} must divide seq_len={seq_len}")

@@ -59,8 +59,7 @@ class FHS(Sampler):
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
         """block_length must divide the sequence length."""
-        if self.block_length is not None and seq_len % self.block_length:
-            raise ValueError(f"block_length={self.block_length} must divide seq_len={seq_len}")
+        checks.divides("block_length", self.block_length, seq_len)
 
     def nfe(self, seq_len: int, steps: int | None) -> float | None:
         """T: one evaluation per revealed position."""

@@ -93,8 +93,7 @@ class KLASS(Sampler):
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
         """block_length divides T and steps divide into the blocks (upstream asserts both)."""
-        if self.block_length is not None and seq_len % self.block_length:
-            raise ValueError(f"block_length={self.block_length} must divide seq_len={seq_len}")
+        checks.divides("block_length", self.block_length, seq_len)
         _, nb = self._blocks(seq_len)
         if steps is not None and steps % nb:
             raise ValueError(f"steps={steps} must be divisible by the number of blocks ({nb}) for seq_len={seq_len}")

@@ -35,8 +35,7 @@ class LLaDARule(RuleSampler):
 
     def blocks(self, seq_len: int) -> list[tuple[int, int]]:
         bl = self.block_length or seq_len
-        if seq_len % bl:
-            raise ValueError(f"block_length={bl} must divide seq_len={seq_len}")
+        checks.divides("block_length", bl, seq_len)
         return [(lo, lo + bl) for lo in range(0, seq_len, bl)]
 
     def propose(self, probs: torch.Tensor) -> torch.Tensor | None:

@@ -67,8 +67,7 @@ class SlowFast(Sampler):
         self.temperature = checks.real("temperature", temperature, 0.0)
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
-        if self.block_length is not None and seq_len % self.block_length:
-            raise ValueError(f"block_length={self.block_length} must divide seq_len={seq_len}")
+        checks.divides("block_length", self.block_length, seq_len)
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
