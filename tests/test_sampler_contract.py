@@ -82,17 +82,12 @@ EXTERNAL = ("runs the user's own code on the oracle model: its draws come from t
 BATCHED_VERIFY = ("verifies its k - 1 drafted prefixes as one batch of states (an any-subset model's single pass, "
                   "counted as one call: docs/samplers/assd.md), so a batch-of-one counter cannot count it; its NFE is "
                   "tested in tests/test_assd.py")
-LOO_ROUNDING = ("known gap: its leave-one-out confidences come from the neighbour formula in float64 on the oracle "
-                "but from forward-backward in log space on the generic interface, so a threshold comparison can "
-                "flip at rounding (measured at 32 steps); the law is the same (tests/test_llada21.py, test_wino.py)")
 BLOCKS_TOO_LONG = "its config's blocks of 128 (upstream's default) do not divide T = 32: variant:slowfast_blocks runs it"
 #: (item, case) -> why the case cannot keep that item
 EXEMPT: dict[tuple[str, str], str] = {
     ("nfe", "config:assd"): BATCHED_VERIFY,
     ("nfe", "variant:slowfast_blocks"): UPSTREAM_NFE,
     **{(item, "config:slowfast"): BLOCKS_TOO_LONG for item in ("chunks", "generic", "nfe", "log_q")},
-    ("generic", "config:llada21"): LOO_ROUNDING,
-    ("generic", "config:wino"): LOO_ROUNDING,
     ("generic", "config:ar"): NO_DENOISER,
     ("nfe", "config:ar"): NO_DENOISER,
     ("steps", "config:ar"): "has no steps option: its one row has steps None",
@@ -244,13 +239,16 @@ def test_chunks(case: str, steps: int) -> None:
 
 class GenericDenoiser(_GenericProbs):
     """The oracle through the generic interface: ``probs_at`` on the actual state, and the evidence-channel
-    interface (``supports`` / ``log_posterior``: uniform noise, leave-one-out) passed through."""
+    interface (``supports`` / ``log_posterior`` / ``posterior``: uniform noise, leave-one-out) passed through."""
 
     def supports(self, channel, leave_one_out: bool = False) -> bool:
         return self.oracle.supports(channel, leave_one_out)
 
     def log_posterior(self, z, channel=None, leave_one_out: bool = False):
         return self.oracle.log_posterior(z, channel, leave_one_out)
+
+    def posterior(self, z, channel=None, leave_one_out: bool = False):
+        return self.oracle.posterior(z, channel, leave_one_out)
 
 
 @pytest.mark.parametrize("chain_name", sorted(CHAINS))
@@ -299,6 +297,10 @@ class CountingDenoiser(GenericDenoiser):
     def log_posterior(self, z, channel=None, leave_one_out: bool = False):
         self._seen(z, None if channel is None or isinstance(channel, AbsorbingMask) else channel)
         return super().log_posterior(z, channel, leave_one_out)
+
+    def posterior(self, z, channel=None, leave_one_out: bool = False):
+        self._seen(z, None if channel is None or isinstance(channel, AbsorbingMask) else channel)
+        return super().posterior(z, channel, leave_one_out)
 
 
 @pytest.mark.parametrize("steps", STEPS)

@@ -94,6 +94,13 @@ class Denoiser(nn.Module, ABC):
                              f"{' (leave-one-out)' if leave_one_out else ''}; it answers absorbing masks only")
         return self.forward(z)
 
+    def posterior(self, z: torch.Tensor, channel: "EvidenceChannel | None" = None,
+                  leave_one_out: bool = False) -> torch.Tensor:
+        """:meth:`log_posterior` as probabilities: [B, T, V].  The default exponentiates it; a denoiser that computes
+        probabilities directly (a :class:`~dllm_lit.denoisers.LocalDenoiser`) returns them, so that a sampler reading
+        probabilities gets its numbers and not exp(log p) (``docs/exactness.md``, "Ties")."""
+        return self.log_posterior(z, channel, leave_one_out).exp()
+
     def log_probs_at(self, z: torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor) -> torch.Tensor:
         """log p(x0 | z) at the listed (batch, position) pairs only: Tensor[n, V].
 

@@ -18,6 +18,7 @@ from abc import abstractmethod
 import torch
 
 from dllm_lit.denoisers.base import Denoiser, check_tokens
+from dllm_lit.denoisers.channels import AbsorbingMask
 from dllm_lit.indices import flat_nonzero
 
 __all__ = ["LocalDenoiser", "nearest_revealed", "revealed_neighbours_at", "neighbour_distances", "distinct_queries"]
@@ -178,6 +179,33 @@ class LocalDenoiser(Denoiser):
         rev = flat_nonzero(~masked)
         out[rev, flat[rev]] = 0.0
         return out.view(B, T, V)
+
+    def supports(self, channel, leave_one_out: bool = False) -> bool:
+        """Absorbing masks, also leave-one-out (:meth:`posterior`)."""
+        return isinstance(channel, AbsorbingMask) or super().supports(channel, leave_one_out)
+
+    @torch.no_grad()
+    def posterior(self, z: torch.Tensor, channel=None, leave_one_out: bool = False) -> torch.Tensor:
+        """Under absorbing masks, from the nearest revealed neighbours: p(x_i | z) ([B, T, V], one-hot at revealed
+        positions) or, ``leave_one_out``, p(x_i | z_{-i}) = the row of the neighbours strictly left and right of i
+        at every position (the function the samplers' leave-one-out fast path calls, so both give the same numbers).
+        Other channels: :meth:`Denoiser.posterior`."""
+        if channel is not None and not isinstance(channel, AbsorbingMask):
+            return super().posterior(z, channel, leave_one_out)
+        check_tokens(z, self.vocab_size)
+        B, T = z.shape
+        left, right = nearest_revealed(z, self.mask_id)
+        b = torch.arange(B, device=z.device).repeat_interleave(T)
+        p = torch.arange(T, device=z.device).repeat(B)
+        if not leave_one_out:
+            return self.probs_at(z, b, p, (left, right)).view(B, T, -1)
+        return self.probs_from_neighbours(z, b, p, left.view(-1).long(), right.view(-1).long()).view(B, T, -1)
+
+    def log_posterior(self, z: torch.Tensor, channel=None, leave_one_out: bool = False) -> torch.Tensor:
+        """log of :meth:`posterior` under absorbing masks (``forward`` without ``leave_one_out``)."""
+        if (channel is None or isinstance(channel, AbsorbingMask)) and leave_one_out:
+            return self.posterior(z, channel, leave_one_out).log()
+        return super().log_posterior(z, channel, leave_one_out)
 
     @property
     def output_dtype(self) -> torch.dtype:

@@ -261,8 +261,9 @@ class OracleDenoiser(LocalDenoiser):
         return self.table.dtype
 
     def supports(self, channel, leave_one_out: bool = False) -> bool:
-        """Every evidence channel: absorbing masks by the power table, the others by the exact HMM posterior of
-        the chain (S = V, B = I; :func:`dllm_lit.denoisers.hmm_posterior.hmm_posterior`, float64)."""
+        """Every evidence channel: absorbing masks by the power table (leave-one-out too:
+        :meth:`LocalDenoiser.posterior`), the others by the exact HMM posterior of the chain (S = V, B = I;
+        :func:`dllm_lit.denoisers.hmm_posterior.hmm_posterior`, float64)."""
         return True
 
     def log_posterior(self, z: torch.Tensor, channel=None, leave_one_out: bool = False) -> torch.Tensor:
@@ -270,8 +271,8 @@ class OracleDenoiser(LocalDenoiser):
         from dllm_lit.denoisers.hmm_posterior import hmm_posterior
         from dllm_lit.markov.hmm import HMMWorld
 
-        if (channel is None or isinstance(channel, AbsorbingMask)) and not leave_one_out:
-            return self.forward(z)
+        if channel is None or isinstance(channel, AbsorbingMask):  # the power table, leave-one-out too
+            return super().log_posterior(z, channel, leave_one_out)
         if getattr(self, "_world", None) is None:
             self._world = HMMWorld.from_chain(self.chain)
         return hmm_posterior(self._world, z, channel, leave_one_out).log().to(self.output_dtype)

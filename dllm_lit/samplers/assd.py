@@ -32,16 +32,12 @@ import torch
 
 from dllm_lit import rng
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.denoisers.local import LocalDenoiser, revealed_neighbours_at
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.row_providers import draft_rows
 from dllm_lit.samplers.selection import topk_stable
 
 __all__ = ["ASSD", "draft_length"]
-
-#: stacked verify states (rows x T tokens) per generic denoiser call chunk
-_STACK_ELEMENTS = 2**22
-
 
 def draft_length(seq_len: int, steps: int) -> int:
     """k = ceil(T / steps), at least 1."""
@@ -103,7 +99,7 @@ class ASSD(Sampler):
             P = Q.clone()                                                      # P[:, 0] = Q[:, 0]
             wide = valid[:, 1] if k > 1 else torch.zeros(R, dtype=torch.bool, device=dev)
             if bool(wide.any()):
-                P[wide, 1:] = self._verify(z, rows[wide], W[wide], d[wide], valid[wide])
+                P[wide, 1:] = draft_rows(self.denoiser, z, rows[wide], W[wide], d[wide], valid[wide])
             nfe[rows] += torch.where(wide, 2.0, 1.0).to(torch.float64)
             pd, qd = P.gather(2, d[..., None]).squeeze(2), Q.gather(2, d[..., None]).squeeze(2)
             accept = tok_u.at(step, bb, Wc, 1) * qd < pd
@@ -131,46 +127,3 @@ class ASSD(Sampler):
     def _rows(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """p(x_p | z) at masked (b, p): float64 [n, V]."""
         return self.denoiser.probs_at(z, b, p).to(torch.float64)
-
-    def _verify(self, z: torch.Tensor, rows: torch.Tensor, W: torch.Tensor, d: torch.Tensor,
-                valid: torch.Tensor) -> torch.Tensor:
-        """p(x_{W_i} | z, d_0..d_{i-1}) for i = 1..k-1 of each row: float64 [R, k - 1, V] (ones where not valid)."""
-        R, k = W.shape
-        T = z.shape[1]
-        V = self.vocab_size
-        out = torch.ones(R, k - 1, V, dtype=torch.float64, device=z.device)
-        v1 = valid[:, 1:]
-        Wc = W.clamp(min=0)
-        if isinstance(self.denoiser, LocalDenoiser):  # nearest revealed neighbours among z and the earlier drafts
-            zd = z.clone()
-            zd[rows[:, None].expand(R, k)[valid], Wc[valid]] = d[valid]
-            bb = rows[:, None].expand(R, k - 1)[v1]
-            p = Wc[:, 1:][v1]
-            a, c = revealed_neighbours_at(z.contiguous(), self.mask_id, bb, p)
-            Wj = torch.where(valid, W, -1)[:, None, :]                         # [R, 1, k]
-            Wi = Wc[:, 1:, None]                                               # [R, k-1, 1]
-            ar = torch.arange(k, device=z.device)
-            earlier = ar[None, None, :] < ar[1:][None, :, None]  # draft j precedes verified position i
-            left = torch.where(earlier & (Wj >= 0) & (Wj < Wi), Wj, -1).amax(2)[v1]
-            right = torch.where(earlier & (Wj > Wi), Wj, T).amin(2)[v1]
-            out[v1] = self.denoiser.probs_from_neighbours(zd, bb, p, torch.maximum(a, left),
-                                                          torch.minimum(c, right)).to(torch.float64)
-            return out
-        # any denoiser: one stacked state per verified position (state i = z plus drafts 0..i-1)
-        per_row = max(1, _STACK_ELEMENTS // max(1, (k - 1) * T))
-        for lo in range(0, R, per_row):
-            sl = slice(lo, min(R, lo + per_row))
-            r = rows[sl]
-            Rs = r.numel()
-            st = z[r][:, None, :].repeat(1, k - 1, 1)                          # [Rs, k-1, T]
-            lower = torch.arange(k, device=z.device)[None, :] < torch.arange(1, k, device=z.device)[:, None]
-            put = lower[None] & valid[sl][:, None, :]  # [Rs, k-1, k]
-            ri, si, j = torch.nonzero(put, as_tuple=True)
-            st[ri, si, Wc[sl][ri, j]] = d[sl][ri, j]
-            vv = v1[sl]
-            flat = st.reshape(Rs * (k - 1), T)
-            idx = torch.arange(Rs * (k - 1), device=z.device).view(Rs, k - 1)
-            block = out[sl]
-            block[vv] = self._rows(flat, idx[vv], Wc[sl][:, 1:][vv])
-            out[sl] = block
-        return out

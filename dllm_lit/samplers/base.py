@@ -29,7 +29,7 @@ from dllm_lit.markov.chain import MarkovChain
 if TYPE_CHECKING:
     from dllm_lit.engine.plan import RunPlan
 
-__all__ = ["Sampler", "compact_dtype", "SEQUENCE_STATS"]
+__all__ = ["Sampler", "NFECountingSampler", "compact_dtype", "SEQUENCE_STATS"]
 
 #: per-sequence statistics every sampler reports with its samples (float64 [B] each, NaN = not available):
 #: ``nfe`` - denoiser evaluations; ``log_q`` - log p_s(x | unmasking order), the log-probability of the
@@ -254,3 +254,16 @@ class Sampler(L.LightningModule, ABC):
     def teardown(self, stage: str) -> None:
         """The run's last hook: release the DDP process group (see :mod:`dllm_lit.engine.process_group`)."""
         release_process_group(self._trainer)
+
+
+class NFECountingSampler(Sampler):
+    """A sampler that counts each sequence's denoiser calls while it decodes (adaptive step counts, per-sequence
+    loops): it implements :meth:`generate_with_nfe`, and :meth:`generate` returns those samples."""
+
+    def generate(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int) -> torch.Tensor:
+        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
+
+    @abstractmethod
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int | None,
+                          seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(LongTensor[B, T] samples, float64[B] denoiser calls per sequence)."""

@@ -7,7 +7,7 @@ in ``schedulers/scheduling_block_refinement.py`` and the loop of ``pipelines/lla
 Blocks of ``block_length`` left to right, S = steps / blocks steps per block with LLaDA's transfer counts k_j.  One
 call scores every position of the block: a token x^_i is drawn from p^(1/tau) (argmax at tau = 0) with confidence
 c_i = its probability under that law, where p is p(x_i | z) at a masked position and the leave-one-out
-p(x_i | z_{-i}) at a revealed one (what an editing model is trained to predict, :mod:`.leave_one_out`).  Then
+p(x_i | z_{-i}) at a revealed one (what an editing model is trained to predict; :mod:`.row_providers` answers it).  Then
 
 * mask filling (while the block has masks, step j): commit every masked i with c_i > ``threshold`` if there are at
   least k_j of them, else the min(k_j, #masked) most confident;
@@ -25,17 +25,17 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.base import NFECountingSampler
 from dllm_lit.samplers.confidence_decoding import check_blocks
-from dllm_lit.samplers.draws import StepUniforms, tempered_draw, tempered_law
-from dllm_lit.samplers.leave_one_out import check_leave_one_out, posterior_rows
+from dllm_lit.samplers.draws import StepUniforms, tempered_law
+from dllm_lit.samplers.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
 from dllm_lit.samplers.selection import transfer_schedule
 from dllm_lit.samplers.wino import stable_ranks
 
 __all__ = ["LLaDA21"]
 
 
-class LLaDA21(Sampler):
+class LLaDA21(NFECountingSampler):
     """Threshold block refinement with token editing (T2T) from leave-one-out confidences.
 
     Args:
@@ -71,10 +71,16 @@ class LLaDA21(Sampler):
     def check_run(self, seq_len: int, steps: int | None) -> None:
         check_blocks(seq_len, 0, self.block_length, steps)
 
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
+    def row_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What a call reads of a float64 row: the proposal's cdf, its law and the law's sum (the confidence is
+        law[x] / sum); at tau = 0 the argmax and the row itself."""
+        law = tempered_law(rows, self.temperature)
+        if law is None:
+            return {"argmax": rows.argmax(-1), "law": rows}
+        return {"cdf": law.cumsum(-1), "law": law, "sum": law.sum(-1)}
 
-    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int, cache: bool = True):
+        """Samples and NFE; ``cache=False`` computes every call's rows afresh (identical draws, tested)."""
         B, T, dev, M = indices.numel(), seq_len, indices.device, self.mask_id
         L = self.block_length or T
         nb = T // L
@@ -88,6 +94,7 @@ class LLaDA21(Sampler):
         nfe = torch.zeros(B, dtype=torch.long, device=dev)
         tok_u = StepUniforms(seed, indices, steps)
         col = torch.arange(L, device=dev)
+        loo = LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
         while True:
             live = blk < nb
             if not bool(live.any()):
@@ -106,12 +113,12 @@ class LLaDA21(Sampler):
             bb = rows[:, None].expand(R, L)
             zb = z[bb, pos]
             masked = zb == M
-            probs = posterior_rows(self.denoiser, z, bb.reshape(-1), pos.reshape(-1))
-            x0 = tempered_draw(probs, tok_u.at(nfe[rows, None].expand(R, L).reshape(-1), bb.reshape(-1),
-                                               pos.reshape(-1)), self.temperature)
-            law = tempered_law(probs, self.temperature)
-            conf = (law / law.sum(-1, keepdim=True)).gather(1, x0[:, None]).squeeze(1) if law is not None \
-                else probs.gather(1, x0[:, None]).squeeze(1)
+            feat, row = loo.rows(z, bb.reshape(-1), pos.reshape(-1))
+            x0 = draw_stored(feat, row, tok_u.at(nfe[rows, None].expand(R, L).reshape(-1), bb.reshape(-1),
+                                                 pos.reshape(-1)))
+            conf = feat["law"][row, x0]
+            if "sum" in feat:
+                conf = conf / feat["sum"][row]
             x0, conf = x0.view(R, L), conf.view(R, L)
             # mask filling
             k = k_of[j[rows].clamp(max=S - 1)]

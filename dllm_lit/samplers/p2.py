@@ -27,12 +27,13 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, tempered_draw
-from dllm_lit.samplers.leave_one_out import check_leave_one_out, posterior_rows
+from dllm_lit.indices import flat_nonzero
+from dllm_lit.samplers.base import NFECountingSampler
+from dllm_lit.samplers.draws import StepUniforms, tempered_law
+from dllm_lit.samplers.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
 from dllm_lit.samplers.wino import stable_ranks
 
-__all__ = ["P2", "masked_after"]
+__all__ = ["P2", "masked_after", "lowest"]
 
 
 def masked_after(seq_len: int, steps: int, step: int) -> int:
@@ -40,7 +41,17 @@ def masked_after(seq_len: int, steps: int, step: int) -> int:
     return seq_len * (steps - step) // steps
 
 
-class P2(Sampler):
+def lowest(w: torch.Tensor, m: int) -> torch.Tensor:
+    """Bool [B, T]: the m lowest entries of each row of w, ties to the lower position - ``stable_ranks(w) < m`` by a
+    selection (``kthvalue``) instead of a sort (about 4x faster at T = 1024); rows holding NaN take the sort."""
+    if bool(w.isnan().any()):
+        return stable_ranks(w, descending=False) < m
+    kth = w.kthvalue(m, dim=1, keepdim=True).values
+    below, tie = w < kth, w == kth
+    return below | (tie & (tie.cumsum(1) <= m - below.sum(1, keepdim=True)))
+
+
+class P2(NFECountingSampler):
     """Path planning: propose every masked token, then re-plan the whole masked set by Gumbel-perturbed log-weights.
 
     Args:
@@ -64,22 +75,27 @@ class P2(Sampler):
     def check_options(self) -> None:
         check_leave_one_out(self.denoiser, "P2")
 
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
+    def row_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What a step reads of a float64 row: the row, and the proposal's cdf (or the argmax at tau = 0)."""
+        law = tempered_law(rows, self.temperature)
+        return {"probs": rows, "argmax": rows.argmax(-1)} if law is None else {"probs": rows, "cdf": law.cumsum(-1)}
 
-    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int, cache: bool = True):
+        """Samples and NFE; ``cache=False`` computes every step's rows afresh (identical draws, tested)."""
         B, T, S, M, dev = indices.numel(), seq_len, steps, self.mask_id, indices.device
         z = torch.full((B, T), M, dtype=torch.long, device=dev)
         b = torch.arange(B, device=dev).repeat_interleave(T)
         p = torch.arange(T, device=dev).repeat(B)
         tok_u = StepUniforms(seed, indices, steps)
         key_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
+        loo = LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
         for i in range(1, S + 1):
-            probs = posterior_rows(self.denoiser, z, b, p)                                   # [B T, V]
+            feat, row = loo.rows(z, b, p)                                                    # row of each of B T
             masked = z == M
-            x0 = tempered_draw(probs, tok_u.grid(i - 1, T).reshape(-1), self.temperature).view(B, T)
-            x0 = torch.where(masked, x0, z)
-            w = probs.gather(1, x0.view(-1, 1)).view(B, T).log()
+            x0 = z.clone()
+            at = flat_nonzero(masked)
+            x0.view(-1)[at] = draw_stored(feat, row[at], tok_u.at(i - 1, b[at], p[at]))
+            w = feat["probs"][row, x0.view(-1)].view(B, T).log()
             if self.eta != 1.0:  # eta = 0 leaves revealed weights at 0 (also where the probability is 0)
                 w = torch.where(masked, w, 0.0 if self.eta == 0 else self.eta * w)
             m = masked_after(T, S, i)
@@ -87,7 +103,7 @@ class P2(Sampler):
                 if self.gumbel_scale > 0:
                     g = -torch.log(-torch.log(key_u.grid(i - 1, T)))
                     w = w + self.gumbel_scale * g
-                z = torch.where(stable_ranks(w, descending=False) < m, M, x0)
+                z = torch.where(lowest(w, m), M, x0)
             else:
                 z = x0
         return z, torch.full((B,), float(S), dtype=torch.float64, device=dev)

@@ -27,9 +27,9 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, tempered_draw
-from dllm_lit.samplers.leave_one_out import check_leave_one_out, posterior_rows
+from dllm_lit.samplers.base import NFECountingSampler
+from dllm_lit.samplers.draws import StepUniforms, tempered_law
+from dllm_lit.samplers.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
 
 __all__ = ["WINO", "stable_ranks"]
 
@@ -44,7 +44,7 @@ def stable_ranks(scores: torch.Tensor, descending: bool) -> torch.Tensor:
     return torch.empty_like(order).scatter_(1, order, ranks)
 
 
-class WINO(Sampler):
+class WINO(NFECountingSampler):
     """Wide-in narrow-out: threshold commits plus leave-one-out re-masking of weak tokens, block by block.
 
     Args:
@@ -76,10 +76,13 @@ class WINO(Sampler):
     def check_run(self, seq_len: int, steps: int | None) -> None:
         checks.divides("block_length", self.block_length, seq_len)
 
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
+    def row_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What a call reads of a float64 row: the row, and the proposal's cdf (or the argmax at tau = 0)."""
+        law = tempered_law(rows, self.temperature)
+        return {"probs": rows, "argmax": rows.argmax(-1)} if law is None else {"probs": rows, "cdf": law.cumsum(-1)}
 
-    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int, cache: bool = True):
+        """Samples and NFE; ``cache=False`` computes every call's rows afresh (identical draws, tested)."""
         B, T, dev = indices.numel(), seq_len, indices.device
         L = self.block_length or T
         M, nb = self.mask_id, T // L
@@ -91,6 +94,7 @@ class WINO(Sampler):
         nfe = torch.zeros(B, dtype=torch.long, device=dev)          # calls made in all (the randomness key too)
         tok_u = StepUniforms(seed, indices, steps)
         col = torch.arange(L, device=dev)
+        loo = LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
         while True:
             rows = torch.nonzero(blk < nb).squeeze(1)
             if rows.numel() == 0:
@@ -100,12 +104,12 @@ class WINO(Sampler):
             bb = rows[:, None].expand(R, L)
             zb = z[bb, pos]
             masked = zb == M
-            probs = posterior_rows(self.denoiser, z, bb.reshape(-1), pos.reshape(-1)).view(R, L, -1)
+            feat, row = loo.rows(z, bb.reshape(-1), pos.reshape(-1))
             step = nfe[rows, None].expand(R, L)
-            x0 = tempered_draw(probs.view(R * L, -1), tok_u.at(step.reshape(-1), bb.reshape(-1), pos.reshape(-1)),
-                               self.temperature).view(R, L)
-            conf = probs.gather(2, x0[..., None]).squeeze(2)
-            back = probs.gather(2, torch.where(masked, 0, zb)[..., None]).squeeze(2)
+            x0 = draw_stored(feat, row, tok_u.at(step.reshape(-1), bb.reshape(-1), pos.reshape(-1)))
+            conf = feat["probs"][row, x0].view(R, L)
+            back = feat["probs"][row, torch.where(masked, 0, zb).reshape(-1)].view(R, L)
+            x0 = x0.view(R, L)
             # wide in
             n_mask = masked.sum(1)
             most = (n_mask.double() * 0.7).floor().long().clamp(min=5).clamp(max=20)
