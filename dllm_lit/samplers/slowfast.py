@@ -29,14 +29,14 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.base import NFECountingSampler
 from dllm_lit.samplers.draws import StepUniforms, tempered_draw
 from dllm_lit.samplers.wino import stable_ranks
 
 __all__ = ["SlowFast"]
 
 
-class SlowFast(Sampler):
+class SlowFast(NFECountingSampler):
     """SlowFast: per sub-cycle, slow calls that estimate a span end by confidence, fast calls that fill the span.
 
     Args:
@@ -68,9 +68,6 @@ class SlowFast(Sampler):
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
         checks.divides("block_length", self.block_length, seq_len)
-
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
 
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         self.check_run(seq_len, steps)
