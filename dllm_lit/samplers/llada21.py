@@ -25,6 +25,7 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.indices import flat_nonzero
 from dllm_lit.samplers.base import NFECountingSampler
 from dllm_lit.samplers.confidence_decoding import check_blocks
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
@@ -73,11 +74,14 @@ class LLaDA21(NFECountingSampler):
 
     def row_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         """What a call reads of a float64 row: the proposal's cdf, its law and the law's sum (the confidence is
-        law[x] / sum); at tau = 0 the argmax and the row itself."""
+        law[x] / sum); at tau = 0 the argmax and the row itself.  ``cmax`` = max law / sum bounds every confidence
+        of the row (division is monotone in IEEE arithmetic), so a revealed position whose ``cmax`` does not exceed
+        the editing threshold cannot be edited and draws no proposal (its uniform is its own: no other draw moves)."""
         law = tempered_law(rows, self.temperature)
         if law is None:
-            return {"argmax": rows.argmax(-1), "law": rows}
-        return {"cdf": law.cumsum(-1), "law": law, "sum": law.sum(-1)}
+            return {"argmax": rows.argmax(-1), "law": rows, "cmax": rows.amax(-1)}
+        total = law.sum(-1)
+        return {"cdf": law.cumsum(-1), "law": law, "sum": total, "cmax": law.amax(-1) / total}
 
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int, cache: bool = True):
         """Samples and NFE; ``cache=False`` computes every call's rows afresh (identical draws, tested)."""
@@ -113,9 +117,14 @@ class LLaDA21(NFECountingSampler):
             bb = rows[:, None].expand(R, L)
             zb = z[bb, pos]
             masked = zb == M
-            feat, row = loo.rows(z, bb.reshape(-1), pos.reshape(-1))
-            x0 = draw_stored(feat, row, tok_u.at(nfe[rows, None].expand(R, L).reshape(-1), bb.reshape(-1),
-                                                 pos.reshape(-1)))
+            bf, pf = bb.reshape(-1), pos.reshape(-1)
+            feat, row = loo.rows(z, bf, pf)
+            drawn = masked.reshape(-1)
+            if edit_on:
+                drawn = drawn | (feat["cmax"][row] > self.editing_threshold)
+            at = flat_nonzero(drawn)
+            x0 = zb.reshape(-1).clone()  # an undrawn revealed position keeps its token: no edit
+            x0[at] = draw_stored(feat, row[at], tok_u.at(nfe.index_select(0, bf[at]), bf[at], pf[at]))
             conf = feat["law"][row, x0]
             if "sum" in feat:
                 conf = conf / feat["sum"][row]
@@ -124,8 +133,12 @@ class LLaDA21(NFECountingSampler):
             k = k_of[j[rows].clamp(max=S - 1)]
             score = torch.where(masked, conf, float("-inf"))
             high = (score > self.threshold) & masked
-            top = stable_ranks(score, descending=True) < torch.minimum(k, masked.sum(1))[:, None]
-            fill = torch.where((high.sum(1) >= k)[:, None], high, top) & masked
+            enough = high.sum(1) >= k
+            fill = high & masked
+            ranked = flat_nonzero(~enough & masked.any(1))  # the most confident min(k, #masked): where needed only
+            if ranked.numel():
+                fill[ranked] = (stable_ranks(score[ranked], descending=True)
+                                < torch.minimum(k, masked.sum(1))[ranked, None]) & masked[ranked]
             # editing
             edit = ~masked & (x0 != zb) & (conf > self.editing_threshold) if edit_on else torch.zeros_like(masked)
             z[bb, pos] = torch.where(fill | edit, x0, zb)
