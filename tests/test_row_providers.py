@@ -14,30 +14,16 @@ import torch
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.denoisers.channels import ABSORBING
 from dllm_lit.denoisers.hmm_posterior import hmm_posterior
-from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.markov.hmm import HMMWorld
 from dllm_lit.samplers import LLaDA21, P2, WINO
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.p2 import lowest
 from dllm_lit.samplers.row_providers import LeaveOneOutRows
 from dllm_lit.samplers.wino import stable_ranks
-from test_sampler_contract import GenericDenoiser
+from test_sampler_contract import CHAINS, GenericDenoiser  # teleport + sparse, and zero transitions
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _chains() -> dict[str, MarkovChain]:
-    g = torch.Generator().manual_seed(5)
-    zero = torch.rand(8, 8, generator=g)
-    zero[zero < 0.55] = 0.0  # zero-probability transitions: unreachable neighbours, exact zeros in the rows
-    zero[:, 1] += 0.2
-    zero[1] += 0.2
-    return {"teleport": synthetic_chain(12, 4, eps=1e-3, seed=2),
-            "eps0": MarkovChain.from_kernel(zero / zero.sum(1, keepdim=True))}
-
-
-CHAINS = _chains()
 
 
 def _state(V: int, B: int = 6, T: int = 40, seed: int = 0) -> torch.Tensor:
