@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "GIDD": "gidd",
     "Psi": "psi",
     "SEDDUniform": "sedd_uniform",
+    "DiffusionGemma": "diffusion_gemma",
     "top_p_filter": "nucleus",
 }
 
@@ -81,4 +82,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from dllm_lit.samplers.duo import Duo
     from dllm_lit.samplers.gidd import GIDD
     from dllm_lit.samplers.psi import Psi
+    from dllm_lit.samplers.diffusion_gemma import DiffusionGemma
     from dllm_lit.samplers.sedd_uniform import SEDDUniform
