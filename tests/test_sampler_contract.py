@@ -33,6 +33,7 @@ cases must record log q.  Tolerances: samples and NFE are compared exactly (inte
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -260,6 +261,17 @@ def _run(s: Sampler, idx: list[int], steps: int) -> tuple[torch.Tensor, dict[str
     return s.generate_with_stats(torch.tensor(idx), T, steps, SEED)
 
 
+#: the sequences the items draw on the first chain
+IDX = list(range(3, 13))
+
+
+@functools.lru_cache(maxsize=None)
+def _batch(case: str, steps: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``case``'s draws of :data:`IDX` on the sparse teleport chain, run once and shared by the items that compare
+    against them (chunks, generic, log_q): a run depends only on (case, steps, seed, indices)."""
+    return _run(_sampler(case, CHAINS["sparse_teleport"]), IDX, steps)
+
+
 def test_every_exported_sampler_and_config_is_a_case() -> None:
     """The collection itself: every config and export is there, and no exemption names a missing case or item."""
     names = set(CASES)
@@ -279,16 +291,14 @@ def test_chunks(case: str, steps: int) -> None:
     consecutive indices (AR requires it), served to processes in any order: pieces are run out of order."""
     _skip_if_exempt("chunks", case)
     s = _sampler(case, CHAINS["sparse_teleport"])
-    idx = list(range(3, 13))
-    x, stats = _run(s, idx, steps)
-    pieces = [_run(s, part, steps) for part in (idx[7:], idx[:3], idx[3:7])]  # out of order, uneven sizes
+    x, stats = _batch(case, steps)
+    pieces = [_run(s, part, steps) for part in (IDX[6:], IDX[:1], IDX[1:6])]  # out of order, uneven, one alone
+    assert torch.equal(pieces[1][0][0], x[0]), f"{case}: a sequence alone differs from the same sequence in a batch"
     x2 = torch.cat([pieces[1][0], pieces[2][0], pieces[0][0]])
     assert torch.equal(x, x2), f"{case}: samples depend on the chunking"
     for name in stats:
         got = torch.cat([pieces[1][1][name], pieces[2][1][name], pieces[0][1][name]])
         assert torch.equal(got, stats[name]) or (got.isnan() & stats[name].isnan()).all(), (case, name)
-    one, _ = _run(s, [idx[4]], steps)
-    assert torch.equal(one[0], x[4]), f"{case}: a sequence alone differs from the same sequence in a batch"
 
 
 class GenericDenoiser(_GenericProbs):
@@ -311,8 +321,8 @@ def test_generic(case: str, chain_name: str) -> None:
     fast = _sampler(case, chain)
     generic = _sampler(case, chain, GenericDenoiser(OracleDenoiser(chain)))
     for steps in STEPS:
-        x, stats = _run(fast, list(range(8)), steps)
-        xg, stats_g = _run(generic, list(range(8)), steps)
+        x, stats = _batch(case, steps) if chain_name == "sparse_teleport" else _run(fast, IDX, steps)
+        xg, stats_g = _run(generic, IDX, steps)
         assert torch.equal(x, xg), f"{case} on {chain_name}, {steps} steps: oracle and generic draws differ"
         assert torch.equal(stats["nfe"], stats_g["nfe"]) or stats["nfe"].isnan().all(), case
 
@@ -375,10 +385,10 @@ def test_log_q(case: str) -> None:
     """log q is recorded exactly when log_q_reason says so; every entry point gives the same samples."""
     _skip_if_exempt("log_q", case)
     s = _sampler(case, CHAINS["sparse_teleport"])
-    idx = torch.arange(6)
+    idx = torch.tensor(IDX)
     for steps in STEPS:
-        x, stats = s.generate_with_stats(idx, T, steps, SEED)
-        assert set(stats) >= {"nfe", "log_q"} and stats["log_q"].shape == (6,)
+        x, stats = _batch(case, steps)  # generate_with_stats
+        assert set(stats) >= {"nfe", "log_q"} and stats["log_q"].shape == (len(IDX),)
         reason = s.log_q_reason(steps)
         if case in LOG_Q_REASON:
             word = LOG_Q_REASON[case]
