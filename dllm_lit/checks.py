@@ -7,12 +7,12 @@ validated once, when its object is built, with these helpers.  The message alway
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 __all__ = [
     "integer", "optional_integer", "real", "optional_real", "choice", "integer_list", "probability",
-    "boolean", "nonempty_str",
+    "boolean", "nonempty_str", "optional_mapping",
 ]
 
 T = TypeVar("T")
@@ -114,6 +114,15 @@ def nonempty_str(name: str, v: Any) -> str:
     if not isinstance(v, str) or not v.strip():
         raise ValueError(f"{name} must be a non-empty string, got {v!r}")
     return v
+
+
+def optional_mapping(name: str, v: Any) -> dict:
+    """A copy of ``v`` if it is a mapping with string keys; ``{}`` for None."""
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping) or not all(isinstance(k, str) for k in v):
+        raise ValueError(f"{name} must be a mapping of option names to values, got {v!r}")
+    return dict(v)
 
 
 def divides(name: str, block: int | None, seq_len: int) -> None:

@@ -148,40 +148,14 @@ def test_stepwise_nfe_counts_steps_that_changed_the_block(den: OracleDenoiser) -
 
 
 @pytest.mark.parametrize("opt", [dict(), dict(nucleus_p=0.9, first_hitting=True), dict(decoding="stepwise", grid="mdlm")])
-def test_no_mask_left_and_batch_invariance(den: OracleDenoiser, opt: dict) -> None:
+def test_no_mask_left(den: OracleDenoiser, opt: dict) -> None:
+    """Chunking invariance of these options: tests/test_sampler_contract.py (variant:bd3_plain, bd3_first_hitting,
+    bd3_stepwise_mdlm_grid)."""
     s = BlockMDLM(den, block_size=6, **opt)
     full = s.sample(12, 30, steps=7, seed=5)
     assert full.min() >= 0 and full.max() < V
-    part = s.sample(5, 30, steps=7, seed=5, start_index=7)
-    assert torch.equal(full[7:], part)
-    chunks = torch.cat([s.sample(4, 30, steps=7, seed=5, start_index=i) for i in (0, 4, 8)])
-    assert torch.equal(full, chunks)
 
 
-@pytest.mark.parametrize(
-    "kwargs, field",
-    [
-        (dict(block_size=0), "block_size"),
-        (dict(block_size=2.5), "block_size"),
-        (dict(nucleus_p=0.0), "nucleus_p"),
-        (dict(nucleus_p=1.5), "nucleus_p"),
-        (dict(first_hitting="yes"), "first_hitting"),
-        (dict(grid="cosine"), "grid"),
-        (dict(step_budget="all"), "step_budget"),
-        (dict(decoding="fast"), "decoding"),
-        (dict(steps=0), "steps"),
-    ],
-)
-def test_bad_settings(kwargs: dict, field: str) -> None:
-    with pytest.raises(ValueError, match=field):
-        BlockMDLM(**kwargs)
-
-
-def test_bad_runs(den: OracleDenoiser) -> None:
-    with pytest.raises(ValueError, match="block_size"):
-        BlockMDLM(den, block_size=4).sample(2, 10, 4)
-    with pytest.raises(ValueError, match="steps"):
-        BlockMDLM(den, block_size=4, step_budget="total").sample(2, 16, 6)
-    with pytest.raises(ValueError, match="steps"):
-        BlockMDLM(den, block_size=4, first_hitting=True).sample(2, 16, 3)
+def test_names(den: OracleDenoiser) -> None:
+    """Bad options and runs: tests/test_sampler_contract.py (BAD_OPTIONS, BAD_RUNS, test_bad_options, test_steps)."""
     assert BlockMDLM(den).name == "bd3" and BlockMDLM(den, first_hitting=True).name == "bd3_fh"

@@ -62,19 +62,6 @@ def test_nfe_counts_denoiser_calls(chain, den) -> None:
         assert counting.calls == s.nfe(6, 4) == 4 + extra
 
 
-def test_chunking_invariance(chain, den) -> None:
-    s = Duo(den, noise_removal="greedy")
-    x = s.sample(40, 9, 5, seed=3)
-    assert torch.equal(s.sample(15, 9, 5, seed=3, start_index=25), x[25:])
-
-
-@pytest.mark.parametrize("kwargs, field", [({"noise": "linear"}, "noise"), ({"noise_removal": "argmax"}, "noise_removal"),
-                                           ({"t_min": 0.0}, "t_min"), ({"noise_eps": 1.0}, "noise_eps")])
-def test_bad_settings_rejected(kwargs, field) -> None:
-    with pytest.raises(ValueError, match=field):
-        Duo(**kwargs)
-
-
 def test_denoiser_without_uniform_channel_refused(chain, den) -> None:
     with pytest.raises(ValueError, match="UniformNoise channel leave-one-out"):
         Duo(CountingDenoiser(den)).connect(chain)

@@ -64,12 +64,11 @@ def test_count_rule() -> None:
     assert entropy_bound_count(negH, 0.0).tolist() == [1, 1, 3]
 
 
-def test_adaptive_nfe_and_batch_invariance(den) -> None:
+def test_adaptive_nfe(den) -> None:
+    """Chunking invariance of samples and NFE: tests/test_sampler_contract.py (variant:eb_gamma1)."""
     s = EBSampler(den, gamma=1.0, temperature=1.0)
     x, nfe = s.generate_with_nfe(torch.arange(30), 24, 8, 5)
     assert (x != den.mask_id).all() and (nfe < 24).all() and nfe.unique().numel() > 1
-    x2, nfe2 = s.generate_with_nfe(torch.arange(12, 20), 24, 8, 5)
-    assert torch.equal(x[12:20], x2) and torch.equal(nfe[12:20], nfe2)
 
 
 def test_cache_gives_identical_draws() -> None:
@@ -83,10 +82,3 @@ def test_cache_gives_identical_draws() -> None:
         s.use_cache = False
         direct = s.generate_with_nfe(torch.arange(6), 48, 8, 3)
         assert torch.equal(cached[0], direct[0]) and torch.equal(cached[1], direct[1])
-
-
-def test_bad_settings(den) -> None:
-    for kw, field in (({"gamma": -0.1}, "gamma"), ({"gamma": float("inf")}, "gamma"), ({"temperature": -1}, "temperature"),
-                      ({"tie_rule": "x"}, "tie_rule"), ({"steps": 0}, "steps")):
-        with pytest.raises(ValueError, match=field):
-            EBSampler(den, **kw)

@@ -91,15 +91,6 @@ def test_bad_returns_end_in_one_line_naming_the_function(chain, fn, message) -> 
     assert "\n" not in str(err.value)
 
 
-def test_bad_settings_name_the_field() -> None:
-    with pytest.raises(ValueError, match="generate: cannot import 'no_such_module:fn'"):
-        ExternalSampler(generate="no_such_module:fn")
-    with pytest.raises(ValueError, match="exactly one of generate"):
-        ExternalSampler()
-    with pytest.raises(ValueError, match="prompt_length must be"):
-        ExternalSampler(generate=LLADA, prompt_length=-1)
-
-
 def test_cli_rows_metrics_and_a_failing_function(tmp_path, monkeypatch, capsys) -> None:
     """Rows of an ExternalSampler land in metrics.json like any row; a function that raises at the second steps
     value ends with one line naming it (exit status 2), and the finished rows stay on disk."""

@@ -123,17 +123,6 @@ def test_power_the_law_is_not_the_chain_law(den) -> None:
 def test_nfe_and_determinism(den) -> None:
     s = P2(den, steps=8)
     x, nfe = s.generate_with_nfe(torch.arange(12), 32, 8, 3)
-    assert x.min() >= 0 and x.max() < V and (nfe == 8).all()
-    x2, _ = s.generate_with_nfe(torch.arange(5, 12), 32, 8, 3)
-    assert torch.equal(x2, x[5:])
+    assert x.min() >= 0 and x.max() < V and (nfe == 8).all()  # chunking: test_sampler_contract (config:p2)
     x0 = P2(den, steps=8, gumbel_scale=0.0, temperature=0.0).generate(torch.arange(3), 16, 8, 1)
     assert x0.min() >= 0 and torch.equal(x0[0], x0[1])  # deterministic keys and proposals: one sequence
-
-
-def test_bad_settings() -> None:
-    with pytest.raises(ValueError, match="eta"):
-        P2(eta=-1.0)
-    with pytest.raises(ValueError, match="gumbel_scale"):
-        P2(gumbel_scale=-0.5)
-    with pytest.raises(ValueError, match="temperature"):
-        P2(temperature=-1.0)

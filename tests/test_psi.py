@@ -50,11 +50,3 @@ def test_nfe_counts_denoiser_calls(chain, den) -> None:
     s = Psi(counting).connect(chain)
     s.sample(5, 6, 4, seed=0)
     assert counting.calls == s.nfe(6, 4) == 5
-
-
-@pytest.mark.parametrize("kwargs, field", [({"high_mode": "constant-2"}, "high_mode"), ({"low_mode": "remdm"}, "low_mode"),
-                                           ({"high_frac": 0.7, "middle_frac": 0.6}, "middle_frac"),
-                                           ({"noise_removal": "x"}, "noise_removal")])
-def test_bad_settings_rejected(kwargs, field) -> None:
-    with pytest.raises(ValueError, match=field):
-        Psi(**kwargs)

@@ -50,17 +50,3 @@ def test_nfe_counts_denoiser_calls(chain, den) -> None:
         s = SEDDUniform(counting, denoise=denoise).connect(chain)
         s.sample(5, 6, 4, seed=0)
         assert counting.calls == s.nfe(6, 4) == 4 + denoise
-
-
-def test_chunking_invariance(chain, den) -> None:
-    s = SEDDUniform(den, predictor="euler")
-    x = s.sample(40, 9, 5, seed=3)
-    assert torch.equal(s.sample(15, 9, 5, seed=3, start_index=25), x[25:])
-
-
-@pytest.mark.parametrize("kwargs, field", [({"predictor": "tweedie"}, "predictor"), ({"noise": "cosine"}, "noise"),
-                                           ({"sigma_min": 0.0}, "sigma_min"), ({"sigma_max": 1e-5}, "sigma_max"),
-                                           ({"denoise": "yes"}, "denoise"), ({"t_min": 1.0}, "t_min")])
-def test_bad_settings_rejected(kwargs, field) -> None:
-    with pytest.raises(ValueError, match=field):
-        SEDDUniform(**kwargs)

@@ -129,16 +129,4 @@ def test_nfe_and_determinism(den) -> None:
     x, nfe = s.generate_with_nfe(torch.arange(12), 32, 1, 3)
     assert x.min() >= 0 and x.max() < V
     assert (nfe >= 4).all() and (nfe < 32).any()  # at least one call per block; wide in saves calls
-    x2, nfe2 = s.generate_with_nfe(torch.arange(5, 12), 32, 1, 3)
-    assert torch.equal(x2, x[5:]) and torch.equal(nfe2, nfe[5:])
-
-
-def test_bad_settings(den) -> None:
-    with pytest.raises(ValueError, match="wide_in_threshold"):
-        WINO(wide_in_threshold=1.5)
-    with pytest.raises(ValueError, match="narrow_out_threshold"):
-        WINO(narrow_out_threshold=-0.1)
-    with pytest.raises(ValueError, match="block_length"):
-        WINO(den, block_length=3).sample(2, 8, 1)
-    with pytest.raises(ValueError, match="max_steps_per_block"):
-        WINO(max_steps_per_block=0)
+    # chunking invariance of samples and NFE: tests/test_sampler_contract.py (variant:wino_blocks)

@@ -88,15 +88,19 @@ class ExternalSampler(Sampler):
         self.generate_path, self.pipeline, self.scheduler = generate, pipeline, scheduler
         self.fn: Callable[..., Any] = resolve("generate", generate) if generate else resolve("pipeline", pipeline)
         self.scheduler_cls = resolve("scheduler", scheduler) if scheduler else None
-        self.scheduler_kwargs = dict(scheduler_kwargs or {})
-        self.kwargs = dict(kwargs or {})
+        self.scheduler_kwargs = checks.optional_mapping("scheduler_kwargs", scheduler_kwargs)
+        self.kwargs = checks.optional_mapping("kwargs", kwargs)
         default = ("gen_length", "steps", "mask_id") if generate else ("gen_length", "num_inference_steps",
                                                                        "mask_token_id")
+        given = {"length_kwarg": length_kwarg, "steps_kwarg": steps_kwarg, "mask_kwarg": mask_kwarg, "name": name}
+        for field, value in given.items():
+            if value is not None:
+                checks.nonempty_str(field, value)
         self.length_kwarg = length_kwarg if length_kwarg is not None else default[0]
         self.steps_kwarg = steps_kwarg if steps_kwarg is not None else default[1]
         self.mask_kwarg = mask_kwarg if mask_kwarg is not None else default[2]
         self.prompt_length = checks.integer("prompt_length", prompt_length, minimum=0)
-        self.model_options = dict(model_options or {})
+        self.model_options = checks.optional_mapping("model_options", model_options)
         self.label = (generate or pipeline).replace(":", ".").rsplit(".", 1)[-1]
         self.sampler_name = name if name is not None else f"external_{self.label}"
         self.model = None
