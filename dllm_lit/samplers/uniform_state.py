@@ -30,7 +30,7 @@ from dllm_lit import checks
 from dllm_lit.samplers.draws import StepUniforms, categorical, row_chunks
 from dllm_lit.samplers.schedules import time_grid
 
-__all__ = ["NOISES", "duo_alpha", "check_channel", "leave_one_out_law", "step_draw", "uniform_prior", "draw_rows",
+__all__ = ["NOISES", "duo_alpha", "check_channel", "step_draw", "uniform_prior", "draw_rows",
            "uniform_reverse_step", "uniform_forward", "noise_removal_step", "uniform_start", "DuoNoise",
            "NOISE_REMOVAL", "NO_ORDER"]
 
@@ -60,20 +60,13 @@ def check_channel(denoiser: Denoiser, channel: EvidenceChannel) -> None:
                          f"channel leave-one-out, which uniform-state samplers need (the exact oracles do)")
 
 
-def leave_one_out_law(denoiser: Denoiser, z: torch.Tensor, channel: EvidenceChannel) -> torch.Tensor:
-    """p(x_i = v | z_{-i}) under ``channel``: float64 [B, T, V] (one denoiser evaluation).
-
-    A denoiser that does not answer the channel leave-one-out is refused in one line."""
-    check_channel(denoiser, channel)
-    return denoiser.log_posterior(z, channel, leave_one_out=True).to(torch.float64).exp()
-
-
 def step_draw(denoiser: Denoiser, z: torch.Tensor, channel: EvidenceChannel,
               law: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], u: torch.Tensor | None) -> torch.Tensor:
     """One evaluation of the leave-one-out law x under ``channel``, then per chunk of rows ``law(x, z)`` [n, T, K]
     drawn by the inverse CDF with uniforms u [B, T] (u None: ``law`` returns the new tokens [n, T] itself).
 
-    The same numbers as :func:`leave_one_out_law` followed by ``law`` and :func:`draw_rows` on the whole batch."""
+    x = exp(log_posterior) in float64 [n, T, V]: every operation after the evaluation is row-wise, so the draws
+    are those of the whole batch at once."""
     check_channel(denoiser, channel)
     lp = denoiser.log_posterior(z, channel, leave_one_out=True)
     B, T = z.shape
