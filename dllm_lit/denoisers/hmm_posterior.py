@@ -17,12 +17,17 @@ Zero-probability evidence (possible when A or B have zeros), the rule of the fir
 backward pass, E(z_t) o b_t vanishing drops the evidence beyond t and A (.) vanishing drops all right evidence;
 a posterior that vanishes falls back to the left-only law.  Cost O(B T (S V + cost of m A)), memory B T S
 for the right messages.  Runs on any device, in float64 (the reference) or float32.
+
+A first-order chain (dense A, B = I: the oracle's world for uniform and mixed noise) in float64 takes
+:func:`~dllm_lit.denoisers.hmm_first_order.first_order_posterior` (a compiled kernel whose numbers do not depend on
+the batch, the chunking or the device), and this loop only where that reports vanishing evidence.
 """
 from __future__ import annotations
 
 import torch
 
 from dllm_lit.denoisers.channels import ABSORBING, EvidenceChannel
+from dllm_lit.denoisers.hmm_first_order import first_order_posterior
 from dllm_lit.markov.hmm import HMMWorld
 
 __all__ = ["hmm_posterior", "hmm_likelihood_tables"]
@@ -53,6 +58,10 @@ def hmm_posterior(world: HMMWorld, z: torch.Tensor, channel: EvidenceChannel = A
     channel.check_tokens(z, world.vocab_size)
     dev = z.device
     L, E = tables if tables is not None else hmm_likelihood_tables(world, channel, dtype, dev)
+    if dtype == torch.float64 and _identity_emission(world):
+        fast = first_order_posterior(world.A, world.initial, E, L, z, leave_one_out)
+        if fast is not None:
+            return fast
     Bm = world.B.to(device=dev, dtype=dtype)
     Bsz, T = z.shape
     S, V = world.num_states, world.vocab_size
@@ -86,3 +95,9 @@ def hmm_posterior(world: HMMWorld, z: torch.Tensor, channel: EvidenceChannel = A
             a = world.right(f)
             a = a / a.sum(-1, keepdim=True).clamp_min(1e-300)
     return out
+
+
+def _identity_emission(world: HMMWorld) -> bool:
+    """True for a dense-A world with B = I (a first-order chain): its emission products are the identity."""
+    S, V = world.num_states, world.vocab_size
+    return world.order is None and S == V and bool(torch.equal(world.B, torch.eye(V, dtype=world.B.dtype)))

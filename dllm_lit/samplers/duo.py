@@ -29,8 +29,8 @@ import torch
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import UniformNoise
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.uniform_state import (NOISE_REMOVAL, DuoNoise, draw_rows, leave_one_out_law, noise_removal_step,
-                                             uniform_reverse_step, uniform_start)
+from dllm_lit.samplers.uniform_state import (NOISE_REMOVAL, DuoNoise, noise_removal_step, step_draw, uniform_reverse_step,
+                                             uniform_start)
 
 __all__ = ["Duo", "NOISE_REMOVAL"]
 
@@ -63,6 +63,5 @@ class Duo(DuoNoise, Sampler):
         uni, z, ts = uniform_start(indices, T, steps, seed, self.vocab_size, self.t_min)
         for j in range(steps):
             a_t, a_s = self.alpha(ts[j]), self.alpha(ts[j + 1])
-            x = leave_one_out_law(den, z, UniformNoise(a_t))
-            z = draw_rows(uniform_reverse_step(x, z, a_s, a_t), uni.grid(j, T))
+            z = step_draw(den, z, UniformNoise(a_t), lambda x, zc: uniform_reverse_step(x, zc, a_s, a_t), uni.grid(j, T))
         return noise_removal_step(den, z, self.alpha(ts[-1]), self.noise_removal, uni.grid(steps, T))

@@ -31,7 +31,7 @@ from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import MaskedUniform
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms
-from dllm_lit.samplers.uniform_state import check_channel, draw_rows, leave_one_out_law
+from dllm_lit.samplers.uniform_state import check_channel, step_draw
 
 __all__ = ["GIDD", "gidd_channel", "gidd_step_law"]
 
@@ -107,6 +107,6 @@ class GIDD(Sampler):
         ts[0] = 0.0
         for k in range(steps, 0, -1):
             ch_t, ch_s = self.channel(ts[k]), self.channel(ts[k - 1])
-            x = leave_one_out_law(den, z, ch_t)
-            z = draw_rows(gidd_step_law(x, z, ch_t, ch_s, self.min_p), uni.grid(steps - k, T))
+            z = step_draw(den, z, ch_t, lambda x, zc, ch_t=ch_t, ch_s=ch_s: gidd_step_law(x, zc, ch_t, ch_s, self.min_p),
+                          uni.grid(steps - k, T))
         return z

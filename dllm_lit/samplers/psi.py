@@ -24,8 +24,8 @@ from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import UniformNoise
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.schedules import time_grid
-from dllm_lit.samplers.uniform_state import (DuoNoise, draw_rows, leave_one_out_law, noise_removal_step, uniform_forward,
-                                             uniform_reverse_step, uniform_start)
+from dllm_lit.samplers.uniform_state import (DuoNoise, noise_removal_step, step_draw, uniform_forward, uniform_reverse_step,
+                                             uniform_start)
 
 __all__ = ["Psi", "parse_mode", "psi_kappas"]
 
@@ -107,9 +107,12 @@ class Psi(DuoNoise, Sampler):
         kap = self.kappas(steps)
         for j in range(steps):
             a_t, a_s = self.alpha(ts[j]), self.alpha(ts[j + 1])
-            x = leave_one_out_law(den, z, UniformNoise(a_t))
-            law = kap[j] * uniform_reverse_step(x, z, a_s, a_t)
-            if kap[j] < 1:
-                law = law + (1 - kap[j]) * uniform_forward(uniform_reverse_step(x, z, 1.0, a_t), a_s)
-            z = draw_rows(law, uni.grid(j, T))
+
+            def law(x: torch.Tensor, zc: torch.Tensor, a_t=a_t, a_s=a_s, k=kap[j]) -> torch.Tensor:
+                w = k * uniform_reverse_step(x, zc, a_s, a_t)
+                if k < 1:
+                    w = w + (1 - k) * uniform_forward(uniform_reverse_step(x, zc, 1.0, a_t), a_s)
+                return w
+
+            z = step_draw(den, z, UniformNoise(a_t), law, uni.grid(j, T))
         return noise_removal_step(den, z, self.alpha(ts[-1]), self.noise_removal, uni.grid(steps, T))

@@ -33,7 +33,7 @@ from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import UniformNoise
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.uniform_state import NO_ORDER, check_channel, draw_rows, leave_one_out_law, uniform_start
+from dllm_lit.samplers.uniform_state import NO_ORDER, check_channel, step_draw, uniform_start
 
 __all__ = ["SEDDUniform", "PREDICTORS", "SEDD_NOISES", "uniform_scores", "staggered_step"]
 
@@ -112,16 +112,19 @@ class SEDDUniform(Sampler):
         for j in range(steps):
             t, s = ts[j], ts[j + 1]
             alpha = math.exp(-self.sigma(t))
-            score = uniform_scores(leave_one_out_law(den, z, UniformNoise(alpha)), z, alpha)
-            if self.predictor == "analytic":
-                probs = staggered_step(score, z, self.sigma(t) - self.sigma(s))
-            else:
+
+            def law(x: torch.Tensor, zc: torch.Tensor, t=t, s=s, alpha=alpha) -> torch.Tensor:
+                score = uniform_scores(x, zc, alpha)
+                if self.predictor == "analytic":
+                    return staggered_step(score, zc, self.sigma(t) - self.sigma(s))
                 probs = (t - s) * self.rate(t) * score / V
-                probs.scatter_(-1, z.unsqueeze(-1), 0.0)
-                probs.scatter_(-1, z.unsqueeze(-1), (1.0 - probs.sum(-1, keepdim=True)).clamp_min(0.0))
-            z = draw_rows(probs, uni.grid(j, T))
+                probs.scatter_(-1, zc.unsqueeze(-1), 0.0)
+                probs.scatter_(-1, zc.unsqueeze(-1), (1.0 - probs.sum(-1, keepdim=True)).clamp_min(0.0))
+                return probs
+
+            z = step_draw(den, z, UniformNoise(alpha), law, uni.grid(j, T))
         if self.denoise:
             sig = self.sigma(ts[-1])
-            score = uniform_scores(leave_one_out_law(den, z, UniformNoise(math.exp(-sig))), z, math.exp(-sig))
-            z = draw_rows(staggered_step(score, z, sig), uni.grid(steps, T))
+            z = step_draw(den, z, UniformNoise(math.exp(-sig)),
+                          lambda x, zc: staggered_step(uniform_scores(x, zc, math.exp(-sig)), zc, sig), uni.grid(steps, T))
         return z

@@ -11,20 +11,26 @@ q_i(x) = p(x_i = x | z_{-i}) this is Bayes' rule for the position's exact margin
 the leave-one-out posterior is what these models' training losses are minimised by, and what the exact
 oracle supplies here (:meth:`Denoiser.log_posterior` with ``leave_one_out=True``).  (The full posterior
 p(x_i | z) plugged into the mixture sum_x p(x | z) q(z_s | z_t, x) gives the same marginal.)
+
+**Speed.**  A step is one evaluation (:meth:`Denoiser.log_posterior`, whole batch), then :func:`step_draw` turns
+the log-probabilities into each position's step law and its draw in cache-sized chunks of rows
+(:func:`~dllm_lit.samplers.draws.row_chunks`): every operation after the evaluation is row-wise, so the draws do
+not depend on the chunking.
 """
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import EvidenceChannel, UniformNoise
 from dllm_lit import checks
-from dllm_lit.samplers.draws import StepUniforms, categorical
+from dllm_lit.samplers.draws import StepUniforms, categorical, row_chunks
 from dllm_lit.samplers.schedules import time_grid
 
-__all__ = ["NOISES", "duo_alpha", "check_channel", "leave_one_out_law", "uniform_prior", "draw_rows",
+__all__ = ["NOISES", "duo_alpha", "check_channel", "step_draw", "uniform_prior", "draw_rows",
            "uniform_reverse_step", "uniform_forward", "noise_removal_step", "uniform_start", "DuoNoise",
            "NOISE_REMOVAL", "NO_ORDER"]
 
@@ -54,12 +60,21 @@ def check_channel(denoiser: Denoiser, channel: EvidenceChannel) -> None:
                          f"channel leave-one-out, which uniform-state samplers need (the exact oracles do)")
 
 
-def leave_one_out_law(denoiser: Denoiser, z: torch.Tensor, channel: EvidenceChannel) -> torch.Tensor:
-    """p(x_i = v | z_{-i}) under ``channel``: float64 [B, T, V] (one denoiser evaluation).
+def step_draw(denoiser: Denoiser, z: torch.Tensor, channel: EvidenceChannel,
+              law: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], u: torch.Tensor | None) -> torch.Tensor:
+    """One evaluation of the leave-one-out law x under ``channel``, then per chunk of rows ``law(x, z)`` [n, T, K]
+    drawn by the inverse CDF with uniforms u [B, T] (u None: ``law`` returns the new tokens [n, T] itself).
 
-    A denoiser that does not answer the channel leave-one-out is refused in one line."""
+    x = exp(log_posterior) in float64 [n, T, V]: every operation after the evaluation is row-wise, so the draws
+    are those of the whole batch at once."""
     check_channel(denoiser, channel)
-    return denoiser.log_posterior(z, channel, leave_one_out=True).to(torch.float64).exp()
+    lp = denoiser.log_posterior(z, channel, leave_one_out=True)
+    B, T = z.shape
+    out = torch.empty_like(z)
+    for sl in row_chunks(B, T * lp.shape[-1], z.device):
+        w = law(lp[sl].to(torch.float64).exp(), z[sl])
+        out[sl] = w if u is None else draw_rows(w, u[sl])
+    return out
 
 
 def uniform_prior(uni: StepUniforms, step: int, batch: int, seq_len: int, vocab_size: int) -> torch.Tensor:
@@ -84,10 +99,13 @@ def uniform_reverse_step(x0: torch.Tensor, zt: torch.Tensor, alpha_s: float, alp
     V = x0.shape[-1]
     x0 = x0.to(torch.float64)
     a_ts = alpha_t / alpha_s
-    e = torch.nn.functional.one_hot(zt, V).to(torch.float64)
-    num = alpha_t * V * x0 * e + (a_ts - alpha_t) * e + (alpha_s - alpha_t) * x0 + (1 - a_ts) * (1 - alpha_s) / V
-    den = alpha_t * V * x0.gather(-1, zt.unsqueeze(-1)) + (1 - alpha_t)
-    return num / den
+    c = (1 - a_ts) * (1 - alpha_s) / V
+    idx = zt.unsqueeze(-1)
+    xz = x0.gather(-1, idx)
+    # off z_t the e_zt terms are +0 (exact), so the sum reduces to its last two terms with the same roundings
+    num = (alpha_s - alpha_t) * x0 + c
+    num.scatter_(-1, idx, alpha_t * V * xz + (a_ts - alpha_t) + (alpha_s - alpha_t) * xz + c)
+    return num / (alpha_t * V * xz + (1 - alpha_t))
 
 
 def uniform_forward(law: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -100,10 +118,9 @@ def noise_removal_step(denoiser: Denoiser, z: torch.Tensor, alpha_t: float, mode
     uniforms u), "greedy" (argmax of the leave-one-out law, biased) or "none" (z unchanged, no evaluation)."""
     if mode == "none":
         return z
-    x = leave_one_out_law(denoiser, z, UniformNoise(alpha_t))
     if mode == "greedy":
-        return x.argmax(-1)
-    return draw_rows(uniform_reverse_step(x, z, 1.0, alpha_t), u)
+        return step_draw(denoiser, z, UniformNoise(alpha_t), lambda x, zc: x.argmax(-1), None)
+    return step_draw(denoiser, z, UniformNoise(alpha_t), lambda x, zc: uniform_reverse_step(x, zc, 1.0, alpha_t), u)
 
 
 def uniform_start(indices: torch.Tensor, seq_len: int, steps: int, seed: int, vocab_size: int,
