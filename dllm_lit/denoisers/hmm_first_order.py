@@ -10,8 +10,8 @@ sc(m) = m 2^-e with e the binary exponent of max(m) (an exact rescaling, so it n
 matrix-vector product is summed in index order k = 0, 1, ... with separate IEEE multiplications and additions
 and the final sum is :func:`~dllm_lit.reductions.fixed_order_sum`'s pairwise tree: no BLAS call, whose rounding
 depends on the batch size and on the rows' memory alignment.  :func:`first_order_posterior` runs a numba kernel
-on the CPU (:mod:`~dllm_lit.denoisers.hmm_first_order_kernel`, loaded on first use; O(T S^2) per sequence, one
-thread) and the same operations as torch ops elsewhere (:func:`first_order_posterior_torch`; the tests check that
+on the CPU where the optional extra ``fast`` is installed (:mod:`~dllm_lit.denoisers.hmm_first_order_kernel`,
+loaded on first use; O(T S^2) per sequence, one thread) and the same operations as torch ops elsewhere (:func:`first_order_posterior_torch`; the tests check that
 both give the same bits).
 
 Vanishing evidence (a message whose maximum falls below 1e-300, or a posterior whose sum does) returns None:
@@ -19,12 +19,15 @@ the caller then runs the general loop of :mod:`dllm_lit.denoisers.hmm_posterior`
 """
 from __future__ import annotations
 
+import functools
+import importlib.util
+
 import numpy as np
 import torch
 
 from dllm_lit.reductions import fixed_order_sum
 
-__all__ = ["first_order_posterior", "first_order_posterior_torch", "TINY"]
+__all__ = ["first_order_posterior", "first_order_posterior_torch", "numba_available", "TINY"]
 
 #: messages and sums below this count as vanishing (the general loop's fallbacks then apply)
 TINY = 1e-300
@@ -34,7 +37,7 @@ def first_order_posterior(A: torch.Tensor, mu: torch.Tensor, E: torch.Tensor, L:
                           leave_one_out: bool) -> torch.Tensor | None:
     """p(x_t | z_{-t}) (or p(x_t | z)) of the chain (A [S, S], mu [S]) from evidence E [Z, S] = L [Z, S]:
     float64 [B, T, S] on z's device, or None on vanishing evidence (module docstring)."""
-    if z.device.type != "cpu":
+    if z.device.type != "cpu" or not numba_available():
         return first_order_posterior_torch(A, mu, E, L, z, leave_one_out)
     Bsz, T = z.shape
     S = A.shape[0]
@@ -45,6 +48,13 @@ def first_order_posterior(A: torch.Tensor, mu: torch.Tensor, E: torch.Tensor, L:
         if not first_order_batch(*f64, np.ascontiguousarray(z.long().numpy()), bool(leave_one_out), out):
             return None
     return torch.from_numpy(out)
+
+
+@functools.cache
+def numba_available() -> bool:
+    """Whether the optional compiled kernel can run (``pip install "dllm_lit[fast]"``); without numba the CPU runs
+    :func:`first_order_posterior_torch`, the same numbers, slower."""
+    return importlib.util.find_spec("numba") is not None
 
 
 def _scale_torch(n: torch.Tensor) -> torch.Tensor | None:
