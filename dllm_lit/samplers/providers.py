@@ -8,10 +8,13 @@ provider               when                                                     
                        (a learned model, the HMM oracle): :func:`reference_decode`  masked positions
 ``cache``              a :class:`~dllm_lit.denoisers.LocalDenoiser` (the exact      rows only where a nearest
                        oracle) and a rule without a declared bound                  revealed neighbour changed
-``bounded``            a local denoiser and a rule that declares ``bound``          rows only where a score can
-                       (with a row-free max-probability bound and a proposal law:   reach the k-th best; compact
-                       compact columns and the neighbourhood memo)                  columns, one row per key
+``bounded``            a local denoiser and a fixed-schedule rule that declares     rows only where a score can
+                       ``bound`` (with a row-free max-probability bound and a       reach the k-th best; compact
+                       proposal law: compact columns and the neighbourhood memo)    columns, one row per key
 =====================  ===========================================================  ==============================
+
+An adaptive rule (``adaptive_count``) on a local denoiser takes the cache provider, a declared bound or not: the
+bounded draws need the k of a step before its scores are known.
 
 The fast providers are :func:`dllm_lit.samplers.confidence_decoding.decode_blocks` and the caches under it; this
 module only translates the rule's hooks into its ``propose`` / ``score`` callables, checks the declared bound
@@ -26,7 +29,7 @@ from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
 from dllm_lit.samplers.confidence_decoding import StepView, decode_blocks
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
-from dllm_lit.samplers.rule import RuleSampler, check_bound, reference_decode
+from dllm_lit.samplers.rule import RuleSampler, check_bound, check_count, reference_decode
 
 __all__ = ["PROVIDERS", "choose_provider", "decode_rule", "run_memo", "keyed_rows"]
 
@@ -37,7 +40,7 @@ def choose_provider(rule: RuleSampler, den) -> str:
     """The provider :func:`decode_rule` runs ``rule`` with on ``den`` (:data:`PROVIDERS`, module table)."""
     if not isinstance(den, LocalDenoiser):
         return "dense"
-    return "cache" if rule.bound is None else "bounded"
+    return "cache" if rule.bound is None or rule.adaptive else "bounded"
 
 
 def _greedy(rule: RuleSampler, V: int, device: torch.device) -> bool:
@@ -64,12 +67,13 @@ def _rows(view: StepView, memo: NeighbourhoodRows | None) -> torch.Tensor:
 
 @torch.no_grad()
 def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
-                log_q: torch.Tensor | None = None) -> str:
+                log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None) -> str:
     """Decode the masked positions of x [B, T] in place by ``rule`` through :func:`choose_provider`'s provider;
-    with ``log_q`` [B, T] also the log-probability of every committed proposal.  Returns the provider's name."""
+    with ``log_q`` [B, T] also the log-probability of every committed proposal; an adaptive rule adds its steps
+    per sequence to ``taken`` (float64 [B]) when given.  Returns the provider's name."""
     provider = choose_provider(rule, den)
     if provider == "dense":
-        reference_decode(rule, den, x, indices, steps, seed, log_q=log_q)
+        reference_decode(rule, den, x, indices, steps, seed, log_q=log_q, taken=taken)
         return provider
     V = den.vocab_size
     greedy = _greedy(rule, V, x.device)
@@ -103,11 +107,22 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
             log_q[view.b, view.p] = 0.0 if greedy else drawn_log_prob(rule.propose(probs), view.tok)
         return s
 
+    tie_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
+    if rule.adaptive:
+        def count(sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
+            return check_count(rule, rule.adaptive_count(sorted_scores, n_masked), n_masked)
+
+        n = decode_blocks(den, x, rule.blocks(x.shape[1]), features=features, widths=widths, propose=propose,
+                          score=score, tie_rule=rule.tie_rule, tie_u=tie_u, count=count, use_cache=True,
+                          fresh=("probs",), law=None if greedy else rule.propose)
+        if taken is not None:
+            taken += n.to(taken.device)
+        return provider
     blocks, schedule = rule.schedule(x.shape[1], steps)
     decode_blocks(den, x, blocks, features=features, widths=widths, propose=propose, score=score,
-                  tie_rule=rule.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
-                  schedule=schedule, use_cache=True, bound="pmax" if rule.bound is not None else None,
-                  fresh=("probs",), law=None if greedy else rule.propose)
+                  tie_rule=rule.tie_rule, tie_u=tie_u, schedule=schedule, use_cache=True,
+                  bound="pmax" if rule.bound is not None else None, fresh=("probs",),
+                  law=None if greedy else rule.propose)
     return provider
 
 
