@@ -48,11 +48,15 @@ def _greedy(rule: RuleSampler, V: int, device: torch.device) -> bool:
     return rule.propose(torch.full((1, V), 1.0 / V, device=device)) is None
 
 
-def _rows(view: StepView, memo: NeighbourhoodRows | None) -> torch.Tensor:
-    """Posterior rows at the positions a view covers, from whichever store the provider keeps."""
+def _rows(view: StepView, memo: NeighbourhoodRows | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Posterior rows at the positions a view covers, from whichever store the provider keeps, and their float64
+    maxima where the store holds them (else None)."""
+    if view.drawn_rows is not None:  # the rows the draw looked up (compact columns)
+        table, maxima, index = view.drawn_rows
+        return table.index_select(0, index), maxima.index_select(0, index)
     post = view.post
     if hasattr(post, "cache"):  # BlockPosteriors: the stored or recomputed ("fresh") rows
-        return view.get("probs")
+        return view.get("probs"), None
     # compact columns: the rows of the covered columns from their stored nearest revealed neighbours (one row per
     # neighbourhood key met in the run when the denoiser names few keys: the same numbers)
     x, T = post.x, post.x.shape[1]
@@ -61,8 +65,8 @@ def _rows(view: StepView, memo: NeighbourhoodRows | None) -> torch.Tensor:
     query = (x[view.rows, a.clamp(min=0)], d1, x[view.rows, c.clamp(max=T - 1)], d2)
     if memo is not None:
         slots = memo.slots(query)  # first: it may add rows
-        return memo.features["rows"].index_select(0, slots)
-    return post.den.probs_given_neighbours(*query)
+        return memo.features["rows"].index_select(0, slots), None
+    return post.den.probs_given_neighbours(*query), None
 
 
 @torch.no_grad()
@@ -100,9 +104,9 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         return categorical(rule.propose(view.get("probs")), u)
 
     def score(view: StepView) -> torch.Tensor:
-        probs = _rows(view, memo)
+        probs, pmax = _rows(view, memo)
         s = rule.score(probs, view.tok, view.p).to(torch.float64)
-        check_bound(rule, probs, s)
+        check_bound(rule, probs, s, pmax)
         if log_q is not None:  # overwritten at every proposal: a committed position keeps its last one's
             log_q[view.b, view.p] = 0.0 if greedy else drawn_log_prob(rule.propose(probs), view.tok)
         return s

@@ -148,16 +148,19 @@ class RuleSampler(Sampler):
         return x, self._stats(nfe, log_q, indices.numel())
 
 
-def check_bound(rule: RuleSampler, probs: torch.Tensor, scores: torch.Tensor) -> None:
-    """Refuse, in one line, a NaN score or a score above the bound its rule declares (at rows ``probs``)."""
+def check_bound(rule: RuleSampler, probs: torch.Tensor, scores: torch.Tensor, pmax: torch.Tensor | None = None) -> None:
+    """Refuse, in one line, a NaN score or a score above the bound its rule declares (at rows ``probs``, whose
+    float64 maxima ``pmax`` are computed when not given)."""
+    if rule.bound == "pmax":
+        pmax = probs.amax(-1).to(torch.float64) if pmax is None else pmax
+        if bool((scores <= pmax).all()):  # one pass: NaN compares False
+            return
     if bool(scores.isnan().any()):
         raise ValueError(f"{type(rule).__name__}.score returned NaN: scores must be numbers (-inf for never)")
     if rule.bound == "pmax":
-        over = scores > probs.amax(-1).to(torch.float64)
-        if bool(over.any()):
-            i = int(over.nonzero()[0, 0])
-            raise ValueError(f"{type(rule).__name__} declares bound='pmax' but scored {float(scores[i]):.6g} where "
-                             f"max_v p = {float(probs[i].amax()):.6g}: fix score() or set bound = None")
+        i = int((scores > pmax).nonzero()[0, 0])
+        raise ValueError(f"{type(rule).__name__} declares bound='pmax' but scored {float(scores[i]):.6g} where "
+                         f"max_v p = {float(pmax[i]):.6g}: fix score() or set bound = None")
 
 
 def draw(law: torch.Tensor | None, probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
