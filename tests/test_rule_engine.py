@@ -187,5 +187,5 @@ def test_rule_engine_benchmark_runs() -> None:
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "benchmarks/rule_engine.py", "--num-sequences", "2", "--seq-len", "32",
-                          "--steps", "16"], cwd=root, env=env, check=True, capture_output=True, text=True, timeout=300)
+                          "--steps", "16", "--plain"], cwd=root, env=env, check=True, capture_output=True, text=True, timeout=300)
     assert "identical samples: True" in out.stdout

@@ -81,23 +81,31 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         return provider
     V = den.vocab_size
     greedy = _greedy(rule, V, x.device)
+    bounded = provider == "bounded"
     tok_u = StepUniforms(seed, indices, steps)
-    memo = run_memo(den, lambda rows: {"rows": rows}, x.device)
+    memo = run_memo(den, lambda rows: {"rows": rows}, x.device) if bounded else None
+    # bounded: rows recomputed where read (the compact draw hands them to the score), pmax the bound; cache: the
+    # rows and the proposal law's cdf stored per neighbourhood key, proposals drawn from the stored cdf
+    widths = {"probs": ((V,), None), "argmax": ((), torch.int64)}
+    if bounded:
+        widths["pmax"] = ((), None)
+    elif not greedy:
+        widths["cdf"] = ((V,), torch.float64)
 
     def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
         out = {"probs": probs, "argmax": probs.argmax(-1)}
-        if rule.bound is not None:
+        if bounded:
             out["pmax"] = probs.amax(-1)
+        elif not greedy:
+            out["cdf"] = rule.propose(probs).to(torch.float64).cumsum(-1)
         return out
-
-    widths = {"probs": ((V,), None), "argmax": ((), torch.int64)}
-    if rule.bound is not None:
-        widths["pmax"] = ((), None)
 
     def propose(view: StepView) -> torch.Tensor:
         if greedy:
             return view.get("argmax")
         u = view.uniforms(tok_u)
+        if "cdf" in view.post.names:
+            return view.post.draw(u, "cdf", view.rows, view.p, view.sel)
         if view.post.draws_law:  # the provider draws from the rule's law where it keeps the rows
             tok, view.tok_prob = view.post.draw_law(view, u)
             return tok
@@ -112,21 +120,19 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         return s
 
     tie_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
+    common = dict(features=features, widths=widths, propose=propose, score=score, tie_rule=rule.tie_rule,
+                  tie_u=tie_u, use_cache=True, fresh=("probs",) if bounded else (),
+                  law=rule.propose if bounded and not greedy else None)
     if rule.adaptive:
         def count(sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
             return check_count(rule, rule.adaptive_count(sorted_scores, n_masked), n_masked)
 
-        n = decode_blocks(den, x, rule.blocks(x.shape[1]), features=features, widths=widths, propose=propose,
-                          score=score, tie_rule=rule.tie_rule, tie_u=tie_u, count=count, use_cache=True,
-                          fresh=("probs",), law=None if greedy else rule.propose)
+        n = decode_blocks(den, x, rule.blocks(x.shape[1]), count=count, **common)
         if taken is not None:
             taken += n.to(taken.device)
         return provider
     blocks, schedule = rule.schedule(x.shape[1], steps)
-    decode_blocks(den, x, blocks, features=features, widths=widths, propose=propose, score=score,
-                  tie_rule=rule.tie_rule, tie_u=tie_u, schedule=schedule, use_cache=True,
-                  bound="pmax" if rule.bound is not None else None, fresh=("probs",),
-                  law=None if greedy else rule.propose)
+    decode_blocks(den, x, blocks, schedule=schedule, bound="pmax" if bounded else None, **common)
     return provider
 
 
