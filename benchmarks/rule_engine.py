@@ -5,10 +5,9 @@ choice buys back.
                                      [--temperature 1.0] [--plain]
 
 On the bundled English chain with the exact oracle, one shipped sampler's rule two or three ways, same seed: the
-built-in class (fast paths chosen by hand; ``--sampler`` llada, fast_dllm, fast_dllm_factor or pc_sampler with its
-shipped config's options), the same rule through the engine-chosen provider
-(:func:`~dllm_lit.samplers.providers.decode_rule`: :class:`~dllm_lit.samplers.llada_rule.LLaDARule`,
-:class:`~dllm_lit.samplers.fast_dllm_rule.FastDLLMRule`, :class:`~dllm_lit.samplers.pc_rule.PCRule`) and, with
+built-in class (fast paths chosen by hand; ``--sampler`` llada or pc_sampler with its shipped config's options), the
+same rule through the engine-chosen provider (:func:`~dllm_lit.samplers.providers.decode_rule`:
+:class:`~dllm_lit.samplers.llada_rule.LLaDARule`, :class:`~dllm_lit.samplers.pc_rule.PCRule`) and, with
 ``--plain``, the rule run plainly (:func:`~dllm_lit.samplers.rule.reference_decode`: ``probs_at`` at every masked
 position every step, the loop the docs once showed).  Prints wall and CPU (process) seconds per step count and in
 all, the ratios to the built-in path, and checks that the paths give identical samples.
@@ -40,13 +39,10 @@ def plain(rule_cls: type) -> type:
 
 def pairs() -> dict[str, tuple[type, type, dict]]:
     """--sampler: (built-in class, rule class, options of the shipped config but the temperature)."""
-    from dllm_lit.samplers import FastDLLM, PCSampler
-    from dllm_lit.samplers.fast_dllm_rule import FastDLLMRule
+    from dllm_lit.samplers import PCSampler
     from dllm_lit.samplers.pc_rule import PCRule
 
     return {"llada": (LLaDA, LLaDARule, {}),
-            "fast_dllm": (FastDLLM, FastDLLMRule, {"threshold": 0.9, "block_length": 32}),
-            "fast_dllm_factor": (FastDLLM, FastDLLMRule, {"threshold": None, "factor": 1.0, "block_length": 32}),
             "pc_sampler": (PCSampler, PCRule, {"lambd": 0.25, "alpha": 10.0})}
 
 

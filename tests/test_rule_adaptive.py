@@ -1,6 +1,7 @@
-"""Adaptive counts in the rule interface (``RuleSampler.adaptive_count``): Fast-dLLM's threshold and factor rules
-written as a rule draw what the built-in ``FastDLLM`` draws (torch.equal, NFE per sequence) on every provider, and a
-bad count or a bound declaration is refused in one line."""
+"""Adaptive counts in the rule interface (``RuleSampler.adaptive_count``): ``FastDLLM``, a rule with Fast-dLLM's
+threshold and factor counts, draws on every provider what the hand-wired engine call of the former built-in drew
+(torch.equal, NFE per sequence); PC-sampler scores as a rule draw what ``PCSampler`` draws; a bad count or a bound
+declaration is refused in one line."""
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,12 @@ import torch
 from conftest import GenericDenoiser
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
+from dllm_lit import rng
 from dllm_lit.samplers import FastDLLM
-from dllm_lit.samplers.fast_dllm_rule import FastDLLMRule
+from dllm_lit.samplers.confidence_decoding import (block_bounds, confidence, decode_blocks, proposal_features,
+                                                   proposal_widths, propose_tokens)
+from dllm_lit.samplers.draws import StepUniforms
+from dllm_lit.samplers.fast_dllm import factor_count, threshold_count
 from dllm_lit.samplers.providers import choose_provider
 from dllm_lit.samplers.rule import RuleSampler, reference_decode
 from dllm_lit.sources import english_char_chain
@@ -34,6 +39,24 @@ def _plain(s: RuleSampler, idx: torch.Tensor, T: int, steps: int, seed: int) -> 
     return x, taken
 
 
+def hand_wired(s: FastDLLM, idx: torch.Tensor, T: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The former built-in FastDLLM: LLaDA's proposal features (stored cdf), confidences and Fast-dLLM's count
+    passed to the engine's loop by hand."""
+    x = torch.full((idx.numel(), T), s.mask_id, dtype=torch.long)
+    tau, tok_u = s.temperature, StepUniforms(seed, idx, steps)
+
+    def count(sorted_conf, m):
+        return factor_count(sorted_conf, m, s.factor) if s.factor is not None else threshold_count(sorted_conf,
+                                                                                                  s.threshold)
+
+    nfe = decode_blocks(s.denoiser, x, block_bounds(T, 0, s.block_length),
+                        features=lambda probs: proposal_features(probs, tau), widths=proposal_widths(s.vocab_size, tau),
+                        propose=lambda view: propose_tokens(view, tau, tok_u), score=confidence, tie_rule=s.tie_rule,
+                        tie_u=StepUniforms(seed, idx, steps, stream=rng.Stream.ORDER), count=count,
+                        width=2 * s.vocab_size + 2)
+    return x, nfe
+
+
 @pytest.mark.parametrize("chain_name", ["english", "sparse_teleport", "peaked"])
 @pytest.mark.parametrize("options", [
     dict(threshold=0.9, temperature=1.0), dict(threshold=0.3, temperature=0.0, block_length=8),
@@ -41,15 +64,15 @@ def _plain(s: RuleSampler, idx: torch.Tensor, T: int, steps: int, seed: int) -> 
     dict(threshold=None, factor=1.0, temperature=1.0), dict(threshold=None, factor=2.5, temperature=1.0,
                                                             tie_rule="random", block_length=None)],
     ids=lambda o: "-".join(f"{k}{v}" for k, v in o.items()))
-def test_fast_dllm_rule_draws_what_fast_dllm_draws(chains, chain_name, options) -> None:
+def test_fast_dllm_rule_draws_what_the_hand_wired_engine_drew(chains, chain_name, options) -> None:
     chain = chains[chain_name]
-    built_in = FastDLLM(**options).connect(chain)
-    rule = FastDLLMRule(**options).connect(chain)
-    generic = FastDLLMRule(GenericDenoiser(rule.denoiser), **options).connect(chain)
+    rule = FastDLLM(**options).connect(chain)
+    generic = FastDLLM(GenericDenoiser(rule.denoiser), **options).connect(chain)
     assert choose_provider(rule, rule.denoiser) == "cache" and choose_provider(generic, generic.denoiser) == "dense"
     idx = torch.arange(3, 13)
     for steps in (4, 32):
-        want, want_nfe = built_in.generate_with_nfe(idx, 32, steps, 7)
+        want, want_nfe = hand_wired(rule, idx, 32, steps, 7)
+        assert bool((want_nfe < 32).any()) or chain_name != "peaked"  # several commits a step
         for got, nfe in (rule.generate_with_nfe(idx, 32, steps, 7), generic.generate_with_nfe(idx, 32, steps, 7),
                          _plain(rule, idx, 32, steps, 7)):
             assert torch.equal(got, want)
@@ -98,7 +121,7 @@ def test_a_bad_adaptive_count_fails_in_one_line(chains, count, match) -> None:
 
 def test_a_declared_bound_is_checked_under_adaptive_counts(chains) -> None:
     """An adaptive rule takes the cache provider whatever it declares, and the declaration is still checked."""
-    wrong = type("WrongBound", (FastDLLMRule,), {"score": lambda self, probs, tok, pos: 1.0 - probs.gather(
+    wrong = type("WrongBound", (FastDLLM,), {"score": lambda self, probs, tok, pos: 1.0 - probs.gather(
         1, tok[:, None]).squeeze(1).double()})
     oracle = OracleDenoiser(chains["english"])
     for den in (oracle, GenericDenoiser(oracle)):

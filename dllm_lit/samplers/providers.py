@@ -121,7 +121,7 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
 
     tie_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
     common = dict(features=features, widths=widths, propose=propose, score=score, tie_rule=rule.tie_rule,
-                  tie_u=tie_u, use_cache=True, fresh=("probs",) if bounded else (),
+                  tie_u=tie_u, use_cache=rule.use_cache, fresh=("probs",) if bounded else (),
                   law=rule.propose if bounded and not greedy else None)
     if rule.adaptive:
         def count(sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:

@@ -56,6 +56,8 @@ class RuleSampler(Sampler):
     #: order of equal scores: "lowest" position first, "highest", or "random" (Stream.ORDER uniforms)
     tie_rule: str = "lowest"
     no_log_q_reason = "the commit order depends on the scores of the drawn proposals"
+    #: reuse posterior rows between steps where the provider can (exact: False recomputes them, same draws)
+    use_cache: bool = True
 
     # ------------------------------------------------------------------ the rule
     def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
