@@ -136,7 +136,8 @@ class RuleSampler(Sampler):
         taken = torch.zeros(indices.numel(), dtype=torch.float64, device=indices.device) if self.adaptive else None
         decode_rule(self, self.denoiser, x, indices, steps, seed, log_q=log_q, taken=taken)
         if taken is None:
-            taken = torch.full((indices.numel(),), float(self.nfe(seq_len, steps)), dtype=torch.float64)
+            taken = torch.full((indices.numel(),), float(self.nfe(seq_len, steps)), dtype=torch.float64,
+                               device=indices.device)
         return x, taken
 
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
