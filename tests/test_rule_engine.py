@@ -112,7 +112,10 @@ def test_a_wrong_bound_declaration_fails_in_one_line(chains) -> None:
 
 def _rule_classes() -> list[type[RuleSampler]]:
     """Every rule the package and the docs' example define."""
-    return [LLaDARule, LeftToRight]
+    from dllm_lit.samplers import FastDLLM
+    from dllm_lit.samplers.pc_rule import PCRule
+
+    return [LLaDARule, FastDLLM, PCRule, LeftToRight]
 
 
 @pytest.mark.parametrize("cls", _rule_classes(), ids=lambda c: c.__name__)
