@@ -87,16 +87,16 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
     # bounded: rows recomputed where read (the compact draw hands them to the score), pmax the bound; cache: the
     # rows and the proposal law's cdf stored per neighbourhood key, proposals drawn from the stored cdf
     widths = {"probs": ((V,), None), "argmax": ((), torch.int64)}
-    if bounded:
+    if rule.bound is not None:
         widths["pmax"] = ((), None)
-    elif not greedy:
+    if not bounded and not greedy:
         widths["cdf"] = ((V,), torch.float64)
 
     def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
         out = {"probs": probs, "argmax": probs.argmax(-1)}
-        if bounded:
+        if rule.bound is not None:
             out["pmax"] = probs.amax(-1)
-        elif not greedy:
+        if not bounded and not greedy:
             out["cdf"] = rule.propose(probs).to(torch.float64).cumsum(-1)
         return out
 
@@ -113,6 +113,8 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
 
     def score(view: StepView) -> torch.Tensor:
         probs, pmax = _rows(view, memo)
+        if pmax is None and rule.bound is not None and not bounded:  # the cache provider stores the row maxima
+            pmax = view.get("pmax").to(torch.float64)
         s = rule.score(probs, view.tok, view.p).to(torch.float64)
         check_bound(rule, probs, s, pmax)
         if log_q is not None:  # overwritten at every proposal: a committed position keeps its last one's
