@@ -112,7 +112,10 @@ def test_a_wrong_bound_declaration_fails_in_one_line(chains) -> None:
 
 def _rule_classes() -> list[type[RuleSampler]]:
     """Every rule the package and the docs' example define."""
-    return [LLaDARule, LeftToRight]
+    from dllm_lit.samplers import FastDLLM
+    from dllm_lit.samplers.pc_rule import PCRule
+
+    return [LLaDARule, FastDLLM, PCRule, LeftToRight]
 
 
 @pytest.mark.parametrize("cls", _rule_classes(), ids=lambda c: c.__name__)
@@ -187,5 +190,5 @@ def test_rule_engine_benchmark_runs() -> None:
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "benchmarks/rule_engine.py", "--num-sequences", "2", "--seq-len", "32",
-                          "--steps", "16"], cwd=root, env=env, check=True, capture_output=True, text=True, timeout=300)
+                          "--steps", "16", "--plain"], cwd=root, env=env, check=True, capture_output=True, text=True, timeout=300)
     assert "identical samples: True" in out.stdout

@@ -121,8 +121,7 @@ class BlockMDLM(Sampler):
     def check_run(self, seq_len: int, steps: int | None) -> None:
         """block_size divides seq_len; a "total" budget splits evenly; first hitting has a step per token."""
         bs = self.block_size
-        if seq_len % bs:
-            raise ValueError(f"block_size={bs} must divide seq_len={seq_len}")
+        checks.divides("block_size", bs, seq_len)
         if steps is None:
             return
         nb = seq_len // bs

@@ -139,6 +139,8 @@ class CompactBlock:
             f, index = keyed
             tok = categorical_from_stored_cdf(f["cdf"], index, u)
             flat_bound[sel] = f["max"].index_select(0, index)
+            if not self.law_scores:
+                view.drawn_rows = (f["rows"], f["max"], index)
             return tok, f["rows"].reshape(-1).index_select(0, index * self.den.vocab_size + tok)
         tok = torch.empty_like(sel)
         prob = torch.empty(sel.shape, dtype=torch.float64 if self.law_scores else self.den.output_dtype,

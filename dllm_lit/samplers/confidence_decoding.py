@@ -213,6 +213,9 @@ class StepView:
     sel: torch.Tensor | None = None
     tok: torch.Tensor | None = None
     tok_prob: torch.Tensor | None = None
+    #: (rows, maxima, index): the posterior rows of the covered positions and their maxima are rows[index] and
+    #: maxima[index], when the draw looked them up in a table
+    drawn_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     _fresh: dict[str, torch.Tensor] | None = None
 
     @property

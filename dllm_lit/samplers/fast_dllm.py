@@ -22,18 +22,19 @@ the algorithm; it only keys the randomness, so a steps grid gives independent re
 still asserts ``steps % num_blocks == 0`` in this mode; not required here, so any grid runs).
 With a threshold above every confidence it commits one token per step and equals
 ``LLaDA(steps=seq_len)`` draw for draw (same uniforms).
+
+The sampler is a rule (:mod:`dllm_lit.samplers.rule`): LLaDA's proposal and confidence
+(:class:`~dllm_lit.samplers.llada_rule.LLaDARule`) with an adaptive count; the engine owns the loop, the
+posterior provider and the per-sequence NFE.
 """
 from __future__ import annotations
 
 import torch
 
-from dllm_lit import checks, rng
+from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence, decode_blocks,
-                                                   proposal_features, proposal_widths, propose_tokens, ranking_options,
-                                                   with_tie_rule)
-from dllm_lit.samplers.draws import StepUniforms
+from dllm_lit.samplers.confidence_decoding import with_tie_rule
+from dllm_lit.samplers.llada_rule import LLaDARule
 
 __all__ = ["FastDLLM", "threshold_count", "factor_count"]
 
@@ -55,7 +56,7 @@ def factor_count(sorted_conf: torch.Tensor, num_masked: torch.Tensor, factor: fl
     return torch.where(lead >= num_masked - 1, num_masked, lead)
 
 
-class FastDLLM(Sampler):
+class FastDLLM(LLaDARule):
     """Fast-dLLM threshold / factor parallel decoding (see module docstring).
 
     Args:
@@ -73,12 +74,11 @@ class FastDLLM(Sampler):
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128,
                  threshold: float | None = 0.9, factor: float | None = None, block_length: int | None = 32,
                  temperature: float = 0.0, tie_rule: str = "lowest") -> None:
-        super().__init__(denoiser=denoiser, steps=steps)
+        super().__init__(denoiser, steps, temperature=temperature, block_length=block_length, tie_rule=tie_rule)
         if (threshold is None) == (factor is None):
             raise ValueError(f"give exactly one of threshold and factor, got threshold={threshold!r}, factor={factor!r}")
         self.threshold = None if threshold is None else checks.probability("threshold", threshold)
         self.factor = None if factor is None else checks.real("factor", factor, 0.0, low_open=True)
-        ranking_options(self, temperature, tie_rule, block_length)
 
     @property
     def name(self) -> str:
@@ -88,31 +88,7 @@ class FastDLLM(Sampler):
             base = "fast_dllm" if self.threshold == 0.9 else f"fast_dllm_t{self.threshold:g}"
         return with_tie_rule(base, self.tie_rule)
 
-    def check_run(self, seq_len: int, steps: int | None) -> None:
-        """block_length divides T (upstream's assertion; steps need not divide into the blocks, being unused)."""
-        check_blocks(seq_len, 0, self.block_length, None)
-
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
-
-    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Samples and the denoiser evaluations of each sequence (its number of steps)."""
-        x = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
-        tau, tok_u = self.temperature, StepUniforms(seed, indices, steps)
+    def adaptive_count(self, sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
         if self.factor is not None:
-            f = self.factor
-
-            def count(sorted_conf, m):
-                return factor_count(sorted_conf, m, f)
-        else:
-            t = self.threshold
-
-            def count(sorted_conf, m):
-                return threshold_count(sorted_conf, t)
-        nfe = decode_blocks(
-            self.denoiser, x, block_bounds(seq_len, 0, self.block_length),
-            features=lambda probs: proposal_features(probs, tau), widths=proposal_widths(self.vocab_size, tau),
-            propose=lambda view: propose_tokens(view, tau, tok_u), score=confidence,
-            tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
-            count=count, use_cache=self.use_cache, width=2 * self.vocab_size + 2)
-        return x, nfe
+            return factor_count(sorted_scores, n_masked, self.factor)
+        return threshold_count(sorted_scores, self.threshold)

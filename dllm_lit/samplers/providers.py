@@ -8,10 +8,13 @@ provider               when                                                     
                        (a learned model, the HMM oracle): :func:`reference_decode`  masked positions
 ``cache``              a :class:`~dllm_lit.denoisers.LocalDenoiser` (the exact      rows only where a nearest
                        oracle) and a rule without a declared bound                  revealed neighbour changed
-``bounded``            a local denoiser and a rule that declares ``bound``          rows only where a score can
-                       (with a row-free max-probability bound and a proposal law:   reach the k-th best; compact
-                       compact columns and the neighbourhood memo)                  columns, one row per key
+``bounded``            a local denoiser and a fixed-schedule rule that declares     rows only where a score can
+                       ``bound`` (with a row-free max-probability bound and a       reach the k-th best; compact
+                       proposal law: compact columns and the neighbourhood memo)    columns, one row per key
 =====================  ===========================================================  ==============================
+
+An adaptive rule (``adaptive_count``) on a local denoiser takes the cache provider, a declared bound or not: the
+bounded draws need the k of a step before its scores are known.
 
 The fast providers are :func:`dllm_lit.samplers.confidence_decoding.decode_blocks` and the caches under it; this
 module only translates the rule's hooks into its ``propose`` / ``score`` callables, checks the declared bound
@@ -26,7 +29,7 @@ from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
 from dllm_lit.samplers.confidence_decoding import StepView, decode_blocks
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
-from dllm_lit.samplers.rule import RuleSampler, check_bound, reference_decode
+from dllm_lit.samplers.rule import RuleSampler, check_bound, check_count, reference_decode
 
 __all__ = ["PROVIDERS", "choose_provider", "decode_rule", "run_memo", "keyed_rows"]
 
@@ -37,7 +40,7 @@ def choose_provider(rule: RuleSampler, den) -> str:
     """The provider :func:`decode_rule` runs ``rule`` with on ``den`` (:data:`PROVIDERS`, module table)."""
     if not isinstance(den, LocalDenoiser):
         return "dense"
-    return "cache" if rule.bound is None else "bounded"
+    return "cache" if rule.bound is None or rule.adaptive else "bounded"
 
 
 def _greedy(rule: RuleSampler, V: int, device: torch.device) -> bool:
@@ -45,11 +48,15 @@ def _greedy(rule: RuleSampler, V: int, device: torch.device) -> bool:
     return rule.propose(torch.full((1, V), 1.0 / V, device=device)) is None
 
 
-def _rows(view: StepView, memo: NeighbourhoodRows | None) -> torch.Tensor:
-    """Posterior rows at the positions a view covers, from whichever store the provider keeps."""
+def _rows(view: StepView, memo: NeighbourhoodRows | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Posterior rows at the positions a view covers, from whichever store the provider keeps, and their float64
+    maxima where the store holds them (else None)."""
+    if view.drawn_rows is not None:  # the rows the draw looked up (compact columns)
+        table, maxima, index = view.drawn_rows
+        return table.index_select(0, index), maxima.index_select(0, index)
     post = view.post
     if hasattr(post, "cache"):  # BlockPosteriors: the stored or recomputed ("fresh") rows
-        return view.get("probs")
+        return view.get("probs"), None
     # compact columns: the rows of the covered columns from their stored nearest revealed neighbours (one row per
     # neighbourhood key met in the run when the denoiser names few keys: the same numbers)
     x, T = post.x, post.x.shape[1]
@@ -58,56 +65,76 @@ def _rows(view: StepView, memo: NeighbourhoodRows | None) -> torch.Tensor:
     query = (x[view.rows, a.clamp(min=0)], d1, x[view.rows, c.clamp(max=T - 1)], d2)
     if memo is not None:
         slots = memo.slots(query)  # first: it may add rows
-        return memo.features["rows"].index_select(0, slots)
-    return post.den.probs_given_neighbours(*query)
+        return memo.features["rows"].index_select(0, slots), None
+    return post.den.probs_given_neighbours(*query), None
 
 
 @torch.no_grad()
 def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
-                log_q: torch.Tensor | None = None) -> str:
+                log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None) -> str:
     """Decode the masked positions of x [B, T] in place by ``rule`` through :func:`choose_provider`'s provider;
-    with ``log_q`` [B, T] also the log-probability of every committed proposal.  Returns the provider's name."""
+    with ``log_q`` [B, T] also the log-probability of every committed proposal; an adaptive rule adds its steps
+    per sequence to ``taken`` (float64 [B]) when given.  Returns the provider's name."""
     provider = choose_provider(rule, den)
     if provider == "dense":
-        reference_decode(rule, den, x, indices, steps, seed, log_q=log_q)
+        reference_decode(rule, den, x, indices, steps, seed, log_q=log_q, taken=taken)
         return provider
     V = den.vocab_size
     greedy = _greedy(rule, V, x.device)
+    bounded = provider == "bounded"
     tok_u = StepUniforms(seed, indices, steps)
-    memo = run_memo(den, lambda rows: {"rows": rows}, x.device)
+    memo = run_memo(den, lambda rows: {"rows": rows}, x.device) if bounded else None
+    # bounded: rows recomputed where read (the compact draw hands them to the score), pmax the bound; cache: the
+    # rows and the proposal law's cdf stored per neighbourhood key, proposals drawn from the stored cdf
+    widths = {"probs": ((V,), None), "argmax": ((), torch.int64)}
+    if rule.bound is not None:
+        widths["pmax"] = ((), None)
+    if not bounded and not greedy:
+        widths["cdf"] = ((V,), torch.float64)
 
     def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
         out = {"probs": probs, "argmax": probs.argmax(-1)}
         if rule.bound is not None:
             out["pmax"] = probs.amax(-1)
+        if not bounded and not greedy:
+            out["cdf"] = rule.propose(probs).to(torch.float64).cumsum(-1)
         return out
-
-    widths = {"probs": ((V,), None), "argmax": ((), torch.int64)}
-    if rule.bound is not None:
-        widths["pmax"] = ((), None)
 
     def propose(view: StepView) -> torch.Tensor:
         if greedy:
             return view.get("argmax")
         u = view.uniforms(tok_u)
+        if "cdf" in view.post.names:
+            return view.post.draw(u, "cdf", view.rows, view.p, view.sel)
         if view.post.draws_law:  # the provider draws from the rule's law where it keeps the rows
             tok, view.tok_prob = view.post.draw_law(view, u)
             return tok
         return categorical(rule.propose(view.get("probs")), u)
 
     def score(view: StepView) -> torch.Tensor:
-        probs = _rows(view, memo)
+        probs, pmax = _rows(view, memo)
+        if pmax is None and rule.bound is not None and not bounded:  # the cache provider stores the row maxima
+            pmax = view.get("pmax").to(torch.float64)
         s = rule.score(probs, view.tok, view.p).to(torch.float64)
-        check_bound(rule, probs, s)
+        check_bound(rule, probs, s, pmax)
         if log_q is not None:  # overwritten at every proposal: a committed position keeps its last one's
             log_q[view.b, view.p] = 0.0 if greedy else drawn_log_prob(rule.propose(probs), view.tok)
         return s
 
+    tie_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
+    common = dict(features=features, widths=widths, propose=propose, score=score, tie_rule=rule.tie_rule,
+                  tie_u=tie_u, use_cache=rule.use_cache, fresh=("probs",) if bounded else (),
+                  law=rule.propose if bounded and not greedy else None)
+    if rule.adaptive:
+        def count(sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
+            return check_count(rule, rule.adaptive_count(sorted_scores, n_masked), n_masked)
+
+        n = decode_blocks(den, x, rule.blocks(x.shape[1]), count=count, **common)
+        if taken is not None:
+            taken += n.to(taken.device)
+        return provider
     blocks, schedule = rule.schedule(x.shape[1], steps)
-    decode_blocks(den, x, blocks, features=features, widths=widths, propose=propose, score=score,
-                  tie_rule=rule.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
-                  schedule=schedule, use_cache=True, bound="pmax" if rule.bound is not None else None,
-                  fresh=("probs",), law=None if greedy else rule.propose)
+    decode_blocks(den, x, blocks, schedule=schedule, bound="pmax" if bounded else None, **common)
     return provider
 
 

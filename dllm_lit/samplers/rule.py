@@ -8,8 +8,15 @@ step i of each block [lo, hi) of the sequence, over the block's masked positions
     tok   = draw(law, u)                      the engine's: inverse CDF with uniforms keyed by (seed, sequence,
                                               step, position); argmax when law is None
     s     = rule.score(probs, tok, pos)       float64 [n], higher commits first
-    k     = rule.counts(n_block, S)[i]        how many commit at this step (S = steps per block)
+    k     = rule.counts(n_block, S)[i]        how many commit at this step (S = steps per block), or, for a rule
+                                              that overrides ``adaptive_count``, per sequence from its sorted scores
     the k best scores commit their proposal (equal scores: ``tie_rule``); the other proposals are discarded.
+
+Adaptive counts.  A rule overriding ``adaptive_count(sorted_scores, n_masked)`` (Fast-dLLM's threshold: every
+proposal at least as confident as tau, at least one) decides at each step, per sequence, how many commit from the
+step's scores sorted descending.  A block then runs until it has no mask left; each sequence keeps its own step
+counter, which keys its uniforms and counts its denoiser evaluations (NFE per sequence); ``steps`` only keys the
+randomness.
 
 :func:`reference_decode` is this loop, line for line, on ``Denoiser.probs_at`` (the dense direct provider);
 :func:`dllm_lit.samplers.providers.decode_rule` runs the same rule through the provider the denoiser allows (the
@@ -31,9 +38,9 @@ from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import TIE_SLOT
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
-from dllm_lit.samplers.selection import TIE_RULES, rank_positions, topk_mask_by_rule, transfer_schedule
+from dllm_lit.samplers.selection import TIE_RULES, rank_positions, transfer_schedule
 
-__all__ = ["RuleSampler", "BOUNDS", "reference_decode", "check_bound", "draw"]
+__all__ = ["RuleSampler", "BOUNDS", "reference_decode", "check_bound", "check_count", "draw"]
 
 #: score bounds a rule may declare: None, or "pmax" (score <= max_v p(x0 = v | x) at every position)
 BOUNDS = (None, "pmax")
@@ -49,6 +56,8 @@ class RuleSampler(Sampler):
     #: order of equal scores: "lowest" position first, "highest", or "random" (Stream.ORDER uniforms)
     tie_rule: str = "lowest"
     no_log_q_reason = "the commit order depends on the scores of the drawn proposals"
+    #: reuse posterior rows between steps where the provider can (exact: False recomputes them, same draws)
+    use_cache: bool = True
 
     # ------------------------------------------------------------------ the rule
     def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
@@ -62,6 +71,16 @@ class RuleSampler(Sampler):
     def counts(self, n: int, steps: int) -> list[int]:
         """Commits at each of the ``steps`` steps of a block of ``n`` masked positions (sum n): the even split."""
         return transfer_schedule(n, steps)
+
+    def adaptive_count(self, sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
+        """Override for adaptive counts (module docstring): commits now per sequence [B] (>= 1 and <= n_masked where
+        n_masked > 0), from its scores sorted descending [B, L] (-inf past its ``n_masked`` [B] masked positions)."""
+        raise NotImplementedError(f"{type(self).__name__} has a fixed schedule (counts)")
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the rule decides its counts at each step (it overrides :meth:`adaptive_count`)."""
+        return type(self).adaptive_count is not RuleSampler.adaptive_count
 
     def blocks(self, seq_len: int) -> list[tuple[int, int]]:
         """[lo, hi) of the blocks decoded left to right (default: one block)."""
@@ -81,9 +100,9 @@ class RuleSampler(Sampler):
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
         """``steps`` divides into the blocks and the counts commit every position of each block."""
-        if steps is None:
-            return
         blocks = self.blocks(seq_len)
+        if steps is None or self.adaptive:  # adaptive: steps only keys the randomness
+            return
         if blocks and steps % len(blocks):
             raise ValueError(f"steps={steps} must be divisible by the number of blocks ({len(blocks)}) "
                              f"for seq_len={seq_len}")
@@ -96,40 +115,55 @@ class RuleSampler(Sampler):
         checks.choice("tie_rule", self.tie_rule, TIE_RULES)
 
     def nfe(self, seq_len: int, steps: int | None) -> float | None:
-        """Steps that commit at least one token."""
-        if steps is None:
+        """Steps that commit at least one token (adaptive rules: None, counted per sequence by the run)."""
+        if steps is None or self.adaptive:
             return None
         return float(sum(1 for c in self.schedule(seq_len, steps)[1] for k in c if k > 0))
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                  log_q: torch.Tensor | None = None) -> torch.Tensor:
         """Samples by the engine-chosen provider (:func:`~dllm_lit.samplers.providers.decode_rule`)."""
+        return self._decode(indices, seq_len, steps, seed, log_q)[0]
+
+    def _decode(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
+                log_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples and the denoiser evaluations of each sequence (float64 [B])."""
         from dllm_lit.samplers.providers import decode_rule
 
         if log_q is not None and self.log_q_reason(steps) is not None:
             raise ValueError(f"{type(self).__name__} records no log q: {self.log_q_reason(steps)}")
         x = self.initial_state(indices, seq_len, seed, log_q=log_q)
-        decode_rule(self, self.denoiser, x, indices, steps, seed, log_q=log_q)
-        return x
+        taken = torch.zeros(indices.numel(), dtype=torch.float64, device=indices.device) if self.adaptive else None
+        decode_rule(self, self.denoiser, x, indices, steps, seed, log_q=log_q, taken=taken)
+        if taken is None:
+            taken = torch.full((indices.numel(),), float(self.nfe(seq_len, steps)), dtype=torch.float64,
+                               device=indices.device)
+        return x, taken
+
+    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
+        return self._decode(indices, seq_len, steps, seed)
 
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         if self.log_q_reason(steps) is not None:
             return super().generate_with_stats(indices, seq_len, steps, seed)
         log_q = self._log_q_buffer(indices, seq_len)
-        x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
-        return x, self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
+        x, nfe = self._decode(indices, seq_len, steps, seed, log_q)
+        return x, self._stats(nfe, log_q, indices.numel())
 
 
-def check_bound(rule: RuleSampler, probs: torch.Tensor, scores: torch.Tensor) -> None:
-    """Refuse, in one line, a NaN score or a score above the bound its rule declares (at rows ``probs``)."""
+def check_bound(rule: RuleSampler, probs: torch.Tensor, scores: torch.Tensor, pmax: torch.Tensor | None = None) -> None:
+    """Refuse, in one line, a NaN score or a score above the bound its rule declares (at rows ``probs``, whose
+    float64 maxima ``pmax`` are computed when not given)."""
+    if rule.bound == "pmax":
+        pmax = probs.amax(-1).to(torch.float64) if pmax is None else pmax
+        if bool((scores <= pmax).all()):  # one pass: NaN compares False
+            return
     if bool(scores.isnan().any()):
         raise ValueError(f"{type(rule).__name__}.score returned NaN: scores must be numbers (-inf for never)")
     if rule.bound == "pmax":
-        over = scores > probs.amax(-1).to(torch.float64)
-        if bool(over.any()):
-            i = int(over.nonzero()[0, 0])
-            raise ValueError(f"{type(rule).__name__} declares bound='pmax' but scored {float(scores[i]):.6g} where "
-                             f"max_v p = {float(probs[i].amax()):.6g}: fix score() or set bound = None")
+        i = int((scores > pmax).nonzero()[0, 0])
+        raise ValueError(f"{type(rule).__name__} declares bound='pmax' but scored {float(scores[i]):.6g} where "
+                         f"max_v p = {float(pmax[i]):.6g}: fix score() or set bound = None")
 
 
 def draw(law: torch.Tensor | None, probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -137,37 +171,67 @@ def draw(law: torch.Tensor | None, probs: torch.Tensor, u: torch.Tensor) -> torc
     return probs.argmax(-1) if law is None else categorical(law, u)
 
 
+def check_count(rule: RuleSampler, n: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
+    """The adaptive count ``n`` [B] as long, refused in one line unless 1 <= n <= n_masked where n_masked > 0."""
+    n = torch.as_tensor(n, device=n_masked.device).long()
+    bad = (n_masked > 0) & ((n < 1) | (n > n_masked))
+    if n.shape != n_masked.shape or bool(bad.any()):
+        i = int(bad.nonzero()[0, 0]) if n.shape == n_masked.shape else 0
+        raise ValueError(f"{type(rule).__name__}.adaptive_count must give one count per sequence in "
+                         f"[1, masked positions]: got {n.tolist()[i] if n.dim() else n.item()} with "
+                         f"{int(n_masked[i])} masked")
+    return n * (n_masked > 0)
+
+
 @torch.no_grad()
 def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
-                     log_q: torch.Tensor | None = None) -> None:
-    """The rule's loop on ``den.probs_at`` (the dense direct provider): decodes the masked positions of x in place."""
+                     log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None) -> None:
+    """The rule's loop on ``den.probs_at`` (the dense direct provider): decodes the masked positions of x in place;
+    an adaptive rule adds its steps per sequence to ``taken`` (float64 [B]) when given."""
     B, M = x.shape[0], den.mask_id
     tok_u = StepUniforms(seed, indices, steps)
     tie_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
-    j = 0  # global step index (steps that commit nothing count too: the uniforms' key)
-    for (lo, hi), counts in zip(*rule.schedule(x.shape[1], steps)):
-        for k in counts:
-            j += 1
-            if k == 0:
-                continue
-            b, p = nonzero_pairs(x[:, lo:hi] == M)
+    if rule.adaptive:  # each sequence's own step counter; a block runs until it has no mask left
+        blocks, schedules = rule.blocks(x.shape[1]), None
+    else:
+        blocks, schedules = rule.schedule(x.shape[1], steps)
+    j = torch.zeros(B, dtype=torch.long, device=x.device)  # the step index of every sequence (the uniforms' key)
+    for blk, (lo, hi) in enumerate(blocks):
+        i = 0
+        while True:
+            masked = x[:, lo:hi] == M
+            if schedules is None and not bool(masked.any()):
+                break
+            if schedules is not None:
+                if i == len(schedules[blk]):
+                    break
+                k, i = schedules[blk][i], i + 1
+                if k == 0:
+                    j += 1
+                    continue
+            b, p = nonzero_pairs(masked)
             p = p + lo
             probs = den.probs_at(x, b, p)
             law = rule.propose(probs)
-            tok = draw(law, probs, tok_u.at(j - 1, b, p))
+            tok = draw(law, probs, tok_u.at(j[b], b, p))
             s = rule.score(probs, tok, p).to(torch.float64)
             check_bound(rule, probs, s)
             scores = torch.full((B, hi - lo), -torch.inf, dtype=torch.float64, device=x.device)
             scores[b, p - lo] = s
             proposal = torch.zeros((B, hi - lo), dtype=torch.long, device=x.device)
             proposal[b, p - lo] = tok
-            if rule.tie_rule == "random":
-                order = rank_positions(scores, "random", tie_u.block(j - 1, lo, hi, slot=TIE_SLOT))
-                commit = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, order[:, :k], True)
+            keys = tie_u.block(j, lo, hi, slot=TIE_SLOT) if rule.tie_rule == "random" else None
+            order = rank_positions(scores, rule.tie_rule, keys)
+            if schedules is None:
+                n = check_count(rule, rule.adaptive_count(scores.gather(1, order), masked.sum(1)), masked.sum(1))
+                if taken is not None:
+                    taken += (n > 0).to(taken.dtype)
             else:
-                commit = topk_mask_by_rule(scores, k, rule.tie_rule)
+                n = torch.full((B,), k, dtype=torch.long, device=x.device)
+            commit = torch.zeros_like(masked).scatter_(1, order, torch.arange(hi - lo, device=x.device) < n[:, None])
             if log_q is not None:
                 lq = torch.zeros((B, hi - lo), dtype=torch.float64, device=x.device)
                 lq[b, p - lo] = torch.zeros_like(s) if law is None else drawn_log_prob(law, tok)
                 log_q[:, lo:hi] = torch.where(commit, lq, log_q[:, lo:hi])
             x[:, lo:hi] = torch.where(commit, proposal, x[:, lo:hi])
+            j += 1 if schedules is not None else (n > 0).long()
