@@ -30,7 +30,7 @@ from dllm_lit import checks
 from dllm_lit.samplers.draws import StepUniforms, categorical, row_chunks
 from dllm_lit.samplers.schedules import time_grid
 
-__all__ = ["NOISES", "duo_alpha", "check_channel", "step_draw", "uniform_prior", "draw_rows",
+__all__ = ["NOISES", "duo_alpha", "check_channel", "leave_one_out_law", "step_draw", "uniform_prior", "draw_rows",
            "uniform_reverse_step", "uniform_forward", "noise_removal_step", "uniform_start", "DuoNoise",
            "NOISE_REMOVAL", "NO_ORDER"]
 
@@ -58,6 +58,13 @@ def check_channel(denoiser: Denoiser, channel: EvidenceChannel) -> None:
     if not denoiser.supports(channel, leave_one_out=True):
         raise ValueError(f"denoiser {type(denoiser).__name__} does not answer the {channel.describe()['channel']} "
                          f"channel leave-one-out, which uniform-state samplers need (the exact oracles do)")
+
+
+def leave_one_out_law(denoiser: Denoiser, z: torch.Tensor, channel: EvidenceChannel) -> torch.Tensor:
+    """p(x_i = v | z_{-i}) under ``channel``: float64 [B, T, V] in one evaluation (the same numbers as
+    :func:`step_draw`'s rows).  A denoiser that does not answer the channel leave-one-out is refused in one line."""
+    check_channel(denoiser, channel)
+    return denoiser.log_posterior(z, channel, leave_one_out=True).to(torch.float64).exp()
 
 
 def step_draw(denoiser: Denoiser, z: torch.Tensor, channel: EvidenceChannel,
