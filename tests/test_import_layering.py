@@ -31,6 +31,9 @@ LAZY_CYCLES = {
     frozenset({"dllm_lit.samplers.rule", "dllm_lit.samplers.providers"}):
         "RuleSampler.generate hands the rule to the engine's provider choice, which runs RuleSampler hooks; the call "
         "imports it",
+    frozenset({"dllm_lit.denoisers.hmm_first_order", "dllm_lit.denoisers.hmm_first_order_kernel"}):
+        "the optional numba kernel (extra `fast`) is loaded on first use, so importing the oracle never loads numba; "
+        "the kernel reads its TINY threshold from the module that calls it",
 }
 
 
