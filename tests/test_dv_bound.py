@@ -67,6 +67,35 @@ def test_log_partition_equals_enumeration(k: int, dense: bool, monkeypatch) -> N
     assert got[1].item() == pytest.approx(0.0, abs=1e-12)  # lambda = 1: a stochastic kernel, E_p[e^F] = 1
 
 
+
+def test_block_csr_equals_coalesced_coo() -> None:
+    """The sparse path's block-diagonal S^T (one sorted pattern per distinct entry pattern, values summed into it)
+    is entry for entry, in the same order, the matrix COO -> coalesce -> CSR gives, and a product with it is the
+    same float64 numbers: tilts (top-K pattern only) and bigram features of two folds (top-K plus observed pairs,
+    which overlap the lists and so are summed), on a chain with a teleport."""
+    import warnings
+
+    chain = synthetic_chain(48, 6, eps=0.01, seed=3)
+    V = chain.vocab_size
+    codes = transition_codes(chain.sample(40, 30, seed=2), V)
+    folds = (codes[0::2], codes[1::2])
+    feats = [TiltFeatures(0.3), TiltFeatures(-0.5, 0.5)]
+    feats += [fit_features(folds[k], chain, a, 0.5) for a in (1.0, 16.0) for k in (0, 1)]
+    tr = [ft.transfer(chain) for ft in feats]
+    n = len(tr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ref = torch.sparse_coo_tensor(torch.stack([torch.cat([k * V + t.dst for k, t in enumerate(tr)]),
+                                                   torch.cat([k * V + t.src for k, t in enumerate(tr)])]),
+                                      torch.cat([t.val for t in tr]), (n * V, n * V)).coalesce().to_sparse_csr()
+    got = dv_bound._block_csr_transpose(tr, V)
+    assert ref.values().numel() > n * V * 6  # the observed pairs added entries outside the top-K lists
+    assert torch.equal(got.crow_indices().long(), ref.crow_indices())
+    assert torch.equal(got.col_indices().long(), ref.col_indices())
+    assert torch.equal(got.values(), ref.values())
+    v = torch.rand(n * V, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(torch.sparse.mm(got, v), torch.sparse.mm(ref, v))
+
 def _kl(a: torch.Tensor, b: torch.Tensor) -> float:
     keep = a > 0
     return float((a[keep] * (a[keep] / b[keep]).log()).sum())

@@ -10,6 +10,7 @@ skewed.  Everything is a deterministic function of ``seed``.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -44,13 +45,20 @@ def synthetic_chain(
         raise ChainError(f"top_k must be an integer in [1, vocab_size={vocab_size}], got {top_k!r}")
     if not alpha > 0:
         raise ChainError(f"alpha must be > 0, got {alpha!r}")
-    g = torch.Generator().manual_seed(int(seed))
-    V, K = vocab_size, top_k
+    nbr, prob, nu = (t.clone() for t in _draw(vocab_size, top_k, float(alpha), int(seed)))
+    meta = {"source": "synthetic", "vocab_size": vocab_size, "top_k": top_k, "eps": eps, "alpha": alpha, "seed": seed}
+    return MarkovChain(nbr, prob, eps=eps, nu=nu, metadata=meta)
+
+
+@functools.lru_cache(maxsize=4)
+def _draw(V: int, K: int, alpha: float, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(neighbour lists, their probabilities, nu) of :func:`synthetic_chain`, kept for the process: at V = 4096 the
+    K V scalar ``pow`` calls take about 2 s of CPU, which every run of a grid (one per work unit) paid again."""
+    g = torch.Generator().manual_seed(seed)
     nbr = torch.rand(V, V, generator=g).topk(K, dim=1).indices if K < V else torch.stack([torch.randperm(V, generator=g) for _ in range(V)])
     a = alpha * (0.8 + 0.4 * torch.rand(V, 1, generator=g, dtype=torch.float64))
     prob = torch.tensor([_zipf(K, ai) for ai in a[:, 0].tolist()], dtype=torch.float64).reshape(V, K)
     perm = torch.randperm(V, generator=g)
     nu = torch.empty(V, dtype=torch.float64)
     nu[perm] = torch.tensor(_zipf(V, alpha), dtype=torch.float64)
-    meta = {"source": "synthetic", "vocab_size": V, "top_k": K, "eps": eps, "alpha": alpha, "seed": seed}
-    return MarkovChain(nbr, prob, eps=eps, nu=nu, metadata=meta)
+    return nbr, prob, nu
