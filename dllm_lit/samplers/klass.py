@@ -126,7 +126,8 @@ class KLASS(Sampler):
             cache = post.cache
             # greedy proposals over a cache of neighbours: rows only where a neighbour changed (see docstring)
             fast = tau == 0 and cache is not None and cache.local
-            hist = torch.zeros((B, bl, H), dtype=torch.float64, device=dev)
+            # the last H KL values per position, a ring (only "all below the threshold" is read): [H, B, bl]
+            hist = torch.zeros((H, B, bl), dtype=torch.float64, device=dev)
             nxt = torch.zeros_like(prev) if blk + 1 < nb else None
             for s, k in enumerate(transfer_schedule(bl, S)):
                 masked = x[:, lo:hi] == M
@@ -151,25 +152,31 @@ class KLASS(Sampler):
                         elif cb.numel():
                             kl[cb, cq] = _kl_at(cache, cb, cq + lo,
                                                 lambda rb, rp: _rows_from(cache, before, rb, rp).to(torch.float64))
-                    hist = torch.cat([hist[:, :, 1:], kl[:, :, None]], 2)
-                    hq = hist[b, q]
+                    hist[s % H] = kl
+                    hq = hist[:, b, q].t()
                 else:
                     view = propose_step(post, x, b, p, blk * S + s, tau, tok_u)
                     tok, conf, cur = view.tok, confidence(view), view.get("probs").to(torch.float64)
                     kl = stability_kl(cur, prev[b, q])
                     prev[b, q] = cur
-                    hq = torch.cat([hist[b, q, 1:], kl[:, None]], 1)
-                    hist[b, q] = hq
+                    hist[s % H, b, q] = kl
+                    hq = hist[:, b, q].t()
                 if s == S - 1:
                     commit = torch.ones_like(b, dtype=torch.bool)
                 else:
                     ready = (conf > self.conf_threshold) & (hq < self.kl_threshold).all(1) if s >= H - 1 \
                         else torch.zeros_like(b, dtype=torch.bool)
                     any_ready = torch.zeros(B, dtype=torch.bool, device=dev).index_fill_(0, b[ready], True)
-                    score = torch.full((B, bl), -math.inf, dtype=torch.float64, device=dev)
-                    score[b, q] = conf
-                    # rank < k in the stable descending order: the stable top-k set
-                    commit = torch.where(any_ready[b], ready, topk_stable_mask(score, k)[b, q])
+                    commit = ready & any_ready[b]
+                    fall = rows_b[active & ~any_ready]  # rows that commit LLaDA's top k instead
+                    if fall.numel():
+                        local = torch.full((B,), -1, dtype=torch.long, device=dev)
+                        local[fall] = torch.arange(fall.numel(), device=dev)
+                        on = local[b] >= 0
+                        score = torch.full((fall.numel(), bl), -math.inf, dtype=torch.float64, device=dev)
+                        score[local[b[on]], q[on]] = conf[on]
+                        # rank < k in the stable descending order: the stable top-k set
+                        commit[on] = stable_top_k(score, k)[local[b[on]], q[on]]
                 left = torch.zeros(B, dtype=torch.long, device=dev).index_add_(0, b, (~commit).long())
                 done = active & (left == 0)
                 if nxt is not None and bool(done.any()):  # the next block's q: rows at this (last) call's state
@@ -181,6 +188,15 @@ class KLASS(Sampler):
             if nxt is not None:
                 prev = nxt
         return x, nfe
+
+
+def stable_top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`~dllm_lit.samplers.selection.topk_stable_mask` of ``scores`` [n, L]; for k = 1 the first maximum of
+    each row (``argmax`` returns the first maximal index), no partial selection."""
+    if k != 1:
+        return topk_stable_mask(scores, k)
+    mask = torch.zeros_like(scores, dtype=torch.bool)
+    return mask.scatter_(1, scores.argmax(1, keepdim=True), True)
 
 
 def _float64_rows(rows: torch.Tensor) -> dict[str, torch.Tensor]:
