@@ -75,6 +75,7 @@ class GapBlock:
 
     @property
     def draws_law(self) -> bool:
+        """Whether proposals are drawn by :meth:`draw_law`."""
         return self.law is not None
 
     def masked_count(self) -> torch.Tensor:
@@ -177,16 +178,20 @@ class GapBlock:
         return self._entries
 
     def set_entries(self, table: tuple[torch.Tensor, ...]) -> None:
+        """Replace the step's entries (e.g. by two tables joined, for one :meth:`commit`)."""
         self._entries = table
 
     def entry_rows(self) -> torch.Tensor:
+        """Rows of the step's entries."""
         return self._entries[0]
 
     def entry_positions(self) -> torch.Tensor:
+        """Absolute positions of the step's entries."""
         return self._entries[1]
 
 
-def padded(rows: torch.Tensor, values: torch.Tensor, B: int, fill: float, width: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def _padded(rows: torch.Tensor, values: torch.Tensor, B: int, fill: float,
+            width: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """values [n] of entries in row order ``rows`` (sorted) as a [B, C] matrix (row b's entries in its first columns,
     ``fill`` after; C >= ``width``) and each row's first entry index [B]."""
     counts = torch.zeros(B, dtype=torch.long).index_add_(0, rows, torch.ones_like(rows))
@@ -215,7 +220,7 @@ def decode_gaps(block: GapBlock, taken: torch.Tensor, propose, score, count, cou
         block.entries(heads, tails)
         e_b, e_p = block.entry_rows(), block.entry_positions()
         s = score(StepView(block, e_b, e_p, j_rows.index_select(0, e_b), lo, hi, torch.arange(e_b.numel())))
-        scores, start = padded(e_b, s, B, -torch.inf, prefix)
+        scores, start = _padded(e_b, s, B, -torch.inf, prefix)
         top, top_cols = torch.topk(scores, prefix, dim=1)
         exact = count_prefix(top) | ~active
         n = count(top, m_count).long() * active * exact
