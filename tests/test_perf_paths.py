@@ -520,3 +520,35 @@ def test_eb_prefix_count_equals_the_full_sort(name: str, monkeypatch) -> None:
             out.append(s.generate_with_stats(torch.arange(6), 48, 48, 3))
         (x0, st0), (x1, st1) = out
         assert torch.equal(x0, x1) and torch.equal(st0["nfe"], st1["nfe"]), (name, gamma, tie_rule)
+
+
+@pytest.mark.usefixtures("single_thread")
+@pytest.mark.parametrize("name", ["dense", "eps0", "english"])
+def test_eb_gap_candidates_equal_the_dense_loop(name: str, monkeypatch) -> None:
+    """EB decoded over the gaps between revealed tokens (the first D - 1 + P and last D - 1 positions of each gap, D
+    the oracle's key depth; mirrored for "highest") gives the draws and NFE of the dense loop over a posterior cache,
+    on sequences long enough that gaps hold positions left out, at budgets from one commit per step to counts the
+    8-prefix does not decide (every position of the row then sorted), argmax and sampled proposals."""
+    from dllm_lit.samplers import EBSampler, confidence_decoding
+    from dllm_lit.sources import english_char_chain
+    if name == "english":
+        chain = english_char_chain()
+        oracle = OracleDenoiser(chain)
+    else:
+        chain, oracle = _oracle(name)
+    T = 4 * oracle.depth + 40  # a first gap of T: 2 D + 38 positions left out at the first step
+    for gamma, tie_rule, tau in ((0.0, "lowest", 1.0), (0.05, "highest", 0.0), (0.5, "lowest", 1.0),
+                                 (3.0, "highest", 1.0), (0.01, "lowest", 0.0), (12.0, "lowest", 1.0),
+                                 (30.0, "highest", 0.0)):
+        out = []
+        for gaps in (False, True):
+            if not gaps:
+                monkeypatch.setattr(confidence_decoding, "gaps_apply", lambda *a: False)
+            else:
+                monkeypatch.undo()
+            s = EBSampler(oracle, gamma=gamma, tie_rule=tie_rule, temperature=tau)
+            s.connect(chain)
+            out.append(s.generate_with_stats(torch.arange(5), T, 16, 7))
+        (x0, st0), (x1, st1) = out
+        assert (x1 != oracle.mask_id).all()
+        assert torch.equal(x0, x1) and torch.equal(st0["nfe"], st1["nfe"]), (name, gamma, tie_rule, tau)

@@ -102,6 +102,11 @@ class LocalDenoiser(Denoiser):
         """K such that every :meth:`neighbour_keys` key lies in [0, K), or None when unknown (or no keys)."""
         return None
 
+    def neighbour_key_depth(self) -> int | None:
+        """D such that :meth:`neighbour_keys` does not change when a distance >= D grows (distances are capped at D
+        in the key), or None when unknown (or no keys)."""
+        return None
+
     @property
     def has_max_prob_bound(self) -> bool:
         """Whether :meth:`max_prob_bound` gives bounds (False unless a subclass provides them)."""

@@ -197,6 +197,10 @@ class OracleDenoiser(LocalDenoiser):
         """Keys are (left row, right row) of the power table: table rows squared (None without certified keys)."""
         return self.table.shape[0] ** 2 if self.certified else None
 
+    def neighbour_key_depth(self) -> int | None:
+        """The table's depth D: a distance d >= D reads the row of P'^D (None without certified keys)."""
+        return self.depth if self.certified else None
+
     #: relative slack of :meth:`max_prob_bound` over the exact bound, covering float32 rounding of the table,
     #: the products and the row sum (at most ~V 2^-24 relative for V up to a few thousand)
     BOUND_SLACK = 1e-3

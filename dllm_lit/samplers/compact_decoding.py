@@ -25,7 +25,7 @@ import torch
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
 from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import ROW_CHUNK_ELEMENTS, categorical, categorical_from_stored_cdf, row_chunks
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key, law_row_features
 
 __all__ = ["CompactBlock", "compact_applies", "compact_counts"]
 
@@ -106,9 +106,7 @@ class CompactBlock:
 
     def _row_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         """What the block needs of a posterior row: its proposal law's float64 cdf, its maximum, the row."""
-        law = self.law(rows)
-        return {"cdf": law.to(torch.float64).cumsum(-1), "max": rows.amax(-1).to(torch.float64),
-                "rows": law if self.law_scores else rows}
+        return law_row_features(self.law, self.law_scores)(rows)
 
     def _rows_by_key(self, query: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
         """:func:`rows_by_key` of the queries: from the block's memo, else one row per distinct key (None when the

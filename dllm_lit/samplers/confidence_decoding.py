@@ -37,6 +37,7 @@ from dllm_lit import checks
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies, compact_counts
+from dllm_lit.samplers.gap_decoding import GapBlock, decode_gaps, gaps_apply
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, \
     sharpen, tempered_law
 from dllm_lit.samplers.posterior_cache import PosteriorCache
@@ -374,6 +375,11 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                                  law_scores=law_scores)
             _decode_compact(block, schedule[blk], base, propose, score, tie_rule, score_bound)
             base += len(schedule[blk])
+            continue
+        if (schedule is None and count_prefix is not None and not score_reads_tokens and bound is None and use_cache
+                and tie_rule in ("lowest", "highest") and gaps_apply(den, x, lo, hi, COUNT_PREFIX)):
+            block = GapBlock(den, x, lo, hi, features, set(widths), fresh, law, row0, law_scores)
+            decode_gaps(block, taken, propose, score, count, count_prefix, tie_rule, COUNT_PREFIX)
             continue
         post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width, row0, fresh, law,
                                bound if schedule is not None else None, law_scores)

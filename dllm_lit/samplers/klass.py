@@ -116,17 +116,22 @@ class KLASS(Sampler):
         tok_u = StepUniforms(seed, indices, steps)
         rows_b = torch.arange(B, device=dev)
         prev = torch.zeros((B, bl, V), dtype=torch.float64, device=dev)  # q: rows of the previous call
-        # float64 rows by neighbourhood key for the KL where a neighbour changed (small key ranges only)
-        memo = NeighbourhoodRows(den, _float64_rows, device=dev) if NeighbourhoodRows.applies(den) else None
+        # with a small key range the cache keeps features by key: the float64 rows too, for the KL between keys
+        keyed = tau == 0 and NeighbourhoodRows.applies(den)
+
+        def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
+            out = proposal_features(probs, tau, cdf=tau != 0)
+            return {**out, "rows64": probs.to(torch.float64)} if keyed else out
+
         for blk in range(nb):
             lo, hi = blk * bl, (blk + 1) * bl
-            post = BlockPosteriors(den, B, lo, hi, lambda probs: proposal_features(probs, tau, cdf=tau != 0),
-                                   proposal_widths(V, tau, cdf=tau != 0), dev, self.use_cache, width,
-                                   fresh=("probs",) if tau == 0 else ())
+            post = BlockPosteriors(den, B, lo, hi, features, proposal_widths(V, tau, cdf=tau != 0), dev,
+                                   self.use_cache, width, fresh=("probs",) if tau == 0 else ())
             cache = post.cache
             # greedy proposals over a cache of neighbours: rows only where a neighbour changed (see docstring)
             fast = tau == 0 and cache is not None and cache.local
-            hist = torch.zeros((B, bl, H), dtype=torch.float64, device=dev)
+            # the last H KL values per position, a ring (only "all below the threshold" is read): [H, B, bl]
+            hist = torch.zeros((H, B, bl), dtype=torch.float64, device=dev)
             nxt = torch.zeros_like(prev) if blk + 1 < nb else None
             for s, k in enumerate(transfer_schedule(bl, S)):
                 masked = x[:, lo:hi] == M
@@ -138,38 +143,47 @@ class KLASS(Sampler):
                 p = q + lo
                 if fast:
                     before = (cache.left, cache.right)  # the previous call's neighbours (refresh replaces them)
+                    slot_before = cache.slot.clone() if cache.memo is not None and s > 0 else None
                     post.load(x, b, p)
                     tok, conf = cache.get("argmax", b, p), cache.get("pmax", b, p).to(torch.float64)
                     kl = torch.zeros((B, bl), dtype=torch.float64, device=dev)
                     if s == 0:  # against the previous block's last rows (zeros before the first call)
                         kl[b, q] = _kl_at(cache, b, p, lambda rb, rq: prev[rb, rq - lo])
+                    elif slot_before is not None:  # 0 exactly where the key, hence the row, is the previous one
+                        cb, cq = nonzero_pairs(masked & (cache.slot != slot_before))
+                        if cb.numel():
+                            kl[cb, cq] = _kl_by_slots(cache.memo, slot_before[cb, cq], cache.slot[cb, cq])
                     else:  # 0 exactly where the neighbours, hence the rows, are those of the previous call
                         changed = masked & ((cache.left != before[0]) | (cache.right != before[1]))
                         cb, cq = nonzero_pairs(changed)
-                        if cb.numel() and memo is not None:
-                            kl[cb, cq] = _kl_by_keys(cache, memo, before, cb, cq + lo)
-                        elif cb.numel():
+                        if cb.numel():
                             kl[cb, cq] = _kl_at(cache, cb, cq + lo,
                                                 lambda rb, rp: _rows_from(cache, before, rb, rp).to(torch.float64))
-                    hist = torch.cat([hist[:, :, 1:], kl[:, :, None]], 2)
-                    hq = hist[b, q]
+                    hist[s % H] = kl
+                    hq = hist[:, b, q].t()
                 else:
                     view = propose_step(post, x, b, p, blk * S + s, tau, tok_u)
                     tok, conf, cur = view.tok, confidence(view), view.get("probs").to(torch.float64)
                     kl = stability_kl(cur, prev[b, q])
                     prev[b, q] = cur
-                    hq = torch.cat([hist[b, q, 1:], kl[:, None]], 1)
-                    hist[b, q] = hq
+                    hist[s % H, b, q] = kl
+                    hq = hist[:, b, q].t()
                 if s == S - 1:
                     commit = torch.ones_like(b, dtype=torch.bool)
                 else:
                     ready = (conf > self.conf_threshold) & (hq < self.kl_threshold).all(1) if s >= H - 1 \
                         else torch.zeros_like(b, dtype=torch.bool)
                     any_ready = torch.zeros(B, dtype=torch.bool, device=dev).index_fill_(0, b[ready], True)
-                    score = torch.full((B, bl), -math.inf, dtype=torch.float64, device=dev)
-                    score[b, q] = conf
-                    # rank < k in the stable descending order: the stable top-k set
-                    commit = torch.where(any_ready[b], ready, topk_stable_mask(score, k)[b, q])
+                    commit = ready & any_ready[b]
+                    fall = rows_b[active & ~any_ready]  # rows that commit LLaDA's top k instead
+                    if fall.numel():
+                        local = torch.full((B,), -1, dtype=torch.long, device=dev)
+                        local[fall] = torch.arange(fall.numel(), device=dev)
+                        on = local[b] >= 0
+                        score = torch.full((fall.numel(), bl), -math.inf, dtype=torch.float64, device=dev)
+                        score[local[b[on]], q[on]] = conf[on]
+                        # rank < k in the stable descending order: the stable top-k set
+                        commit[on] = stable_top_k(score, k)[local[b[on]], q[on]]
                 left = torch.zeros(B, dtype=torch.long, device=dev).index_add_(0, b, (~commit).long())
                 done = active & (left == 0)
                 if nxt is not None and bool(done.any()):  # the next block's q: rows at this (last) call's state
@@ -183,8 +197,13 @@ class KLASS(Sampler):
         return x, nfe
 
 
-def _float64_rows(rows: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {"rows": rows.to(torch.float64)}
+def stable_top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`~dllm_lit.samplers.selection.topk_stable_mask` of ``scores`` [n, L]; for k = 1 the first maximum of
+    each row (``argmax`` returns the first maximal index), no partial selection."""
+    if k != 1:
+        return topk_stable_mask(scores, k)
+    mask = torch.zeros_like(scores, dtype=torch.bool)
+    return mask.scatter_(1, scores.argmax(1, keepdim=True), True)
 
 
 def _query(cache, neighbours: tuple[torch.Tensor, torch.Tensor], b: torch.Tensor,
@@ -197,17 +216,14 @@ def _query(cache, neighbours: tuple[torch.Tensor, torch.Tensor], b: torch.Tensor
     return cache.z[b, a.clamp(min=0)], d1, cache.z[b, c.clamp(max=T - 1)], d2
 
 
-def _kl_by_keys(cache, memo: NeighbourhoodRows, before: tuple[torch.Tensor, torch.Tensor], b: torch.Tensor,
-                p: torch.Tensor) -> torch.Tensor:
-    """:func:`stability_kl` of the current rows at masked (b, p) against the rows given the neighbours ``before``,
-    once per distinct (earlier key, current key) pair: equal keys are identical rows (the memo's float64 rows,
-    the numbers :func:`_kl_at` computes), so equal pairs have identical KL."""
-    now = memo.slots(_query(cache, (cache.left, cache.right), b, p))
-    then = memo.slots(_query(cache, before, b, p))
+def _kl_by_slots(memo: NeighbourhoodRows, then: torch.Tensor, now: torch.Tensor) -> torch.Tensor:
+    """:func:`stability_kl` of the memo's float64 rows ``rows64`` at slots ``now`` against those at ``then``, once per
+    distinct (then, now) pair: equal slots are identical rows (the numbers :func:`_kl_at` computes from the
+    neighbours), so equal pairs have identical KL."""
     rep, inv = distinct_queries(then * memo.size + now)
-    rows = memo.features["rows"]
-    out = torch.empty(rep.shape, dtype=torch.float64, device=b.device)
-    for sl in row_chunks(rep.numel(), cache.den.vocab_size, b.device):
+    rows = memo.features["rows64"]
+    out = torch.empty(rep.shape, dtype=torch.float64, device=now.device)
+    for sl in row_chunks(rep.numel(), rows.shape[1], now.device):
         r = rep[sl]
         out[sl] = stability_kl(rows.index_select(0, now.index_select(0, r)),
                                rows.index_select(0, then.index_select(0, r)))

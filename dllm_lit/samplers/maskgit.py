@@ -47,7 +47,6 @@ from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, StepView, confidence, first_draws, in_sub_batches,
                                                    proposal_features, proposal_widths, propose_step, propose_tokens)
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
-from dllm_lit.samplers.selection import topk_stable_mask
 
 __all__ = ["MaskGIT", "SCHEDULES", "mask_ratio", "num_masked_next"]
 
@@ -182,7 +181,9 @@ class MaskGIT(Sampler):
                 score[rb, q] = s
                 proposal[rb, q] = view.tok
 
-            drawn = topk_stable_mask(ub, min(T, first_draws(kmax, self.vocab_size))) & masked
+            # a first guess only (the rounds below make the commits independent of it): a plain partial selection
+            first = torch.topk(ub, min(T, first_draws(kmax, self.vocab_size)), dim=1, sorted=False).indices
+            drawn = torch.zeros_like(masked).scatter_(1, first, True) & masked
             fill(drawn)
             while True:
                 kth = torch.topk(score, kmax, dim=1).values.gather(1, (k - 1).clamp(min=0)[:, None])  # <= the cut

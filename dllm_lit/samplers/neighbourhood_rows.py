@@ -19,7 +19,7 @@ import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries
 
-__all__ = ["NeighbourhoodRows", "MAX_KEYS", "rows_by_key"]
+__all__ = ["NeighbourhoodRows", "MAX_KEYS", "rows_by_key", "law_row_features"]
 
 #: the key range up to which a run keeps a dense key -> slot map (int64: 8 bytes per key)
 MAX_KEYS = 1 << 22
@@ -98,3 +98,16 @@ def rows_by_key(den: LocalDenoiser, query: tuple[torch.Tensor, ...],
         return None
     rows, inv = distinct
     return derive(rows), inv
+
+
+def law_row_features(law: Callable[[torch.Tensor], torch.Tensor], law_scores: bool = False
+                     ) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """What a proposal draw needs of a posterior row, as row-wise features: the float64 cdf of its proposal law
+    ``law(row)``, its maximum (a tight bound of the confidence) and the row itself (``law_scores``: the law), read
+    by :func:`~dllm_lit.samplers.draws.categorical_from_stored_cdf` and a gather - the numbers of
+    ``categorical(law(rows), u)`` and ``rows[tok]``."""
+    def derive(rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        lw = law(rows)
+        return {"cdf": lw.to(torch.float64).cumsum(-1), "max": rows.amax(-1).to(torch.float64),
+                "rows": lw if law_scores else rows}
+    return derive

@@ -35,7 +35,7 @@ import torch
 from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries, nearest_revealed, neighbour_distances
 from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import categorical, categorical_from_stored_cdf, row_chunks
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, law_row_features
 
 __all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS"]
 
@@ -97,6 +97,10 @@ class PosteriorCache:
         if by_key:
             self.memo = NeighbourhoodRows(denoiser, self._stored_features, device=device)
             self.slot = torch.zeros(self.shape, dtype=torch.long, device=device)
+        #: rows that :meth:`draw` reads, by neighbourhood key (small key ranges)
+        self.law_memo: NeighbourhoodRows | None = None
+        if self.law is not None and NeighbourhoodRows.applies(denoiser):
+            self.law_memo = NeighbourhoodRows(denoiser, law_row_features(law, law_scores), device=device)
 
     def _stored_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         """The features of ``rows`` that are stored (``fresh`` ones are recomputed where read)."""
@@ -169,8 +173,8 @@ class PosteriorCache:
 
     def _update_neighbours(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Nearest revealed neighbours updated from the positions revealed since the last refresh, and the block
-        positions (b, column) whose neighbours changed, row-major (the set the two full scans of
-        :func:`nearest_revealed` find); None (after recording the revealed positions) when a full scan is needed:
+        positions (b, column) whose neighbours changed, each once, in no particular order (the set the two full
+        scans of :func:`nearest_revealed` find); None (after recording the revealed positions) when a full scan is needed:
         the first refresh, a position masked again, or one revealed outside the block.
 
         A position P revealed in the gap (L, R) of its row becomes the right neighbour of the gap's positions
@@ -206,7 +210,8 @@ class PosteriorCache:
         self.left, self.right = left, right
         # between two positions revealed in one gap: in both lists, refreshed once
         alone = prv <= L
-        need = torch.cat([after, ranges((rows + before_start - lo)[alone], before_len[alone])]).sort().values
+        # no two entries alike, so their order does not matter (refresh writes per position; no sort)
+        need = torch.cat([after, ranges((rows + before_start - lo)[alone], before_len[alone])])
         rb = torch.div(need, hi - lo, rounding_mode="floor")
         return rb, need - rb * (hi - lo)
 
@@ -250,13 +255,17 @@ class PosteriorCache:
         cdf = self.store[name]
         return categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), self.rows(b, p), u)
 
-    def posterior(self, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-        """Posterior rows [n, V] at masked (batch, absolute position) pairs of the last refreshed state, from the
-        stored nearest revealed neighbours (local denoisers; the numbers a refresh computes)."""
+    def _neighbour_query(self, b: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(x_left, d_left, x_right, d_right) at masked (batch, absolute position) pairs from the stored neighbours."""
         T = self.z.shape[1]
         a, c = self.left[b, p - self.lo].long(), self.right[b, p - self.lo].long()
         d1, d2 = neighbour_distances(p, a, c, T)
-        return self.den.probs_given_neighbours(self.z[b, a.clamp(min=0)], d1, self.z[b, c.clamp(max=T - 1)], d2)
+        return self.z[b, a.clamp(min=0)], d1, self.z[b, c.clamp(max=T - 1)], d2
+
+    def posterior(self, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """Posterior rows [n, V] at masked (batch, absolute position) pairs of the last refreshed state, from the
+        stored nearest revealed neighbours (local denoisers; the numbers a refresh computes)."""
+        return self.den.probs_given_neighbours(*self._neighbour_query(b, p))
 
     def draw(self, b: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Proposals at masked (batch, absolute position) pairs of the last refreshed state (local denoisers),
@@ -265,8 +274,16 @@ class PosteriorCache:
         feature, the drawn positions' bound becomes the exact row maximum (valid until a neighbour changes)."""
         if self.law is None:
             raise ValueError("PosteriorCache.draw needs a proposal law and a LocalDenoiser")
+        prob_dtype = torch.float64 if self.law_scores else self.den.output_dtype
+        if self.law_memo is not None:  # one row per neighbourhood key met in the run: the same numbers
+            slot = self.law_memo.slots(self._neighbour_query(b, p))
+            f = self.law_memo.features
+            tok = categorical_from_stored_cdf(f["cdf"], slot, u)
+            if self.bound is not None:
+                self.store[self.bound][b, p - self.lo] = f["max"].index_select(0, slot)
+            return tok, f["rows"].reshape(-1).index_select(0, slot * self.den.vocab_size + tok).to(prob_dtype)
         tok = torch.empty_like(b)
-        prob = torch.empty(b.shape, dtype=torch.float64 if self.law_scores else self.den.output_dtype, device=b.device)
+        prob = torch.empty(b.shape, dtype=prob_dtype, device=b.device)
         for sl in row_chunks(b.numel(), self.den.vocab_size, b.device):
             rows = self.posterior(b[sl], p[sl])
             law = self.law(rows)
