@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's dllm_lit, also when another copy is installed
 #: slowest first, so that with --jobs the long ones start at once
 PAPER_CONFIGS = ["llada", "remdm_loop", "remdm_conf", "sedd", "mdlm_paper", "mdlm", "ar"]
 #: the samplers shipped beyond the paper's (``--all`` adds them)
