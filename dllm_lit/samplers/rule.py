@@ -75,7 +75,8 @@ class RuleSampler(Sampler):
     def adaptive_count(self, sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
         """Override for adaptive counts (module docstring): commits now per sequence [B] (>= 1 and <= n_masked where
         n_masked > 0), from its scores sorted descending [B, L] (-inf past its ``n_masked`` [B] masked positions)."""
-        raise NotImplementedError(f"{type(self).__name__} has a fixed schedule (counts)")
+        raise TypeError(f"{type(self).__name__} has a fixed schedule: the engine asks its counts(), never "
+                        f"adaptive_count (override adaptive_count to decide counts from the step's scores)")
 
     @property
     def adaptive(self) -> bool:
