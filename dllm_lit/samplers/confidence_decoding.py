@@ -236,6 +236,16 @@ class StepView:
             return rows if k is None else rows.gather(1, k[:, None]).squeeze(1)
         return self.post.get(name, self.rows, self.p, k, self.sel)
 
+    def row_feature(self, derive: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """``derive(rows)`` (row-wise) of the posterior rows at the covered positions; over a cache of a local
+        denoiser that names keys, one row per distinct neighbourhood key (equal keys: identical rows and values)."""
+        cache = self.post.cache
+        if cache is not None and cache.local and cache.z is not None:
+            distinct = cache.den.distinct_rows(cache._neighbour_query(self.rows, self.p))
+            if distinct is not None:
+                return derive(distinct[0]).index_select(0, distinct[1])
+        return derive(self.get("probs"))
+
     def uniforms(self, u: StepUniforms, slot: int = 0) -> torch.Tensor:
         """``u`` at (step, covered position)."""
         return u.at(self.j, self.b, self.p, slot)
@@ -334,7 +344,9 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     ``score_reads_tokens=False`` declares that ``score(view)`` reads posterior features only, never ``view.tok``
     (entropy, margin): the positions are then ranked first and proposals drawn only at the committed ones.
     Every other proposal would be discarded and proposals are keyed by (step, position), so the draws are
-    identical; a step then draws k proposals instead of one per masked position.
+    identical; a step then draws k proposals instead of one per masked position.  With a ``bound`` as well, the
+    scores themselves are computed only where the bound reaches the k-th score found (rounds as above; the
+    compact path serves token-reading scores only).
 
     ``score_bound(bound, pos)``: maps the ``bound`` feature's values (float64, any shape) at absolute positions
     ``pos`` (same shape) to upper bounds of the score (None: the bound feature bounds the score itself).  With
@@ -370,7 +382,7 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
     for blk, (lo, hi) in enumerate(blocks):
         L = hi - lo
         if (bound is not None and schedule is not None and law is not None and use_cache and tie_rule != "random"
-                and compact_applies(den, x, lo, hi, schedule[blk])):
+                and score_reads_tokens and compact_applies(den, x, lo, hi, schedule[blk])):
             block = CompactBlock(den, x, lo, hi, law, row0, exact_bounds=den.vocab_size < ROUNDS_MIN_VOCAB,
                                  law_scores=law_scores)
             _decode_compact(block, schedule[blk], base, propose, score, tie_rule, score_bound)
@@ -411,7 +423,11 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                 x[rr, cc] = propose(StepView(post, rr, cc, j, lo, hi))
                 continue
             if bound is not None and schedule is not None:
-                scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score, score_bound)
+                scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score, score_bound,
+                                                  score_reads_tokens)
+                if not score_reads_tokens:  # ranked by features: proposals drawn where they commit
+                    b, p = nonzero_pairs(masked) if post.cache is None else (None, None)
+                    proposal = _LazyProposals(post, masked, b, None if p is None else p + lo, lo, j, propose, proposal)
             else:
                 b, p = nonzero_pairs(masked)
                 p = p + lo
@@ -617,9 +633,11 @@ def _commit_cols(scores: torch.Tensor, k: int, tie_rule: str) -> torch.Tensor:
 
 
 def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int, k: int, bound: str,
-                   propose, score, score_bound: ScoreBound | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   propose, score, score_bound: ScoreBound | None = None,
+                   score_reads_tokens: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Scores and proposals [B, L] of the block, computed only where a proposal can be among the k best
-    (see :func:`decode_blocks`); -inf scores elsewhere."""
+    (see :func:`decode_blocks`); -inf scores elsewhere.  Without ``score_reads_tokens`` only the scores are
+    computed (the proposals stay 0: the caller draws them where they commit)."""
     B, L = masked.shape
     lo, dev = post.lo, x.device
     index = None
@@ -641,9 +659,10 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
     def fill(where: torch.Tensor) -> None:
         rb, q = nonzero_pairs(where)
         view = StepView(post, rb, q + lo, j, lo, post.hi, None if index is None else index[rb, q])
-        view.tok = propose(view)
+        if score_reads_tokens:
+            view.tok = propose(view)
+            proposal[rb, q] = view.tok
         scores[rb, q] = score(view)
-        proposal[rb, q] = view.tok
 
     V = post.den.vocab_size
     size = first_draws(k, V)
