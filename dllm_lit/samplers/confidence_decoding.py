@@ -29,7 +29,6 @@ coincide draw for draw.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
@@ -41,7 +40,9 @@ from dllm_lit.samplers.gap_decoding import GapBlock, decode_gaps, gaps_apply
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, \
     sharpen, tempered_law
 from dllm_lit.samplers.posterior_cache import PosteriorCache
-from dllm_lit.samplers.selection import TIE_RULES, rank_positions, topk_mask_by_rule, topk_stable_mask
+from dllm_lit.samplers.selection import (TIE_RULES, rank_positions, top_n_mask, topk_mask_by_rule, topk_stable_mask,
+                                         unique_top_n)
+from dllm_lit.samplers.step_view import StepView
 
 __all__ = ["BlockPosteriors", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
            "propose_tokens", "propose_step", "confidence", "posterior_entropy",
@@ -194,61 +195,6 @@ class BlockPosteriors:
             return self.cache.draw_stored(name, b, p, u)
         cdf = self._feats[name] if sel is None else self._feats[name][sel]
         return categorical_from_cdf(cdf, u)
-
-
-@dataclass
-class StepView:
-    """What a proposal, score or count rule sees at one step: the loaded posteriors ``post``, the positions
-    it covers (rows ``rows`` of the state, absolute positions ``p``; without the cache also their indices
-    ``sel`` among the loaded positions, None = all), their proposals ``tok`` and step index ``j`` (an int,
-    or a tensor per covered position).  ``tok_prob``: p_i(tok_i), when the proposal step computed it.
-    ``post`` may also be a :class:`~dllm_lit.samplers.compact_decoding.CompactBlock`, ``sel`` then the covered
-    flat columns."""
-
-    post: BlockPosteriors | CompactBlock
-    rows: torch.Tensor
-    p: torch.Tensor
-    j: int | torch.Tensor
-    lo: int
-    hi: int
-    sel: torch.Tensor | None = None
-    tok: torch.Tensor | None = None
-    tok_prob: torch.Tensor | None = None
-    #: (rows, maxima, index): the posterior rows of the covered positions and their maxima are rows[index] and
-    #: maxima[index], when the draw looked them up in a table
-    drawn_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-    _fresh: dict[str, torch.Tensor] | None = None
-
-    @property
-    def b(self) -> torch.Tensor:
-        """Batch rows of the covered positions in the sampler's batch (the keys of its uniforms)."""
-        return self.rows + self.post.row0 if self.post.row0 else self.rows
-
-    def get(self, name: str, k: torch.Tensor | None = None) -> torch.Tensor:
-        """Feature ``name`` at the covered positions (entry k of each row with ``k``)."""
-        cache = self.post.cache
-        if cache is not None and name in cache.fresh:  # recomputed rows: once per view
-            if self._fresh is None:
-                self._fresh = {}
-            if name not in self._fresh:
-                self._fresh[name] = cache.get(name, self.rows, self.p)
-            rows = self._fresh[name]
-            return rows if k is None else rows.gather(1, k[:, None]).squeeze(1)
-        return self.post.get(name, self.rows, self.p, k, self.sel)
-
-    def row_feature(self, derive: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """``derive(rows)`` (row-wise) of the posterior rows at the covered positions; over a cache of a local
-        denoiser that names keys, one row per distinct neighbourhood key (equal keys: identical rows and values)."""
-        cache = self.post.cache
-        if cache is not None and cache.local and cache.z is not None:
-            distinct = cache.den.distinct_rows(cache._neighbour_query(self.rows, self.p))
-            if distinct is not None:
-                return derive(distinct[0]).index_select(0, distinct[1])
-        return derive(self.get("probs"))
-
-    def uniforms(self, u: StepUniforms, slot: int = 0) -> torch.Tensor:
-        """``u`` at (step, covered position)."""
-        return u.at(self.j, self.b, self.p, slot)
 
 
 def propose_tokens(view: StepView, temperature: float, tok_u: StepUniforms, cdf: str = "cdf") -> torch.Tensor:
@@ -460,10 +406,10 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                     n = count(top, masked.sum(1)).long() * active
                     taken += active.long()
                     first = torch.arange(COUNT_PREFIX, device=dev)[None, :] < n[:, None]
-                    if bool(_unique_top_n(top, n).all()):  # no tie at the n-th score: topk's first n columns
+                    if bool(unique_top_n(top, n).all()):  # no tie at the n-th score: topk's first n columns
                         rr, cc = rows[:, None].expand_as(first)[first], top_cols[first]
                     else:
-                        rr, cc = nonzero_pairs(_top_n_mask(scores, top, n, tie_rule))
+                        rr, cc = nonzero_pairs(top_n_mask(scores, top, n, tie_rule))
                     x[rr, cc + lo] = proposal.at(rr, cc) if isinstance(proposal, _LazyProposals) else proposal[rr, cc]
                     continue
             order = rank_positions(scores, tie_rule, keys)
@@ -490,28 +436,6 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
 
 #: sorted scores an adaptive count reads first (``count_prefix`` of :func:`decode_blocks`)
 COUNT_PREFIX = 8
-
-
-def _unique_top_n(top: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """Per row of the P largest scores ``top`` sorted descending: whether exactly n[b] scores of the row are at or
-    above its n-th (the n-th strictly above the (n+1)-th; n = 0 trivially), so the top-n set has no tie to break."""
-    P = top.shape[1]
-    nth = top.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0]
-    nxt = top.gather(1, n.clamp(max=P - 1)[:, None])[:, 0]
-    return (n == 0) | ((n < P) & (nxt < nth))
-
-
-def _top_n_mask(scores: torch.Tensor, top: torch.Tensor, n: torch.Tensor, tie_rule: str) -> torch.Tensor:
-    """Bool [B, L]: the first n[b] columns of row b in the descending order of ``scores`` with equal scores by
-    ``tie_rule`` ("lowest" / "highest"), given ``top`` [B, P] (P >= max n), the row's P largest scores sorted:
-    every score above the n-th, then the tied ones at the n-th, lowest (highest) column first."""
-    s = scores if tie_rule == "lowest" else scores.flip(1)
-    thr = top.gather(1, (n - 1).clamp(min=0)[:, None])
-    above = s > thr
-    tie = s == thr
-    need = n[:, None] - above.sum(1, keepdim=True)
-    sel = (above | (tie & (tie.cumsum(1) <= need))) & (n > 0)[:, None]
-    return sel if tie_rule == "lowest" else sel.flip(1)
 
 
 class _LazyProposals:
