@@ -163,7 +163,7 @@ class Dream(Sampler):
 
         def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
             q = self._law(probs)
-            out = {"argmax": q.argmax(-1)}
+            out = {"argmax": q.argmax(-1)} if tau == 0 else {}  # read by temperature-0 proposals only
             if by_feature or bounded:
                 out["probs"] = probs
             if bounded or ranked_bounded:
@@ -176,7 +176,7 @@ class Dream(Sampler):
                 out["margin" if alg == "topk_margin" else "negent"] = rank_feature(q)
             return out
 
-        widths = {"argmax": ((), torch.int64)}
+        widths = {"argmax": ((), torch.int64)} if tau == 0 else {}
         if by_feature or bounded:
             widths["probs"] = ((V,), None)
         if bounded or ranked_bounded:
