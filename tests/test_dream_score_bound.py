@@ -47,7 +47,7 @@ def no_key_memo(monkeypatch):
 @pytest.mark.parametrize("tie_rule", ["lowest", "highest", "random"])
 def test_bounded_ranking_draws_the_dense_ranking(no_key_memo, name, alg, tie_rule) -> None:
     den = OracleDenoiser(_chains()[name])
-    for T, steps in ((48, 3), (48, 16), (48, 48)):
+    for T, steps in ((40, 3), (40, 40)):
         bounded = Dream(den, alg=alg, temperature=1.0, tie_rule=tie_rule)
         dense = Dream(den, alg=alg, temperature=1.0, tie_rule=tie_rule)
         dense.use_score_bound = False
