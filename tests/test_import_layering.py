@@ -34,9 +34,6 @@ LAZY_CYCLES = {
     frozenset({"dllm_lit.denoisers.hmm_first_order", "dllm_lit.denoisers.hmm_first_order_kernel"}):
         "the optional numba kernel (extra `fast`) is loaded on first use, so importing the oracle never loads numba; "
         "the kernel reads its TINY threshold from the module that calls it",
-    frozenset({"dllm_lit.samplers.confidence_decoding", "dllm_lit.samplers.gap_decoding"}):
-        "decode_blocks hands EB-style adaptive counts to the gap path, whose step builds the engine's StepView and "
-        "top-n selection; the call imports them",
 }
 
 

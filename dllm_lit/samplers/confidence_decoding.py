@@ -29,7 +29,6 @@ coincide draw for draw.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
@@ -41,7 +40,9 @@ from dllm_lit.samplers.gap_decoding import GapBlock, decode_gaps, gaps_apply
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, \
     sharpen, tempered_law
 from dllm_lit.samplers.posterior_cache import PosteriorCache
-from dllm_lit.samplers.selection import TIE_RULES, rank_positions, topk_mask_by_rule, topk_stable_mask
+from dllm_lit.samplers.selection import (TIE_RULES, rank_positions, top_n_mask, topk_mask_by_rule, topk_stable_mask,
+                                         unique_top_n)
+from dllm_lit.samplers.step_view import StepView
 
 __all__ = ["BlockPosteriors", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
            "propose_tokens", "propose_step", "confidence", "posterior_entropy",
@@ -196,51 +197,6 @@ class BlockPosteriors:
         return categorical_from_cdf(cdf, u)
 
 
-@dataclass
-class StepView:
-    """What a proposal, score or count rule sees at one step: the loaded posteriors ``post``, the positions
-    it covers (rows ``rows`` of the state, absolute positions ``p``; without the cache also their indices
-    ``sel`` among the loaded positions, None = all), their proposals ``tok`` and step index ``j`` (an int,
-    or a tensor per covered position).  ``tok_prob``: p_i(tok_i), when the proposal step computed it.
-    ``post`` may also be a :class:`~dllm_lit.samplers.compact_decoding.CompactBlock`, ``sel`` then the covered
-    flat columns."""
-
-    post: BlockPosteriors | CompactBlock
-    rows: torch.Tensor
-    p: torch.Tensor
-    j: int | torch.Tensor
-    lo: int
-    hi: int
-    sel: torch.Tensor | None = None
-    tok: torch.Tensor | None = None
-    tok_prob: torch.Tensor | None = None
-    #: (rows, maxima, index): the posterior rows of the covered positions and their maxima are rows[index] and
-    #: maxima[index], when the draw looked them up in a table
-    drawn_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-    _fresh: dict[str, torch.Tensor] | None = None
-
-    @property
-    def b(self) -> torch.Tensor:
-        """Batch rows of the covered positions in the sampler's batch (the keys of its uniforms)."""
-        return self.rows + self.post.row0 if self.post.row0 else self.rows
-
-    def get(self, name: str, k: torch.Tensor | None = None) -> torch.Tensor:
-        """Feature ``name`` at the covered positions (entry k of each row with ``k``)."""
-        cache = self.post.cache
-        if cache is not None and name in cache.fresh:  # recomputed rows: once per view
-            if self._fresh is None:
-                self._fresh = {}
-            if name not in self._fresh:
-                self._fresh[name] = cache.get(name, self.rows, self.p)
-            rows = self._fresh[name]
-            return rows if k is None else rows.gather(1, k[:, None]).squeeze(1)
-        return self.post.get(name, self.rows, self.p, k, self.sel)
-
-    def uniforms(self, u: StepUniforms, slot: int = 0) -> torch.Tensor:
-        """``u`` at (step, covered position)."""
-        return u.at(self.j, self.b, self.p, slot)
-
-
 def propose_tokens(view: StepView, temperature: float, tok_u: StepUniforms, cdf: str = "cdf") -> torch.Tensor:
     """The proposals: feature ``argmax`` at temperature 0, else the inverse-CDF draw from p^(1/tau) with
     Stream.TOKEN uniforms at (step, position) - upstream's Gumbel race ``argmax(log p / tau + G)`` in law.
@@ -334,7 +290,9 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     ``score_reads_tokens=False`` declares that ``score(view)`` reads posterior features only, never ``view.tok``
     (entropy, margin): the positions are then ranked first and proposals drawn only at the committed ones.
     Every other proposal would be discarded and proposals are keyed by (step, position), so the draws are
-    identical; a step then draws k proposals instead of one per masked position.
+    identical; a step then draws k proposals instead of one per masked position.  With a ``bound`` as well, the
+    scores themselves are computed only where the bound reaches the k-th score found (rounds as above; the
+    compact path serves token-reading scores only).
 
     ``score_bound(bound, pos)``: maps the ``bound`` feature's values (float64, any shape) at absolute positions
     ``pos`` (same shape) to upper bounds of the score (None: the bound feature bounds the score itself).  With
@@ -370,7 +328,7 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
     for blk, (lo, hi) in enumerate(blocks):
         L = hi - lo
         if (bound is not None and schedule is not None and law is not None and use_cache and tie_rule != "random"
-                and compact_applies(den, x, lo, hi, schedule[blk])):
+                and score_reads_tokens and compact_applies(den, x, lo, hi, schedule[blk])):
             block = CompactBlock(den, x, lo, hi, law, row0, exact_bounds=den.vocab_size < ROUNDS_MIN_VOCAB,
                                  law_scores=law_scores)
             _decode_compact(block, schedule[blk], base, propose, score, tie_rule, score_bound)
@@ -411,7 +369,11 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                 x[rr, cc] = propose(StepView(post, rr, cc, j, lo, hi))
                 continue
             if bound is not None and schedule is not None:
-                scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score, score_bound)
+                scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score, score_bound,
+                                                  score_reads_tokens)
+                if not score_reads_tokens:  # ranked by features: proposals drawn where they commit
+                    b, p = nonzero_pairs(masked) if post.cache is None else (None, None)
+                    proposal = _LazyProposals(post, masked, b, None if p is None else p + lo, lo, j, propose, proposal)
             else:
                 b, p = nonzero_pairs(masked)
                 p = p + lo
@@ -444,10 +406,10 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                     n = count(top, masked.sum(1)).long() * active
                     taken += active.long()
                     first = torch.arange(COUNT_PREFIX, device=dev)[None, :] < n[:, None]
-                    if bool(_unique_top_n(top, n).all()):  # no tie at the n-th score: topk's first n columns
+                    if bool(unique_top_n(top, n).all()):  # no tie at the n-th score: topk's first n columns
                         rr, cc = rows[:, None].expand_as(first)[first], top_cols[first]
                     else:
-                        rr, cc = nonzero_pairs(_top_n_mask(scores, top, n, tie_rule))
+                        rr, cc = nonzero_pairs(top_n_mask(scores, top, n, tie_rule))
                     x[rr, cc + lo] = proposal.at(rr, cc) if isinstance(proposal, _LazyProposals) else proposal[rr, cc]
                     continue
             order = rank_positions(scores, tie_rule, keys)
@@ -474,28 +436,6 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
 
 #: sorted scores an adaptive count reads first (``count_prefix`` of :func:`decode_blocks`)
 COUNT_PREFIX = 8
-
-
-def _unique_top_n(top: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """Per row of the P largest scores ``top`` sorted descending: whether exactly n[b] scores of the row are at or
-    above its n-th (the n-th strictly above the (n+1)-th; n = 0 trivially), so the top-n set has no tie to break."""
-    P = top.shape[1]
-    nth = top.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0]
-    nxt = top.gather(1, n.clamp(max=P - 1)[:, None])[:, 0]
-    return (n == 0) | ((n < P) & (nxt < nth))
-
-
-def _top_n_mask(scores: torch.Tensor, top: torch.Tensor, n: torch.Tensor, tie_rule: str) -> torch.Tensor:
-    """Bool [B, L]: the first n[b] columns of row b in the descending order of ``scores`` with equal scores by
-    ``tie_rule`` ("lowest" / "highest"), given ``top`` [B, P] (P >= max n), the row's P largest scores sorted:
-    every score above the n-th, then the tied ones at the n-th, lowest (highest) column first."""
-    s = scores if tie_rule == "lowest" else scores.flip(1)
-    thr = top.gather(1, (n - 1).clamp(min=0)[:, None])
-    above = s > thr
-    tie = s == thr
-    need = n[:, None] - above.sum(1, keepdim=True)
-    sel = (above | (tie & (tie.cumsum(1) <= need))) & (n > 0)[:, None]
-    return sel if tie_rule == "lowest" else sel.flip(1)
 
 
 class _LazyProposals:
@@ -617,9 +557,11 @@ def _commit_cols(scores: torch.Tensor, k: int, tie_rule: str) -> torch.Tensor:
 
 
 def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int, k: int, bound: str,
-                   propose, score, score_bound: ScoreBound | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   propose, score, score_bound: ScoreBound | None = None,
+                   score_reads_tokens: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Scores and proposals [B, L] of the block, computed only where a proposal can be among the k best
-    (see :func:`decode_blocks`); -inf scores elsewhere."""
+    (see :func:`decode_blocks`); -inf scores elsewhere.  Without ``score_reads_tokens`` only the scores are
+    computed (the proposals stay 0: the caller draws them where they commit)."""
     B, L = masked.shape
     lo, dev = post.lo, x.device
     index = None
@@ -641,9 +583,10 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
     def fill(where: torch.Tensor) -> None:
         rb, q = nonzero_pairs(where)
         view = StepView(post, rb, q + lo, j, lo, post.hi, None if index is None else index[rb, q])
-        view.tok = propose(view)
+        if score_reads_tokens:
+            view.tok = propose(view)
+            proposal[rb, q] = view.tok
         scores[rb, q] = score(view)
-        proposal[rb, q] = view.tok
 
     V = post.den.vocab_size
     size = first_draws(k, V)

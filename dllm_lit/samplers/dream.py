@@ -32,8 +32,10 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import decode_blocks, propose_tokens, ranking_options, with_tie_rule
+from dllm_lit.samplers.confidence_decoding import (decode_blocks, has_max_prob_bound, propose_tokens,
+                                                   ranking_options, with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen
+from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.nucleus import check_top_p, top_k_filter, top_p_filter
 from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
 
@@ -42,6 +44,9 @@ __all__ = ["Dream", "ALGS", "dream_grid", "dream_schedule", "dream_law"]
 ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
 #: Stream.ORDER slot of the Gumbel keys that draw positions when alg_temp > 0
 GUMBEL_SLOT = 2
+#: absolute slack added to the entropy score's bound log(u + 1e-10): covers the float64 sum's rounding over V terms
+#: (at most about V 2^-53 * 23.1) and a row sum 1 - O(V 2^-53) of the normalised law, both below 1e-10 for V < 2^30
+NEGENT_BOUND_SLACK = 1e-6
 
 
 def dream_grid(steps: int, eps: float) -> torch.Tensor:
@@ -97,6 +102,8 @@ class Dream(Sampler):
         self.top_p = None if top_p is None else check_top_p(top_p)
         self.top_k = checks.optional_integer("top_k", top_k)
         self.eps = checks.real("eps", eps, 0.0, 1.0, low_open=True, high_open=True)
+        #: entropy / margin scores computed only where a row-free bound lets them be among the best (identical draws)
+        self.use_score_bound = True
 
     @property
     def name(self) -> str:
@@ -123,6 +130,14 @@ class Dream(Sampler):
             return decode_in_order(self.denoiser, x, decode, steps - 1, draw)
 
         alg, V = self.alg, self.vocab_size
+        # entropy and margin under tau = 1 without filters or alg_temp, over a denoiser that bounds max p without rows
+        # and whose rows are not memoised by key (large key ranges, e.g. V = 4096): q_(1) - q_(2) <= max q and
+        # sum_v q_v log(q_v + 1e-10) <= log(max q + 1e-10), so scores are computed only where the bound reaches
+        # the k-th score found (pruned positions score strictly below it and are never committed, whatever the tie
+        # rule); with memoised rows the slot-wise dense ranking is cheaper
+        ranked_bounded = (alg in ("entropy", "topk_margin") and tau == 1 and (self.top_p is None or self.top_p >= 1)
+                          and self.top_k is None and not self.alg_temp and self.use_score_bound
+                          and has_max_prob_bound(self.denoiser) and not NeighbourhoodRows.applies(self.denoiser))
         # entropy and margin read the posterior only: positions are ranked first and proposals drawn where they
         # commit, from rows recomputed there (the cache keeps no [V] rows: "probs" is recomputed where read)
         by_feature = alg != "maskgit_plus"
@@ -133,28 +148,38 @@ class Dream(Sampler):
             and not self.alg_temp
         row_sum_slack = 1.0 + 4 * V * 2.0**-24
 
+        def score_bound(b: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+            """Upper bounds of the score from bounds b >= max p: max q <= b (1 + 4 V 2^-24), then the margin's or
+            the entropy score's bound (see ``ranked_bounded``)."""
+            q_max = (b * row_sum_slack).clamp(max=1.0)
+            return torch.log(q_max + 1e-10) + NEGENT_BOUND_SLACK if alg == "entropy" else q_max
+
+        def rank_feature(q: torch.Tensor) -> torch.Tensor:
+            """The margin q_(1) - q_(2) or sum_v q_v log(q_v + 1e-10) of law rows q (float64)."""
+            if alg == "topk_margin":
+                top = torch.topk(q, min(2, V), dim=-1).values
+                return top[:, 0] - (top[:, 1] if V > 1 else 0.0)
+            return (q * torch.log(q + 1e-10)).sum(-1)
+
         def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
             q = self._law(probs)
-            out = {"argmax": q.argmax(-1)}
+            out = {"argmax": q.argmax(-1)} if tau == 0 else {}  # read by temperature-0 proposals only
             if by_feature or bounded:
                 out["probs"] = probs
-            if bounded:
+            if bounded or ranked_bounded:
                 out["pmax"] = probs.amax(-1)
             elif not by_feature and tau != 0:
                 out["cdf"] = q.cumsum(-1)
             if alg == "maskgit_plus":
                 out["q"] = q
-            elif alg == "topk_margin":
-                top = torch.topk(q, min(2, V), dim=-1).values
-                out["margin"] = top[:, 0] - (top[:, 1] if V > 1 else 0.0)
             else:
-                out["negent"] = (q * torch.log(q + 1e-10)).sum(-1)
+                out["margin" if alg == "topk_margin" else "negent"] = rank_feature(q)
             return out
 
-        widths = {"argmax": ((), torch.int64)}
+        widths = {"argmax": ((), torch.int64)} if tau == 0 else {}
         if by_feature or bounded:
             widths["probs"] = ((V,), None)
-        if bounded:
+        if bounded or ranked_bounded:
             widths["pmax"] = ((), None)
         elif not by_feature and tau != 0:
             widths["cdf"] = ((V,), torch.float64)
@@ -166,6 +191,8 @@ class Dream(Sampler):
         def score(view) -> torch.Tensor:
             if alg == "maskgit_plus":
                 s = view.tok_prob if bounded else view.get("q", view.tok)
+            elif ranked_bounded:  # the cache keeps bounds only: the same feature of the rows recomputed here
+                s = view.row_feature(lambda rows: rank_feature(self._law(rows)))
             else:
                 s = view.get("margin" if alg == "topk_margin" else "negent")
             if alg_temp:  # Gumbel top-k = sampling without replacement from softmax(s / alg_temp)
@@ -190,6 +217,6 @@ class Dream(Sampler):
                       schedule=[dream_schedule(T, steps, self.eps)], use_cache=self.use_cache,
                       fresh=("probs",) if by_feature or bounded else (),
                       law=self._law if (by_feature or bounded) and tau != 0 else None, score_reads_tokens=not by_feature,
-                      bound="pmax" if bounded else None, law_scores=bounded,
-                      score_bound=(lambda b, pos: (b * row_sum_slack).clamp(max=1.0)) if bounded else None)
+                      bound="pmax" if bounded or ranked_bounded else None, law_scores=bounded,
+                      score_bound=score_bound if bounded or ranked_bounded else None)
         return x

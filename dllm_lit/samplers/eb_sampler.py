@@ -27,8 +27,8 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (decode_blocks, posterior_entropy, proposal_features,
-                                                   proposal_widths, propose_tokens, ranking_options, with_tie_rule)
+from dllm_lit.samplers.confidence_decoding import (decode_blocks, posterior_entropy, propose_tokens, ranking_options,
+                                                   with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 
 __all__ = ["EBSampler", "entropy_bound_count", "entropy_bound_prefix_exact"]
@@ -89,11 +89,16 @@ class EBSampler(Sampler):
         tau, gamma, tok_u = self.temperature, self.gamma, StepUniforms(seed, indices, steps)
 
         # the entropies alone rank the positions: proposals are drawn where they commit, from rows recomputed
-        # there (the cache keeps the entropy and argmax per position, no [V] rows)
+        # there (the cache keeps the entropy per position - and the argmax at temperature 0 - no [V] rows)
         def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
-            return {**proposal_features(probs, tau, cdf=False), "entropy": posterior_entropy(probs)}
+            out = {"probs": probs, "entropy": posterior_entropy(probs)}
+            if tau == 0:
+                out["argmax"] = probs.argmax(-1)
+            return out
 
-        widths = {**proposal_widths(self.vocab_size, tau, cdf=False), "entropy": ((), torch.float64)}
+        widths = {"probs": ((self.vocab_size,), None), "entropy": ((), torch.float64)}
+        if tau == 0:
+            widths["argmax"] = ((), torch.int64)
         nfe = decode_blocks(
             self.denoiser, x, [(0, seq_len)], features=features, widths=widths,
             propose=lambda view: propose_tokens(view, tau, tok_u), score=lambda view: -view.get("entropy"),

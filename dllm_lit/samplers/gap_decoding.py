@@ -28,7 +28,8 @@ from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
 from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import categorical, categorical_from_stored_cdf, row_chunks
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
-from dllm_lit.samplers.selection import rank_positions
+from dllm_lit.samplers.selection import rank_positions, top_n_mask, unique_top_n
+from dllm_lit.samplers.step_view import StepView
 
 __all__ = ["GapBlock", "gaps_apply", "decode_gaps"]
 
@@ -208,7 +209,6 @@ def decode_gaps(block: GapBlock, taken: torch.Tensor, propose, score, count, cou
     """Decode every masked position of ``block`` under the adaptive ``count`` with its ``count_prefix`` of the first
     ``prefix`` sorted scores (see :func:`~dllm_lit.samplers.confidence_decoding.decode_blocks`; ``taken`` counts each
     row's steps in place): the commits and draws of the dense loop."""
-    from dllm_lit.samplers.confidence_decoding import StepView, _top_n_mask, _unique_top_n  # import cycle otherwise
     B = block.x.shape[0]
     D, lo, hi = block.depth, block.lo, block.hi
     heads, tails = (D - 1 + prefix, D - 1) if tie_rule == "lowest" else (D - 1, D - 1 + prefix)
@@ -226,10 +226,10 @@ def decode_gaps(block: GapBlock, taken: torch.Tensor, propose, score, count, cou
         n = count(top, m_count).long() * active * exact
         taken += active.long()
         first = torch.arange(prefix)[None, :] < n[:, None]
-        if bool(_unique_top_n(top, n).all()):  # no tie at the n-th score: topk's first n columns
+        if bool(unique_top_n(top, n).all()):  # no tie at the n-th score: topk's first n columns
             rr, cc = rows_b[:, None].expand_as(first)[first], top_cols[first]
         else:
-            rr, cc = nonzero_pairs(_top_n_mask(scores, top, n, tie_rule))
+            rr, cc = nonzero_pairs(top_n_mask(scores, top, n, tie_rule))
         sel = start.index_select(0, rr) + cc
         tok = propose(StepView(block, rr, e_p.index_select(0, sel), j_rows.index_select(0, rr), lo, hi, sel))
         inexact = rows_b[~exact]

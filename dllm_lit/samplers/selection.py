@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["transfer_schedule", "topk_stable", "topk_stable_mask", "topk_mask_by_rule", "TIE_RULES", "rank_positions"]
+__all__ = ["transfer_schedule", "topk_stable", "topk_stable_mask", "topk_mask_by_rule", "TIE_RULES", "rank_positions",
+           "unique_top_n", "top_n_mask"]
 
 #: how equal scores are ordered when positions are ranked (upstream uses torch.topk / argsort, whose
 #: order among ties is implementation-defined): lowest position first, highest first, or uniformly
@@ -66,3 +67,25 @@ def topk_mask_by_rule(scores: torch.Tensor, k: int, tie_rule: str) -> torch.Tens
     if tie_rule == "highest":
         return topk_stable_mask(scores.flip(1), k).flip(1)
     raise ValueError(f"tie_rule must be 'lowest' or 'highest' here, got {tie_rule!r}")
+
+
+def unique_top_n(top: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """Per row of the P largest scores ``top`` sorted descending: whether exactly n[b] scores of the row are at or
+    above its n-th (the n-th strictly above the (n+1)-th; n = 0 trivially), so the top-n set has no tie to break."""
+    P = top.shape[1]
+    nth = top.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0]
+    nxt = top.gather(1, n.clamp(max=P - 1)[:, None])[:, 0]
+    return (n == 0) | ((n < P) & (nxt < nth))
+
+
+def top_n_mask(scores: torch.Tensor, top: torch.Tensor, n: torch.Tensor, tie_rule: str) -> torch.Tensor:
+    """Bool [B, L]: the first n[b] columns of row b in the descending order of ``scores`` with equal scores by
+    ``tie_rule`` ("lowest" / "highest"), given ``top`` [B, P] (P >= max n), the row's P largest scores sorted:
+    every score above the n-th, then the tied ones at the n-th, lowest (highest) column first."""
+    s = scores if tie_rule == "lowest" else scores.flip(1)
+    thr = top.gather(1, (n - 1).clamp(min=0)[:, None])
+    above = s > thr
+    tie = s == thr
+    need = n[:, None] - above.sum(1, keepdim=True)
+    sel = (above | (tie & (tie.cumsum(1) <= need))) & (n > 0)[:, None]
+    return sel if tie_rule == "lowest" else sel.flip(1)
