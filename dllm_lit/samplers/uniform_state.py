@@ -69,7 +69,7 @@ def leave_one_out_chunks(denoiser: Denoiser, z: torch.Tensor,
     check_channel(denoiser, channel)
     lp = denoiser.log_posterior(z, channel, leave_one_out=True)
     for sl in row_chunks(z.shape[0], z.shape[1] * lp.shape[-1], z.device):
-        yield sl, lp[sl].to(torch.float64).exp()
+        yield sl, lp[sl].to(torch.float64, copy=True).exp_()  # never writes into the denoiser's tensor
 
 
 def step_draw(denoiser: Denoiser, z: torch.Tensor, channel: EvidenceChannel,
