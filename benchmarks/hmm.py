@@ -1,6 +1,7 @@
 """HMM worlds: the exact posterior's cost, and the paper's grid on the order-2 English world.
 
     python benchmarks/hmm.py posterior [--states 64 256 1024] [--batch 64] [--seq-len 1024] [--device cpu]
+    python benchmarks/hmm.py calls [--configs configs/duo.yaml ...] [--steps 8] [--batch 512] [--save FILE]
     python benchmarks/hmm.py grid [--jobs 2]     # the 7 paper configs, order-2 English, N = T = 256, steps 8 32 128 256
 
 ``posterior`` times :func:`dllm_lit.denoisers.hmm_posterior` (batched forward-backward, float64, absorbing masks,
@@ -11,6 +12,9 @@ The baseline's per-call time is measured on ``--baseline-sequences`` sequences a
 linear in the number of sequences).  It prints wall and CPU (process) seconds per call and the ratio of CPU
 seconds (ours / theirs: below 1, ours is faster); with hmmlearn installed, also hmmlearn's own
 ``CategoricalHMM.predict_proba`` (its compiled scaled forward-backward, state posteriors) on the same sequences.
+``calls`` times whole runs of uniform-state configs (Duo, Psi, SEDD-uniform, GIDD, DiffusionGemma) on the bundled
+English chain with the exact oracle and prints CPU seconds per denoiser call (each call: one leave-one-out
+forward-backward of the batch, then the step's draws); ``--save`` writes the samples, to compare two checkouts.
 ``grid`` runs ``benchmarks/grid.py`` with ``configs/data/kth_order.yaml`` (same parser and engine as the CLI).
 """
 from __future__ import annotations
@@ -102,6 +106,44 @@ def posterior(args: argparse.Namespace) -> None:
         print(line + f"   (max |diff| {err:.1e})", flush=True)
 
 
+def calls(args: argparse.Namespace) -> None:
+    import importlib
+
+    import yaml
+
+    from dllm_lit.denoisers.oracle import OracleDenoiser
+    from dllm_lit.sources.english import english_char_chain
+
+    torch.set_num_threads(1)
+    den = OracleDenoiser(english_char_chain())
+    count = [0]
+    evaluate = den.log_posterior
+
+    def counted(*a, **k):
+        count[0] += 1
+        return evaluate(*a, **k)
+
+    den.log_posterior = counted
+    print(f"English chain (V = 27), exact oracle, N = {args.batch}, T = {args.seq_len}, one thread; CPU = process time")
+    print(f"{'config':<22s} {'steps':>5s} {'calls':>5s} {'wall s':>8s} {'CPU s':>8s} {'CPU s/call':>10s}")
+    saved = {}
+    for cfg in args.configs:
+        spec = yaml.safe_load(Path(cfg).read_text())["model"]
+        module, name = spec["class_path"].rsplit(".", 1)
+        options = {k: v for k, v in spec.get("init_args", {}).items() if k != "steps"}
+        sampler = getattr(importlib.import_module(module), name)(den, **options)
+        sampler.sample(2, 16, 2, seed=0)  # compiles the kernel outside the timing
+        for steps in args.steps:
+            count[0] = 0
+            w0, c0 = time.perf_counter(), time.process_time()
+            x = sampler.sample(args.batch, args.seq_len, steps, seed=args.seed)
+            w, c = time.perf_counter() - w0, time.process_time() - c0
+            print(f"{Path(cfg).stem:<22s} {steps:>5d} {count[0]:>5d} {w:>8.2f} {c:>8.2f} {c / count[0]:>10.3f}", flush=True)
+            saved[f"{Path(cfg).stem}/{steps}"] = x
+    if args.save:
+        torch.save(saved, args.save)
+
+
 def grid(args: argparse.Namespace) -> None:
     cmd = [sys.executable, str(ROOT / "benchmarks" / "grid.py"), "--data-config",
            str(ROOT / "configs" / "data" / "kth_order.yaml"), "--num-sequences", str(args.num_sequences),
@@ -122,6 +164,14 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--baseline-sequences", type=int, default=4)
     p.add_argument("--device", default="cpu")
+    c = sub.add_parser("calls")
+    c.add_argument("--configs", nargs="+", default=[str(ROOT / "configs" / f"{n}.yaml") for n in (
+        "duo", "duo_greedy", "psi", "sedd_uniform", "gidd", "diffusion_gemma")])
+    c.add_argument("--steps", nargs="+", type=int, default=[8])
+    c.add_argument("--batch", type=int, default=512)
+    c.add_argument("--seq-len", type=int, default=1024)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--save", default=None, help="write the samples here (torch.save), to compare two checkouts")
     g = sub.add_parser("grid")
     g.add_argument("--num-sequences", type=int, default=256)
     g.add_argument("--seq-len", type=int, default=256)
@@ -129,7 +179,7 @@ def main() -> None:
     g.add_argument("--jobs", type=int, default=2)
     g.add_argument("--configs", nargs="*", default=None)
     args = ap.parse_args()
-    posterior(args) if args.what == "posterior" else grid(args)
+    {"posterior": posterior, "calls": calls, "grid": grid}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """The compiled kernel of :mod:`dllm_lit.denoisers.hmm_first_order` (numba; imported on first use, so that
 importing dllm_lit does not load numba).  Sequences are the innermost loop: each one's numbers are the same
-operations in the same order whatever the batch, and the loops over them run at full speed."""
+operations in the same order whatever the batch, and the loops over them run at full speed.  The batch runs in
+blocks of :data:`BLOCK` sequences through one scratch buffer of backward messages [T, S, BLOCK], so that the
+forward pass reads them from the cache and no call maps a fresh [T, S, B] buffer (the blocking changes no number:
+every sequence's operations are its own)."""
 from __future__ import annotations
 
 import math
@@ -10,106 +13,129 @@ import numpy as np
 
 from dllm_lit.denoisers.hmm_first_order import TINY
 
-__all__ = ["first_order_batch"]
+__all__ = ["first_order_batch", "BLOCK"]
+
+#: sequences per block (inner loops of this length keep their vector width; the block's messages stay cached)
+BLOCK = 32
 
 
 @numba.njit(cache=True)
-def _scale(n: np.ndarray, out: np.ndarray, mx: np.ndarray) -> bool:
-    """out[:, i] = n[:, i] 2^-e_i, e_i the binary exponent of max_j n[j, i]; False if a maximum is below TINY."""
-    S, B = n.shape
-    for i in range(B):
+def _scale(n: np.ndarray, out: np.ndarray, mx: np.ndarray, nb: int) -> bool:
+    """out[:, i] = n[:, i] 2^-e_i (i < nb), e_i the binary exponent of max_j n[j, i]; False if a maximum is below
+    TINY."""
+    S = n.shape[0]
+    for i in range(nb):
         mx[i] = n[0, i]
     for j in range(1, S):
-        for i in range(B):
+        for i in range(nb):
             if n[j, i] > mx[i]:
                 mx[i] = n[j, i]
-    for i in range(B):
+    for i in range(nb):
         if not mx[i] >= TINY:
             return False
         mx[i] = math.ldexp(1.0, -math.frexp(mx[i])[1])
     for j in range(S):
-        for i in range(B):
+        for i in range(nb):
             out[j, i] = n[j, i] * mx[i]
     return True
 
 
 @numba.njit(cache=True)
-def _product(m: np.ndarray, M: np.ndarray, n: np.ndarray) -> None:
-    """n[j, i] = sum_k m[k, i] M[k, j], added in index order k (sequences i innermost)."""
-    S, B = n.shape
+def _product(m: np.ndarray, M: np.ndarray, n: np.ndarray, nb: int) -> None:
+    """n[j, i] = sum_k m[k, i] M[k, j] (i < nb), added in index order k (sequences i innermost)."""
+    S = n.shape[0]
     for j in range(S):
         c = M[0, j]
-        for i in range(B):
+        for i in range(nb):
             n[j, i] = m[0, i] * c
     for k in range(1, M.shape[0]):
         for j in range(S):
             c = M[k, j]
-            for i in range(B):
+            for i in range(nb):
                 n[j, i] = n[j, i] + m[k, i] * c
 
 
 @numba.njit(cache=True)
-def _evidence(Et: np.ndarray, zt: np.ndarray, x: np.ndarray, m: np.ndarray) -> None:
-    """m[k, i] = E[z_i, k] x[k, i]."""
-    S, B = m.shape
+def _evidence(Et: np.ndarray, zt: np.ndarray, x: np.ndarray, m: np.ndarray, nb: int) -> None:
+    """m[k, i] = E[z_i, k] x[k, i] (i < nb)."""
+    S = m.shape[0]
     for k in range(S):
-        for i in range(B):
+        for i in range(nb):
             m[k, i] = Et[k, zt[i]] * x[k, i]
 
 
 @numba.njit(cache=True)
 def first_order_batch(A: np.ndarray, At: np.ndarray, mu: np.ndarray, Et: np.ndarray, Lt: np.ndarray, z: np.ndarray,
            loo: bool, o: np.ndarray) -> bool:
-    """The module's recursions for all sequences at once; o [B, T, S] receives the posteriors."""
+    """The module's recursions for all sequences, BLOCK at a time; o [B, T, S] receives the posteriors."""
     B, T, S = o.shape
-    zt = np.ascontiguousarray(z.T)
-    b = np.empty((T, S, B))
-    m = np.empty((S, B))
-    n = np.empty((S, B))
-    mx = np.empty(B)
-    a = np.empty((S, B))
-    b[T - 1] = 1.0
+    W = min(BLOCK, B)
+    zt = np.empty((T, W), dtype=z.dtype)
+    b = np.empty((T, S, W))
+    m = np.empty((S, W))
+    n = np.empty((S, W))
+    mx = np.empty(W)
+    a = np.empty((S, W))
+    for i0 in range(0, B, W):
+        nb = min(W, B - i0)
+        for t in range(T):
+            for i in range(nb):
+                zt[t, i] = z[i0 + i, t]
+        if not _block(A, At, mu, Et, Lt, zt, loo, o, i0, nb, b, m, n, mx, a):
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _block(A: np.ndarray, At: np.ndarray, mu: np.ndarray, Et: np.ndarray, Lt: np.ndarray, zt: np.ndarray, loo: bool,
+           o: np.ndarray, i0: int, nb: int, b: np.ndarray, m: np.ndarray, n: np.ndarray, mx: np.ndarray,
+           a: np.ndarray) -> bool:
+    """Sequences i0 .. i0 + nb - 1 (zt [T, >= nb] their tokens) into o[i0 + i]; the rest are scratch."""
+    T, S = zt.shape[0], m.shape[0]
+    for j in range(S):
+        for i in range(nb):
+            b[T - 1, j, i] = 1.0
     for t in range(T - 1, 0, -1):
-        _evidence(Et, zt[t], b[t], m)
-        _product(m, At, n)
-        if not _scale(n, b[t - 1], mx):
+        _evidence(Et, zt[t], b[t], m, nb)
+        _product(m, At, n, nb)
+        if not _scale(n, b[t - 1], mx, nb):
             return False
     for j in range(S):
-        for i in range(B):
+        for i in range(nb):
             a[j, i] = mu[j]
     for t in range(T):
         bt = b[t]
         for j in range(S):
-            for i in range(B):
+            for i in range(nb):
                 m[j, i] = a[j, i] * bt[j, i]
         if not loo:
             for j in range(S):
-                for i in range(B):
+                for i in range(nb):
                     m[j, i] = m[j, i] * Lt[j, zt[t, i]]
         # fixed_order_sum over j, per sequence (n: scratch)
         for j in range(S):
-            for i in range(B):
+            for i in range(nb):
                 n[j, i] = m[j, i]
         h_n = S
         while h_n > 1:
             h = h_n // 2
             for j in range(h):
-                for i in range(B):
+                for i in range(nb):
                     n[j, i] = n[j, i] + n[j + h, i]
             if h_n % 2:
-                for i in range(B):
+                for i in range(nb):
                     n[0, i] = n[0, i] + n[2 * h, i]
             h_n = h
-        for i in range(B):
+        for i in range(nb):
             if not n[0, i] >= TINY:
                 return False
-        for i in range(B):
+        for i in range(nb):
             s = n[0, i]
             for j in range(S):
-                o[i, t, j] = m[j, i] / s
+                o[i0 + i, t, j] = m[j, i] / s
         if t + 1 < T:
-            _evidence(Et, zt[t], a, m)
-            _product(m, A, n)
-            if not _scale(n, a, mx):
+            _evidence(Et, zt[t], a, m, nb)
+            _product(m, A, n, nb)
+            if not _scale(n, a, mx, nb):
                 return False
     return True

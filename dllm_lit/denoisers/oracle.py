@@ -279,7 +279,7 @@ class OracleDenoiser(LocalDenoiser):
             return super().log_posterior(z, channel, leave_one_out)
         if getattr(self, "_world", None) is None:
             self._world = HMMWorld.from_chain(self.chain)
-        return hmm_posterior(self._world, z, channel, leave_one_out).log().to(self.output_dtype)
+        return hmm_posterior(self._world, z, channel, leave_one_out).log_().to(self.output_dtype)  # a fresh tensor
 
     def describe(self) -> dict:
         return {"denoiser": "oracle", "depth": self.depth, "certified": self.certified, "mixing_tol": self.mixing_tol}

@@ -36,7 +36,7 @@ from dllm_lit.samplers.confidence_decoding import TIE_SLOT, posterior_entropy
 from dllm_lit.samplers.draws import StepUniforms, sharpen
 from dllm_lit.samplers.eb_sampler import entropy_bound_count
 from dllm_lit.samplers.selection import TIE_RULES, rank_positions
-from dllm_lit.samplers.uniform_state import check_channel, draw_rows, leave_one_out_law, uniform_prior
+from dllm_lit.samplers.uniform_state import check_channel, draw_rows, leave_one_out_chunks, uniform_prior
 
 __all__ = ["DiffusionGemma", "OUTPUTS", "ENTROPY_DECIMALS", "renoise_temperature", "accepted_mask"]
 
@@ -117,18 +117,20 @@ class DiffusionGemma(Sampler):
             active, level = ~done, accepted.clone()
             for m in torch.unique(level[active]).tolist():
                 rows = torch.nonzero(active & (level == m)).flatten()
-                law = sharpen(leave_one_out_law(self.denoiser, z[rows], UniformNoise(m / T)), 1.0 / tau)
-                law = law / law.sum(-1, keepdim=True)
-                H = posterior_entropy(law)
-                take = accepted_mask(H, self.entropy_bound, self.tie_rule, None if keys is None else keys[rows])
-                z[rows] = torch.where(take, draw_rows(law, u_tok[rows]), noise[rows])
-                arg = law.argmax(-1)
-                stable = (history[:, rows] == arg[None]).all(-1).all(0)
-                if self.stability_threshold:
-                    history[:, rows] = torch.cat([history[1:, rows], arg[None]])
-                best[rows], accepted[rows] = arg, take.sum(1)
-                nfe[rows] += 1
-                done[rows] = stable & (H.mean(1) < self.entropy_threshold)
+                for sl, q in leave_one_out_chunks(self.denoiser, z[rows], UniformNoise(m / T)):
+                    r = rows[sl]  # every operation below is row-wise: the numbers of all rows at once
+                    law = sharpen(q, 1.0 / tau)
+                    law = law / law.sum(-1, keepdim=True)
+                    H = posterior_entropy(law)
+                    take = accepted_mask(H, self.entropy_bound, self.tie_rule, None if keys is None else keys[r])
+                    z[r] = torch.where(take, draw_rows(law, u_tok[r]), noise[r])
+                    arg = law.argmax(-1)
+                    stable = (history[:, r] == arg[None]).all(-1).all(0)
+                    if self.stability_threshold:
+                        history[:, r] = torch.cat([history[1:, r], arg[None]])
+                    best[r], accepted[r] = arg, take.sum(1)
+                    nfe[r] += 1
+                    done[r] = stable & (H.mean(1) < self.entropy_threshold)
             if bool(done.all()):
                 break
         return (best if self.output == "argmax" else z), nfe

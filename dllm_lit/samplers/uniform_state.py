@@ -20,7 +20,7 @@ not depend on the chunking.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -30,7 +30,7 @@ from dllm_lit import checks
 from dllm_lit.samplers.draws import StepUniforms, categorical, row_chunks
 from dllm_lit.samplers.schedules import time_grid
 
-__all__ = ["NOISES", "duo_alpha", "check_channel", "leave_one_out_law", "step_draw", "uniform_prior", "draw_rows",
+__all__ = ["NOISES", "duo_alpha", "check_channel", "leave_one_out_chunks", "step_draw", "uniform_prior", "draw_rows",
            "uniform_reverse_step", "uniform_forward", "noise_removal_step", "uniform_start", "DuoNoise",
            "NOISE_REMOVAL", "NO_ORDER"]
 
@@ -60,26 +60,26 @@ def check_channel(denoiser: Denoiser, channel: EvidenceChannel) -> None:
                          f"channel leave-one-out, which uniform-state samplers need (the exact oracles do)")
 
 
-def leave_one_out_law(denoiser: Denoiser, z: torch.Tensor, channel: EvidenceChannel) -> torch.Tensor:
-    """p(x_i = v | z_{-i}) under ``channel``: float64 [B, T, V] in one evaluation (the same numbers as
-    :func:`step_draw`'s rows).  A denoiser that does not answer the channel leave-one-out is refused in one line."""
+def leave_one_out_chunks(denoiser: Denoiser, z: torch.Tensor,
+                         channel: EvidenceChannel) -> Iterator[tuple[slice, torch.Tensor]]:
+    """p(x_i = v | z_{-i}) under ``channel`` from one evaluation of the whole batch, handed out per cache-sized
+    chunk of rows (:func:`~dllm_lit.samplers.draws.row_chunks`): (rows, x float64 [n, T, V]), x =
+    exp(log_posterior).  Work done on each chunk that is row-wise gives the numbers of the whole batch at once.
+    A denoiser that does not answer the channel leave-one-out is refused in one line."""
     check_channel(denoiser, channel)
-    return denoiser.log_posterior(z, channel, leave_one_out=True).to(torch.float64).exp()
+    lp = denoiser.log_posterior(z, channel, leave_one_out=True)
+    for sl in row_chunks(z.shape[0], z.shape[1] * lp.shape[-1], z.device):
+        yield sl, lp[sl].to(torch.float64, copy=True).exp_()  # never writes into the denoiser's tensor
 
 
 def step_draw(denoiser: Denoiser, z: torch.Tensor, channel: EvidenceChannel,
               law: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], u: torch.Tensor | None) -> torch.Tensor:
-    """One evaluation of the leave-one-out law x under ``channel``, then per chunk of rows ``law(x, z)`` [n, T, K]
-    drawn by the inverse CDF with uniforms u [B, T] (u None: ``law`` returns the new tokens [n, T] itself).
-
-    x = exp(log_posterior) in float64 [n, T, V]: every operation after the evaluation is row-wise, so the draws
-    are those of the whole batch at once."""
-    check_channel(denoiser, channel)
-    lp = denoiser.log_posterior(z, channel, leave_one_out=True)
-    B, T = z.shape
+    """One evaluation of the leave-one-out law x under ``channel`` (:func:`leave_one_out_chunks`), then per chunk
+    of rows ``law(x, z)`` [n, T, K] drawn by the inverse CDF with uniforms u [B, T] (u None: ``law`` returns the
+    new tokens [n, T] itself)."""
     out = torch.empty_like(z)
-    for sl in row_chunks(B, T * lp.shape[-1], z.device):
-        w = law(lp[sl].to(torch.float64).exp(), z[sl])
+    for sl, x in leave_one_out_chunks(denoiser, z, channel):
+        w = law(x, z[sl])
         out[sl] = w if u is None else draw_rows(w, u[sl])
     return out
 
