@@ -75,6 +75,18 @@ def test_cache_gives_identical_draws(den) -> None:
         assert torch.equal(cached[0], direct[0]) and torch.equal(cached[1], direct[1]), kw
 
 
+def test_zero_kl_threshold_is_never_ready(den) -> None:
+    """KL values never computed by the cached greedy path are 0, which is not below a threshold of 0: nothing is ever
+    ready (LLaDA's greedy top k), as on the direct path that computes every KL."""
+    s = KLASS(den, conf_threshold=0.2, kl_threshold=0.0, history=1, temperature=0.0)
+    cached = s.generate_with_nfe(torch.arange(8), 64, 16, 3)
+    s.use_cache = False
+    direct = s.generate_with_nfe(torch.arange(8), 64, 16, 3)
+    assert torch.equal(cached[0], direct[0]) and torch.equal(cached[1], direct[1])
+    assert torch.equal(cached[0], KLASS(den, conf_threshold=1.0, temperature=0.0).generate_with_nfe(
+        torch.arange(8), 64, 16, 3)[0])
+
+
 def test_no_mask_left(den) -> None:
     """Chunking invariance of samples and NFE: tests/test_sampler_contract.py (config:klass,
     variant:klass_sampled_blocks)."""

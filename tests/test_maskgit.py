@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from conftest import CountingDenoiser, chi_square_pvalue, sequence_counts
+from dllm_lit import rng
 from dllm_lit.samplers import MaskGIT
+from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.samplers.maskgit import num_masked_next
 from exact_laws import chain_law, maskgit_law
 
@@ -83,6 +85,20 @@ def test_cache_gives_identical_draws(den) -> None:
         cached = s.sample(8, 64, 16, seed=3)
         s.use_cache = False
         assert torch.equal(cached, s.sample(8, 64, 16, seed=3)), kw
+
+
+def test_compact_columns_hand_over_at_a_tied_cut(den) -> None:
+    """The compact-column loop runs every step while no cut ties (c > 0) and hands a tied cut (c = 0, equal
+    confidences) to the dense loop at that step; the draws are those of the direct step either way."""
+    for c, whole in ((4.5, True), (0.0, False)):
+        s = MaskGIT(den, choice_temperature=c)
+        x = torch.full((8, 64), s.mask_id, dtype=torch.long)
+        start = s._compact(x, 16, StepUniforms(3, torch.arange(8), 16),
+                           StepUniforms(3, torch.arange(8), 16, stream=rng.Stream.ORDER))
+        assert (start == 16) == whole, (c, start)
+        cached = s.sample(8, 64, 16, seed=3)
+        s.use_cache = False
+        assert torch.equal(cached, s.sample(8, 64, 16, seed=3)), c
 
 
 def test_no_mask_left(den) -> None:

@@ -38,7 +38,7 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, confidence, in_sub_batches, proposal_features,
                                                    proposal_widths, propose_step)
@@ -130,71 +130,98 @@ class KLASS(Sampler):
             cache = post.cache
             # greedy proposals over a cache of neighbours: rows only where a neighbour changed (see docstring)
             fast = tau == 0 and cache is not None and cache.local
-            # the last H KL values per position, a ring (only "all below the threshold" is read): [H, B, bl]
-            hist = torch.zeros((H, B, bl), dtype=torch.float64, device=dev)
+            # per position, the last step whose KL was not below the threshold (only "the last H KL values are all
+            # below it" is read): ready needs lastbad <= s - H.  A KL never computed at a step is 0 (the row did not
+            # change), not below a threshold of 0.
+            lastbad = torch.full((B, bl), -1, dtype=torch.long, device=dev)
+            zero_bad = not 0.0 < self.kl_threshold
             nxt = torch.zeros_like(prev) if blk + 1 < nb else None
+            masked = x[:, lo:hi] == M
+            # confidences [B, bl] of this step's proposals, -inf where revealed (the fast path's tokens: the cache's)
+            tokd = None if fast else torch.zeros((B, bl), dtype=torch.long, device=dev)
             for s, k in enumerate(transfer_schedule(bl, S)):
-                masked = x[:, lo:hi] == M
-                b, q = nonzero_pairs(masked)
-                if b.numel() == 0:
-                    break
                 active = masked.any(1)
+                if not bool(active.any()):
+                    break
                 nfe += active
-                p = q + lo
                 if fast:
                     before = (cache.left, cache.right)  # the previous call's neighbours (refresh replaces them)
-                    slot_before = cache.slot.clone() if cache.memo is not None and s > 0 else None
-                    post.load(x, b, p)
-                    tok, conf = cache.get("argmax", b, p), cache.get("pmax", b, p).to(torch.float64)
-                    kl = torch.zeros((B, bl), dtype=torch.float64, device=dev)
+                    post.load(x, None, None)
+                    confd = torch.where(masked, cache.column("pmax").to(torch.float64), -math.inf)
                     if s == 0:  # against the previous block's last rows (zeros before the first call)
-                        kl[b, q] = _kl_at(cache, b, p, lambda rb, rq: prev[rb, rq - lo])
-                    elif slot_before is not None:  # 0 exactly where the key, hence the row, is the previous one
-                        cb, cq = nonzero_pairs(masked & (cache.slot != slot_before))
-                        if cb.numel():
-                            kl[cb, cq] = _kl_by_slots(cache.memo, slot_before[cb, cq], cache.slot[cb, cq])
-                    else:  # 0 exactly where the neighbours, hence the rows, are those of the previous call
-                        changed = masked & ((cache.left != before[0]) | (cache.right != before[1]))
-                        cb, cq = nonzero_pairs(changed)
-                        if cb.numel():
-                            kl[cb, cq] = _kl_at(cache, cb, cq + lo,
-                                                lambda rb, rp: _rows_from(cache, before, rb, rp).to(torch.float64))
-                    hist[s % H] = kl
-                    hq = hist[:, b, q].t()
+                        b, q = nonzero_pairs(masked)
+                        _mark(lastbad, b * bl + q, _kl_at(cache, b, q + lo, lambda rb, rq: prev[rb, rq - lo]),
+                              self.kl_threshold, s)
+                    else:
+                        if cache.memo is not None:  # 0 exactly where the key, hence the row, is the previous one
+                            cf, then, now = cache.slot_changes
+                            moved = flat_nonzero(then != now)
+                            cf, then, now = cf[moved], then[moved], now[moved]
+                            kl = _kl_by_slots(cache.memo, then, now) if moved.numel() else then.to(torch.float64)
+                        else:  # 0 exactly where the neighbours, hence the rows, are those of the previous call
+                            cb, cq = nonzero_pairs(masked & ((cache.left != before[0]) | (cache.right != before[1])))
+                            cf = cb * bl + cq
+                            kl = _kl_at(cache, cb, cq + lo,
+                                        lambda rb, rp: _rows_from(cache, before, rb, rp).to(torch.float64)) \
+                                if cb.numel() else cf.to(torch.float64)
+                        _mark(lastbad, cf, kl, self.kl_threshold, s, zero_bad)
                 else:
-                    view = propose_step(post, x, b, p, blk * S + s, tau, tok_u)
-                    tok, conf, cur = view.tok, confidence(view), view.get("probs").to(torch.float64)
-                    kl = stability_kl(cur, prev[b, q])
+                    b, q = nonzero_pairs(masked)
+                    f = b * bl + q
+                    view = propose_step(post, x, b, q + lo, blk * S + s, tau, tok_u)
+                    cur = view.get("probs").to(torch.float64)
+                    _mark(lastbad, f, stability_kl(cur, prev[b, q]), self.kl_threshold, s)
                     prev[b, q] = cur
-                    hist[s % H, b, q] = kl
-                    hq = hist[:, b, q].t()
-                if s == S - 1:
-                    commit = torch.ones_like(b, dtype=torch.bool)
-                else:
-                    ready = (conf > self.conf_threshold) & (hq < self.kl_threshold).all(1) if s >= H - 1 \
-                        else torch.zeros_like(b, dtype=torch.bool)
-                    any_ready = torch.zeros(B, dtype=torch.bool, device=dev).index_fill_(0, b[ready], True)
-                    commit = ready & any_ready[b]
-                    fall = rows_b[active & ~any_ready]  # rows that commit LLaDA's top k instead
-                    if fall.numel():
-                        local = torch.full((B,), -1, dtype=torch.long, device=dev)
-                        local[fall] = torch.arange(fall.numel(), device=dev)
-                        on = local[b] >= 0
-                        score = torch.full((fall.numel(), bl), -math.inf, dtype=torch.float64, device=dev)
-                        score[local[b[on]], q[on]] = conf[on]
-                        # rank < k in the stable descending order: the stable top-k set
-                        commit[on] = stable_top_k(score, k)[local[b[on]], q[on]]
-                left = torch.zeros(B, dtype=torch.long, device=dev).index_add_(0, b, (~commit).long())
-                done = active & (left == 0)
-                if nxt is not None and bool(done.any()):  # the next block's q: rows at this (last) call's state
-                    d = rows_b[done]
-                    db = d.repeat_interleave(bl)
-                    dp = torch.arange(hi, hi + bl, device=dev).repeat(d.numel())
-                    nxt[d] = den.probs_at(x, db, dp).to(torch.float64).view(d.numel(), bl, V)
-                x[b[commit], p[commit]] = tok[commit]
+                    confd = torch.full((B, bl), -math.inf, dtype=torch.float64, device=dev)
+                    confd.view(-1).index_copy_(0, f, confidence(view))
+                    tokd.view(-1).index_copy_(0, f, view.tok)
+                commit = flat_nonzero(self._commits(confd, lastbad, masked, s, S, k))
+                masked.view(-1).index_fill_(0, commit, False)
+                cb = torch.div(commit, bl, rounding_mode="floor")
+                cp = commit - cb * bl + lo
+                tok = cache.get("argmax", cb, cp) if fast else tokd.view(-1).index_select(0, commit)
+                if nxt is not None:
+                    done = active & ~masked.any(1)
+                    if bool(done.any()):  # the next block's q: rows at this (last) call's state
+                        d = rows_b[done]
+                        db = d.repeat_interleave(bl)
+                        dp = torch.arange(hi, hi + bl, device=dev).repeat(d.numel())
+                        nxt[d] = den.probs_at(x, db, dp).to(torch.float64).view(d.numel(), bl, V)
+                x.view(-1).index_copy_(0, cb * T + cp, tok)
             if nxt is not None:
                 prev = nxt
         return x, nfe
+
+    def _commits(self, conf: torch.Tensor, lastbad: torch.Tensor, masked: torch.Tensor, s: int, S: int,
+                 k: int) -> torch.Tensor:
+        """Bool [B, bl]: the positions that commit at step s of S (k_s = ``k``) given the confidences ``conf``
+        (-inf where revealed), the last step of a KL not below the threshold per position and the ``masked`` ones:
+        every masked one at the last step; else, in a row with a ready position, the ready ones; else the stable
+        top k of the confidences (ties -> lower position)."""
+        if s == S - 1:
+            return masked
+        H = self.history
+        ready = (conf > self.conf_threshold) & (lastbad <= s - H) if s >= H - 1 else torch.zeros_like(masked)
+        any_ready = ready.any(1, keepdim=True)
+        if not bool((masked.any(1, keepdim=True) & ~any_ready).any()):
+            return ready
+        return torch.where(any_ready, ready, stable_top_k(conf, k) & masked)
+
+
+def _mark(lastbad: torch.Tensor, flat: torch.Tensor, kl: torch.Tensor, threshold: float, s: int,
+          others_bad: bool = False) -> None:
+    """Record step s as the last one whose KL was not below ``threshold`` at the flat block positions ``flat``
+    where ``kl`` is not (NaN included); with ``others_bad``, also at every position not in ``flat`` (their KL is
+    0, and 0 is not below the threshold)."""
+    if others_bad:
+        good = flat.index_select(0, flat_nonzero(kl < threshold))
+        kept = lastbad.view(-1).index_select(0, good)
+        lastbad.fill_(s)
+        lastbad.view(-1).index_copy_(0, good, kept)
+        return
+    bad = flat_nonzero(~(kl < threshold))
+    if bad.numel():
+        lastbad.view(-1).index_fill_(0, flat.index_select(0, bad), s)
 
 
 def stable_top_k(scores: torch.Tensor, k: int) -> torch.Tensor:

@@ -42,10 +42,12 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.indices import flat_nonzero, nonzero_pairs
+from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, StepView, confidence, first_draws, in_sub_batches,
-                                                   proposal_features, proposal_widths, propose_step, propose_tokens)
+from dllm_lit.samplers.confidence_decoding import (ROUNDS_MIN_VOCAB, BlockPosteriors, StepView, confidence,
+                                                   first_draws, in_sub_batches, proposal_features, proposal_widths,
+                                                   propose_step, propose_tokens)
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 
 __all__ = ["MaskGIT", "SCHEDULES", "mask_ratio", "num_masked_next"]
@@ -106,7 +108,8 @@ class MaskGIT(Sampler):
                                    proposal_widths(V, tau, cdf=False), dev, self.use_cache, fresh=("probs",),
                                    law=lambda probs: tempered_law(probs, tau), bound="pmax")
             if post.cache is not None and post.cache.bound is not None:
-                return self._bounded(x, post, steps, tok_u, gum_u)
+                start = self._compact(x, steps, tok_u, gum_u)
+                return x if start == steps else self._bounded(x, post, steps, tok_u, gum_u, start)
         post = BlockPosteriors(self.denoiser, B, 0, T, lambda probs: proposal_features(probs, tau),
                                proposal_widths(V, tau), dev, self.use_cache, width)
         N = T
@@ -132,8 +135,70 @@ class MaskGIT(Sampler):
             x[b[commit], p[commit]] = tok[commit]
         return x
 
+    def _compact(self, x: torch.Tensor, steps: int, tok_u: StepUniforms, gum_u: StepUniforms) -> int:
+        """The steps of :meth:`_bounded` from step 0 over the masked positions only (compact columns,
+        :class:`~dllm_lit.samplers.compact_decoding.CompactBlock`): while every sequence commits the same number k
+        of tokens - always, unless scores tie at a cut - every sequence holds the same number n of masked positions,
+        so bounds, Gumbel noise, the first guess and the cut cost O(B n) instead of O(B T).  Returns the step from
+        which :meth:`_bounded` goes on (``steps`` when done): a step whose cut ties in some sequence commits nothing
+        here.  Same proposals, noise and cut as :meth:`_bounded` (keyed by step and position), so the same commits."""
+        B, T, V, tau = x.shape[0], x.shape[1], self.vocab_size, self.temperature
+        n, counts = T, []
+        for t in range(steps):  # the commits per step while no cut ties (the last step commits the rest)
+            k = n if t == steps - 1 else n - num_masked_next(T, t, steps, n, self.schedule)
+            counts.append(k)
+            n -= k
+        if not compact_applies(self.denoiser, x, 0, T, counts):
+            return 0
+        block = CompactBlock(self.denoiser, x, 0, T, lambda probs: tempered_law(probs, tau),
+                             exact_bounds=V < ROUNDS_MIN_VOCAB)
+        rows = torch.arange(B, device=x.device)
+        for t, k in enumerate(counts):
+            n = block.n
+            if n == 0:
+                return steps
+            if k == 0:
+                continue
+            scores = torch.full((B, n), -math.inf, dtype=torch.float64, device=x.device)
+            proposal = torch.zeros((B, n), dtype=torch.long, device=x.device)
+            noise = self.choice_temperature * (1.0 - (t + 1) / steps)
+            # _bounded's numbers at the masked positions: the uniforms are keyed by (step, position)
+            gumbel = -(noise * torch.log(-torch.log(gum_u.at(t, rows[:, None], block.pos)))) if noise > 0 and \
+                t < steps - 1 else None
+
+            def fill(sel: torch.Tensor) -> None:
+                view = StepView(block, torch.div(sel, n, rounding_mode="floor"), block.pos.view(-1).index_select(0, sel),
+                                t, 0, T, sel)
+                view.tok = propose_tokens(view, tau, tok_u)
+                sc = confidence(view).log()
+                scores.view(-1)[sel] = sc if gumbel is None else sc + gumbel.view(-1).index_select(0, sel)
+                proposal.view(-1)[sel] = view.tok
+
+            if t == steps - 1:  # every proposal commits
+                fill(torch.arange(B * n, device=x.device))
+                x.view(-1)[(rows[:, None] * T + block.pos).view(-1)] = proposal.view(-1)
+                return steps
+            ub = block.bound.log() if gumbel is None else block.bound.log() + gumbel
+            drawn = torch.zeros((B, n), dtype=torch.bool, device=x.device)
+            first = torch.topk(ub, min(n, first_draws(k, V)), dim=1, sorted=False).indices
+            drawn.scatter_(1, first, True)
+            fill((first + (rows * n)[:, None]).view(-1))
+            while True:  # as _bounded: draw wherever the bound reaches the k-th score found so far
+                kth = torch.topk(scores, k, dim=1).values[:, -1:]
+                cand = (ub >= kth - 1e-12 * (1.0 + kth.abs())) & ~drawn
+                if not bool(cand.any()):
+                    break
+                fill(flat_nonzero(cand))
+                drawn |= cand
+            commit = scores >= kth
+            if not bool((commit.sum(1) == k).all()):  # a tie at the cut: more than k commit in a sequence
+                return t
+            cols = nonzero_pairs(commit)[1].view(B, k)
+            block.commit(cols, proposal.gather(1, cols))
+        return steps
+
     def _bounded(self, x: torch.Tensor, post: BlockPosteriors, steps: int, tok_u: StepUniforms,
-                 gum_u: StepUniforms) -> torch.Tensor:
+                 gum_u: StepUniforms, start: int = 0) -> torch.Tensor:
         """The loop of :meth:`generate` with proposals drawn only where they can commit (same commits).
 
         The cut is the (keep + 1)-th smallest score among the m masked positions, i.e. the k-th largest with
@@ -146,7 +211,7 @@ class MaskGIT(Sampler):
         """
         B, T, dev = x.shape[0], x.shape[1], x.device
         M, tau = self.mask_id, self.temperature
-        for t in range(steps):
+        for t in range(start, steps):
             masked = x == M
             m = masked.sum(1)
             if not bool(m.any()):

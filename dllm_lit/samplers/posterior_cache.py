@@ -94,6 +94,9 @@ class PosteriorCache:
         self.slot: torch.Tensor | None = None
         #: revealed positions [B, T] at the last refresh (neighbours are then updated from the newly revealed ones)
         self.revealed: torch.Tensor | None = None
+        #: with ``memo``: (flat block positions, their slots before, after) of the last :meth:`refresh`, the only
+        #: positions whose slot it may have changed
+        self.slot_changes: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         if by_key:
             self.memo = NeighbourhoodRows(denoiser, self._stored_features, device=device)
             self.slot = torch.zeros(self.shape, dtype=torch.long, device=device)
@@ -134,6 +137,8 @@ class PosteriorCache:
         else:
             b, p = nonzero_pairs(z[:, lo:hi] == M)
         if b.numel() == 0:
+            if self.memo is not None:
+                self.slot_changes = (b, b, b)
             return
         if self.local:  # masked positions only: straight from the neighbours, no one-hot rows
             pos = p + lo
@@ -146,7 +151,9 @@ class PosteriorCache:
             if self.features is None:
                 return
             if self.memo is not None:  # one slot per position: rows only for keys not met before
-                self.slot[b, p] = self.memo.slots((xl, d1, xr, d2))
+                flat, new = b * (hi - lo) + p, self.memo.slots((xl, d1, xr, d2))
+                self.slot_changes = (flat, self.slot.view(-1).index_select(0, flat), new)
+                self.slot.view(-1).index_copy_(0, flat, new)
                 return
             keys = self.den.neighbour_keys(xl, d1, xr, d2)
             if keys is None:
@@ -235,7 +242,7 @@ class PosteriorCache:
             rows = self.posterior(b, p)
             return rows if k is None else rows.gather(1, k[:, None]).squeeze(1)
         if self.memo is not None:
-            table, slot = self.memo.features[name], self.slot[b, p - self.lo]
+            table, slot = self.memo.features[name], self.slot.view(-1).index_select(0, self.rows(b, p))
             return table.index_select(0, slot) if k is None else table[slot, k]
         if k is None:
             return self.store[name][b, p - self.lo]
