@@ -25,7 +25,9 @@ exact oracle's neighbourhood cache, compact columns and bounded draws) with iden
 Declaring a bound.  ``bound = "pmax"`` states score(probs, tok, pos) <= max_v probs[v] for every row and every
 proposal (LLaDA's confidence p(tok) is; 1 - p(tok) is not).  The engine then draws proposals only where a score
 can reach the k-th best (the large fast path).  The declaration is checked wherever a score is computed: a score
-above its row's maximum is refused in one line instead of silently changing the draws.
+above its row's maximum is refused in one line instead of silently changing the draws.  An adaptive rule with a
+bound that also overrides ``count_decided`` (Fast-dLLM's rules) is scored the same way: best bounds first, until
+its count and its committed set are certain (:mod:`dllm_lit.samplers.bounded_counts`).
 """
 from __future__ import annotations
 
@@ -82,6 +84,21 @@ class RuleSampler(Sampler):
     def adaptive(self) -> bool:
         """Whether the rule decides its counts at each step (it overrides :meth:`adaptive_count`)."""
         return type(self).adaptive_count is not RuleSampler.adaptive_count
+
+    def count_decided(self, top: torch.Tensor, known: torch.Tensor, rest: torch.Tensor,
+                      n_masked: torch.Tensor) -> torch.Tensor:
+        """Override (an adaptive rule with a declared ``bound``) to let the engine score only some positions: per
+        sequence [B], whether :meth:`adaptive_count` is the same for every sorted row that begins with the exact
+        ``known`` [B] first entries of ``top`` [B, L] (descending, -inf after them) and whose other scores are all
+        <= ``rest`` [B] (<= the last known one) - and then equal to ``adaptive_count(top, n_masked)``.  False where
+        unsure only costs rows; True where the count could differ changes the draws."""
+        raise TypeError(f"{type(self).__name__} declares no count_decided: the engine scores every masked position")
+
+    @property
+    def bounded_count(self) -> bool:
+        """Whether the adaptive rule decides its counts from the best scores and a bound of the rest
+        (it overrides :meth:`count_decided`)."""
+        return type(self).count_decided is not RuleSampler.count_decided
 
     def blocks(self, seq_len: int) -> list[tuple[int, int]]:
         """[lo, hi) of the blocks decoded left to right (default: one block)."""
