@@ -143,8 +143,9 @@ def test_pc_rule_draws_what_pc_sampler_draws(chains, options) -> None:
     for chain in (chains["english"], chains["peaked"]):
         want = PCSampler(**options).connect(chain).sample(10, 32, 8, seed=4)
         rule = PCRule(**options).connect(chain)
-        assert choose_provider(rule, rule.denoiser) == "cache"
+        assert choose_provider(rule, rule.denoiser) == "bounded"  # its declared score_bound
         assert torch.equal(rule.sample(10, 32, 8, seed=4), want)
+        assert torch.equal(_plain(rule, torch.arange(10), 32, 8, 4, "cache")[0], want)
         assert torch.equal(PCRule(GenericDenoiser(rule.denoiser), **options).connect(chain).sample(10, 32, 8, seed=4),
                            want)
         assert torch.equal(_plain(rule, torch.arange(10), 32, 8, 4)[0], want)

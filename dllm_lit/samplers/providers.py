@@ -128,7 +128,7 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         u = view.uniforms(tok_u)
         if "cdf" in view.post.names:
             return view.post.draw(u, "cdf", view.rows, view.p, view.sel)
-        if view.post.draws_law and view.post.cache.bound is not None:
+        if view.post.draws_law and getattr(view.post, "cache", None) is not None and view.post.cache.bound:
             # bounded: the rows once per view (the score reads them again), the bound tightened to their maxima
             probs = view.get("probs")
             view.post.tighten(view, probs.amax(-1).to(torch.float64))
@@ -143,7 +143,7 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         if pmax is None and rule.bound is not None and not bounded:  # the cache provider stores the row maxima
             pmax = view.get("pmax").to(torch.float64)
         s = rule.score(probs, view.tok, view.p).to(torch.float64)
-        check_bound(rule, probs, s, pmax)
+        check_bound(rule, probs, s, pmax, view.p)
         if log_q is not None:  # overwritten at every proposal: a committed position keeps its last one's
             log_q[view.b, view.p] = 0.0 if greedy else drawn_log_prob(rule.propose(probs), view.tok)
         return s
@@ -162,7 +162,8 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
             taken += n.to(taken.device)
         return provider
     blocks, schedule = rule.schedule(x.shape[1], steps)
-    decode_blocks(den, x, blocks, schedule=schedule, bound="pmax" if bounded else None, **common)
+    decode_blocks(den, x, blocks, schedule=schedule, bound="pmax" if bounded else None,
+                  score_bound=rule.score_bound if bounded and rule.maps_bound else None, **common)
     return provider
 
 
