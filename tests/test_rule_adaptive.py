@@ -16,8 +16,8 @@ from dllm_lit.samplers.confidence_decoding import (block_bounds, confidence, dec
                                                    proposal_widths, propose_tokens)
 from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.samplers.fast_dllm import factor_count, threshold_count
-from dllm_lit.samplers.providers import choose_provider
-from dllm_lit.samplers.rule import RuleSampler, reference_decode
+from dllm_lit.samplers.providers import choose_provider, decode_rule
+from dllm_lit.samplers.rule import RuleSampler
 from dllm_lit.sources import english_char_chain
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -33,9 +33,11 @@ def chains() -> dict[str, MarkovChain]:
             "peaked": MarkovChain.from_kernel(peaked / peaked.sum(1, keepdim=True))}
 
 
-def _plain(s: RuleSampler, idx: torch.Tensor, T: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _plain(s: RuleSampler, idx: torch.Tensor, T: int, steps: int, seed: int,
+           provider: str = "dense") -> tuple[torch.Tensor, torch.Tensor]:
+    """Samples and NFE of ``s`` on ``provider`` (the chosen one when it can run there)."""
     x, taken = s.initial_state(idx, T, seed), torch.zeros(idx.numel(), dtype=torch.float64)
-    reference_decode(s, s.denoiser, x, idx, steps, seed, taken=taken)
+    decode_rule(s, s.denoiser, x, idx, steps, seed, taken=taken, provider=provider)
     return x, taken
 
 
@@ -74,7 +76,7 @@ def test_fast_dllm_rule_draws_what_the_hand_wired_engine_drew(chains, chain_name
         want, want_nfe = hand_wired(rule, idx, 32, steps, 7)
         assert bool((want_nfe < 32).any()) or chain_name != "peaked"  # several commits a step
         for got, nfe in (rule.generate_with_nfe(idx, 32, steps, 7), generic.generate_with_nfe(idx, 32, steps, 7),
-                         _plain(rule, idx, 32, steps, 7)):
+                         _plain(rule, idx, 32, steps, 7), _plain(rule, idx, 32, steps, 7, "bounded")):
             assert torch.equal(got, want)
             assert torch.equal(nfe, want_nfe)
     assert rule.nfe(32, 4) is None  # adaptive: counted per sequence
@@ -120,13 +122,15 @@ def test_a_bad_adaptive_count_fails_in_one_line(chains, count, match) -> None:
 
 
 def test_a_declared_bound_is_checked_under_adaptive_counts(chains) -> None:
-    """An adaptive rule takes the cache provider whatever it declares, and the declaration is still checked."""
+    """A declared bound is checked under adaptive counts on every provider."""
     wrong = type("WrongBound", (FastDLLM,), {"score": lambda self, probs, tok, pos: 1.0 - probs.gather(
         1, tok[:, None]).squeeze(1).double()})
     oracle = OracleDenoiser(chains["english"])
     for den in (oracle, GenericDenoiser(oracle)):
         with pytest.raises(ValueError, match="bound='pmax'"):
             wrong(den, temperature=1.0).connect(chains["english"]).sample(2, 32, 4, seed=0)
+    with pytest.raises(ValueError, match="bound='pmax'"):  # the bounded provider checks it where it scores
+        _plain(wrong(oracle, temperature=1.0).connect(chains["english"]), torch.arange(2), 32, 4, 0, "bounded")
 
 
 @pytest.mark.parametrize("options", [dict(temperature=1.0), dict(temperature=0.0, block_length=8, lambd=0.0),
@@ -139,8 +143,9 @@ def test_pc_rule_draws_what_pc_sampler_draws(chains, options) -> None:
     for chain in (chains["english"], chains["peaked"]):
         want = PCSampler(**options).connect(chain).sample(10, 32, 8, seed=4)
         rule = PCRule(**options).connect(chain)
-        assert choose_provider(rule, rule.denoiser) == "cache"
+        assert choose_provider(rule, rule.denoiser) == "bounded"  # its declared score_bound
         assert torch.equal(rule.sample(10, 32, 8, seed=4), want)
+        assert torch.equal(_plain(rule, torch.arange(10), 32, 8, 4, "cache")[0], want)
         assert torch.equal(PCRule(GenericDenoiser(rule.denoiser), **options).connect(chain).sample(10, 32, 8, seed=4),
                            want)
         assert torch.equal(_plain(rule, torch.arange(10), 32, 8, 4)[0], want)

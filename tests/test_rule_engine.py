@@ -131,11 +131,15 @@ def test_declared_bounds_hold_on_random_rows(cls) -> None:
     rows = (rows / rows.sum(1, keepdim=True)).to(torch.float32)
     for options in ({"temperature": 1.0}, {"temperature": 0.0}, {"temperature": 0.3}):
         s = cls(**options)
+        if s.maps_bound:  # a bound of the position and max_v p (the PC rule's, which reads the chain's pi)
+            s.connect(synthetic_chain(9, 3, eps=1e-3, seed=1))
+        pos = torch.arange(4000)
+        limit = s.score_bound(rows.amax(-1).double(), pos)
         law = s.propose(rows)
         tok = rows.argmax(-1) if law is None else torch.multinomial(law.double(), 1, generator=g).squeeze(1)
         for t in (tok, torch.randint(9, (4000,), generator=g)):
             t = torch.where(rows.gather(1, t[:, None]).squeeze(1) > 0, t, rows.argmax(-1))  # proposals have mass
-            assert (s.score(rows, t, torch.arange(4000)) <= rows.amax(-1).double()).all(), options
+            assert (s.score(rows, t, pos) <= limit).all(), options
 
 
 def test_the_engine_chooses_the_provider_from_the_denoiser(chains) -> None:

@@ -35,6 +35,7 @@ import torch
 from dllm_lit import checks
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.indices import flat_nonzero, nonzero_pairs
+from dllm_lit.samplers.bounded_counts import score_until_counted
 from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies, compact_counts
 from dllm_lit.samplers.gap_decoding import GapBlock, decode_gaps, gaps_apply
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, \
@@ -188,6 +189,12 @@ class BlockPosteriors:
         proposal-law) probabilities (:meth:`PosteriorCache.draw`)."""
         return self.cache.draw(view.rows, view.p, u)
 
+    def tighten(self, view: "StepView", maxima: torch.Tensor) -> None:
+        """Lower the stored row-free bound at the view's positions to their rows' exact float64 ``maxima`` (a cache
+        with a proposal law and a bound; valid until a neighbour changes), as :meth:`draw_law` does."""
+        cache = self.cache
+        cache.store[cache.bound][view.rows, view.p - self.lo] = maxima
+
     def draw(self, u: torch.Tensor, name: str, b: torch.Tensor, p: torch.Tensor,
              sel: torch.Tensor | None = None) -> torch.Tensor:
         """Inverse-CDF draw (uniforms ``u``) from the stored float64 cdf ``name`` at positions (b, p) (see :meth:`get`)."""
@@ -237,6 +244,8 @@ Score = Callable[[StepView], torch.Tensor]
 ScoreBound = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: adaptive count: (scores sorted descending [B, L] with -inf where no masked position, masked count [B]) -> n [B]
 Count = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: (top [B, L], known [B], rest [B], masked count [B]) -> bool [B] (:meth:`~dllm_lit.samplers.rule.RuleSampler.count_decided`)
+CountDecided = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 #: (first scores of each row sorted descending [B, P]) -> bool [B]: the count of the prefix is the row's
 CountPrefix = Callable[[torch.Tensor], torch.Tensor]
 
@@ -260,7 +269,8 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
                   use_cache: bool = True, width: int | None = None, bound: str | None = None,
                   fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
                   score_reads_tokens: bool = True, score_bound: ScoreBound | None = None,
-                  law_scores: bool = False, count_prefix: CountPrefix | None = None) -> torch.Tensor:
+                  law_scores: bool = False, count_prefix: CountPrefix | None = None,
+                  count_decided: CountDecided | None = None) -> torch.Tensor:
     """Decode the masked positions of ``blocks`` in x [B, T] (in place), block after block.
 
     Fixed schedule: ``schedule[blk][i]`` positions commit at step i of block blk (global step
@@ -304,6 +314,10 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     of the whole sorted row (per sequence).  Where it is for every sequence, a step takes a partial selection
     (``torch.topk``) instead of a full sort and commits the stable top-n set by its n-th value (the same
     positions as the first n of the sorted order under the tie rule); else the full sort.
+
+    ``count_decided`` with ``bound`` (adaptive count): the bounded draws of an adaptive count - positions scored best
+    bound first until the count and the committed set are certain (:mod:`~dllm_lit.samplers.bounded_counts`;
+    identical commits).
     """
     B, dev = x.shape[0], x.device
     if width is None:
@@ -313,13 +327,13 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     for sl in sub_batches(B, width, L, use_cache):
         _decode(den, x[sl], sl.start, taken[sl], blocks, features, widths, propose, score, tie_rule,
                 tie_u.rows(sl) if tie_u is not None else None, schedule, count, use_cache, width, bound, fresh, law,
-                score_reads_tokens, score_bound, law_scores, count_prefix)
+                score_reads_tokens, score_bound, law_scores, count_prefix, count_decided)
     return taken.to(torch.float64)
 
 
 def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_rule, tie_u, schedule, count,
             use_cache, width, bound, fresh, law, score_reads_tokens=True, score_bound=None, law_scores=False,
-            count_prefix=None) -> None:
+            count_prefix=None, count_decided=None) -> None:
     """:func:`decode_blocks` on rows row0.. of the caller's batch (``x``, ``taken`` and ``tie_u`` are these rows)."""
     B, dev = x.shape[0], x.device
     M = den.mask_id
@@ -340,7 +354,7 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
             decode_gaps(block, taken, propose, score, count, count_prefix, tie_rule, COUNT_PREFIX)
             continue
         post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width, row0, fresh, law,
-                               bound if schedule is not None else None, law_scores)
+                               bound if schedule is not None or count_decided is not None else None, law_scores)
         # a fixed schedule ranked by features alone over a by-key cache, every sequence holding the same number of
         # masked positions: score every column from the slots (no position lists), commit the stable top-k columns
         ranked_dense = (schedule is not None and bound is None and not score_reads_tokens and tie_rule != "random"
@@ -368,12 +382,17 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                 cc = _commit_cols(scores, k, tie_rule).reshape(-1) + lo
                 x[rr, cc] = propose(StepView(post, rr, cc, j, lo, hi))
                 continue
+            n_counted = None
             if bound is not None and schedule is not None:
                 scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score, score_bound,
                                                   score_reads_tokens)
                 if not score_reads_tokens:  # ranked by features: proposals drawn where they commit
                     b, p = nonzero_pairs(masked) if post.cache is None else (None, None)
                     proposal = _LazyProposals(post, masked, b, None if p is None else p + lo, lo, j, propose, proposal)
+            elif bound is not None and count_decided is not None:
+                ub, scores, proposal, fill = _bounded_scores(post, x, masked, taken, bound, propose, score, score_bound)
+                n_counted = score_until_counted(ub, masked, scores, fill, count, count_decided,
+                                                first_draws(1, den.vocab_size), den.vocab_size >= ROUNDS_MIN_VOCAB)
             else:
                 b, p = nonzero_pairs(masked)
                 p = p + lo
@@ -418,7 +437,7 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                 kmax = k
             else:
                 active = masked.any(1)
-                n = count(scores.gather(1, order), masked.sum(1)).long() * active
+                n = (count(scores.gather(1, order), masked.sum(1)) if n_counted is None else n_counted).long() * active
                 taken += active.long()
                 kmax = int(n.max())
             if kmax == 0:
@@ -563,6 +582,32 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
     (see :func:`decode_blocks`); -inf scores elsewhere.  Without ``score_reads_tokens`` only the scores are
     computed (the proposals stay 0: the caller draws them where they commit)."""
     B, L = masked.shape
+    ub, scores, proposal, fill = _bounded_scores(post, x, masked, j, bound, propose, score, score_bound,
+                                                 score_reads_tokens)
+    V = post.den.vocab_size
+    size = first_draws(k, V)
+    drawn = topk_stable_mask(ub, min(size, L)) & masked
+    fill(drawn)
+    while True:  # rounds of growing size, best bounds first, until no undrawn bound reaches the k-th score
+        kth = torch.topk(scores, min(k, L), dim=1).values[:, -1:]  # <= the final k-th largest score
+        cand = (ub >= kth) & masked & ~drawn
+        if not bool(cand.any()):
+            return scores, proposal
+        size *= 4
+        if size < L and V >= ROUNDS_MIN_VOCAB:
+            cand &= topk_stable_mask(torch.where(cand, ub, -torch.inf), size)
+        fill(cand)
+        drawn |= cand
+
+
+def _bounded_scores(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int | torch.Tensor,
+                    bound: str, propose, score, score_bound: ScoreBound | None = None,
+                    score_reads_tokens: bool = True):
+    """(ub, scores, proposal, fill) of a block step: the score bounds [B, L] at the masked positions (-inf
+    elsewhere), the scores and proposals [B, L] (-inf / 0 until filled) and ``fill(where)``, which proposes and
+    scores at the masked positions ``where`` [B, L] (scores only without ``score_reads_tokens``); ``j``: the step
+    index, or one per row of the state."""
+    B, L = masked.shape
     lo, dev = post.lo, x.device
     index = None
     if post.cache is not None:  # bounds read straight from the cache's [B, L] store
@@ -582,26 +627,14 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
 
     def fill(where: torch.Tensor) -> None:
         rb, q = nonzero_pairs(where)
-        view = StepView(post, rb, q + lo, j, lo, post.hi, None if index is None else index[rb, q])
+        view = StepView(post, rb, q + lo, j if isinstance(j, int) else j[rb], lo, post.hi,
+                        None if index is None else index[rb, q])
         if score_reads_tokens:
             view.tok = propose(view)
             proposal[rb, q] = view.tok
         scores[rb, q] = score(view)
 
-    V = post.den.vocab_size
-    size = first_draws(k, V)
-    drawn = topk_stable_mask(ub, min(size, L)) & masked
-    fill(drawn)
-    while True:  # rounds of growing size, best bounds first, until no undrawn bound reaches the k-th score
-        kth = torch.topk(scores, min(k, L), dim=1).values[:, -1:]  # <= the final k-th largest score
-        cand = (ub >= kth) & masked & ~drawn
-        if not bool(cand.any()):
-            return scores, proposal
-        size *= 4
-        if size < L and V >= ROUNDS_MIN_VOCAB:
-            cand &= topk_stable_mask(torch.where(cand, ub, -torch.inf), size)
-        fill(cand)
-        drawn |= cand
+    return ub, scores, proposal, fill
 
 
 def block_bounds(seq_len: int, prompt_length: int, block_length: int | None) -> list[tuple[int, int]]:

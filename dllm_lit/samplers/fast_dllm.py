@@ -36,7 +36,7 @@ from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.confidence_decoding import with_tie_rule
 from dllm_lit.samplers.llada_rule import LLaDARule
 
-__all__ = ["FastDLLM", "threshold_count", "factor_count"]
+__all__ = ["FastDLLM", "threshold_count", "factor_count", "factor_decided"]
 
 
 def threshold_count(sorted_conf: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -49,11 +49,33 @@ def factor_count(sorted_conf: torch.Tensor, num_masked: torch.Tensor, factor: fl
     always; all m masked positions when the run covers at least m - 1 ranks (upstream's loop exit)."""
     L = sorted_conf.shape[1]
     r = torch.arange(1, L + 1, dtype=torch.float64, device=sorted_conf.device)
-    thresh = 1.0 - factor / (r + 1.0)
-    thresh[0] = -1.0
+    thresh = factor_thresholds(L, factor, sorted_conf.device)
     passed = (sorted_conf >= thresh[None, :]) & (r[None, :] <= num_masked[:, None])
     lead = passed.long().cumprod(1).sum(1)
     return torch.where(lead >= num_masked - 1, num_masked, lead)
+
+
+def factor_thresholds(L: int, factor: float, device: torch.device) -> torch.Tensor:
+    """1 - factor/(r+1) for ranks r = 1..L (float64), rank 1's set to -1 (always passes)."""
+    r = torch.arange(1, L + 1, dtype=torch.float64, device=device)
+    thresh = 1.0 - factor / (r + 1.0)
+    thresh[0] = -1.0
+    return thresh
+
+
+def factor_decided(top: torch.Tensor, known: torch.Tensor, rest: torch.Tensor, n_masked: torch.Tensor,
+                   factor: float) -> torch.Tensor:
+    """Whether :func:`factor_count` is fixed by the ``known`` exact first entries of ``top`` and ``rest`` >= every
+    other score (:meth:`~dllm_lit.samplers.rule.RuleSampler.count_decided`): a known rank r <= m fails, or every
+    rank is known, or every known rank passes and rank known + 1, at most ``rest``, fails."""
+    L = top.shape[1]
+    thresh = factor_thresholds(L, factor, top.device)
+    r = torch.arange(1, L + 1, device=top.device)[None, :]
+    passed = (top >= thresh[None, :]) & (r <= torch.minimum(known, n_masked)[:, None])
+    lead = passed.long().cumprod(1).sum(1)
+    fails_known = lead < torch.minimum(known, n_masked)
+    next_fails = rest < thresh[known.clamp(max=L - 1)]
+    return fails_known | (known >= n_masked) | next_fails
 
 
 class FastDLLM(LLaDARule):
@@ -92,3 +114,9 @@ class FastDLLM(LLaDARule):
         if self.factor is not None:
             return factor_count(sorted_scores, n_masked, self.factor)
         return threshold_count(sorted_scores, self.threshold)
+
+    def count_decided(self, top: torch.Tensor, known: torch.Tensor, rest: torch.Tensor,
+                      n_masked: torch.Tensor) -> torch.Tensor:
+        if self.factor is not None:
+            return factor_decided(top, known, rest, n_masked, self.factor)
+        return rest < self.threshold  # every confidence >= tau is known; the rest cannot add one

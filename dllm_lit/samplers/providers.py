@@ -8,13 +8,16 @@ provider               when                                                     
                        (a learned model, the HMM oracle): :func:`reference_decode`  masked positions
 ``cache``              a :class:`~dllm_lit.denoisers.LocalDenoiser` (the exact      rows only where a nearest
                        oracle) and a rule without a declared bound                  revealed neighbour changed
-``bounded``            a local denoiser and a fixed-schedule rule that declares     rows only where a score can
-                       ``bound`` (with a row-free max-probability bound and a       reach the k-th best; compact
-                       proposal law: compact columns and the neighbourhood memo)    columns, one row per key
+``bounded``            a local denoiser and a rule that declares ``bound``, fixed   rows only where a score can
+                       schedule or ``count_decided`` (with a row-free max-          reach the k-th best (or the
+                       probability bound and a proposal law: compact columns and    adaptive count); compact
+                       the neighbourhood memo)                                      columns, one row per key
 =====================  ===========================================================  ==============================
 
-An adaptive rule (``adaptive_count``) on a local denoiser takes the cache provider, a declared bound or not: the
-bounded draws need the k of a step before its scores are known.
+An adaptive rule (``adaptive_count``) with a declared bound takes the bounded provider when it also says when its
+count is decided by its best scores and a bound of the rest (``count_decided``: Fast-dLLM's threshold and factor
+rules): positions are scored best bound first until the count and the commits are certain
+(:mod:`~dllm_lit.samplers.bounded_counts`); any other adaptive rule takes the cache provider.
 
 The fast providers are :func:`dllm_lit.samplers.confidence_decoding.decode_blocks` and the caches under it; this
 module only translates the rule's hooks into its ``propose`` / ``score`` callables, checks the declared bound
@@ -24,14 +27,14 @@ from __future__ import annotations
 
 import torch
 
-from dllm_lit import rng
+from dllm_lit import checks, rng
 from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
 from dllm_lit.samplers.confidence_decoding import StepView, decode_blocks
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
 from dllm_lit.samplers.rule import RuleSampler, check_bound, check_count, reference_decode
 
-__all__ = ["PROVIDERS", "choose_provider", "decode_rule", "run_memo", "keyed_rows"]
+__all__ = ["PROVIDERS", "choose_provider", "check_provider", "decode_rule", "run_memo", "keyed_rows"]
 
 PROVIDERS = ("dense", "cache", "bounded")
 
@@ -40,7 +43,23 @@ def choose_provider(rule: RuleSampler, den) -> str:
     """The provider :func:`decode_rule` runs ``rule`` with on ``den`` (:data:`PROVIDERS`, module table)."""
     if not isinstance(den, LocalDenoiser):
         return "dense"
-    return "cache" if rule.bound is None or rule.adaptive else "bounded"
+    if rule.bound is None:
+        return "cache"
+    if rule.adaptive and (not rule.bounded_count or NeighbourhoodRows.applies(den)):
+        return "cache"  # few neighbourhood keys: the cache's rows per key cost less than bounded rounds
+    return "bounded"
+
+
+def check_provider(rule: RuleSampler, den, provider: str) -> None:
+    """One-line error unless ``rule`` on ``den`` can run on ``provider`` (a choice other than
+    :func:`choose_provider`'s, e.g. to test one provider against another)."""
+    checks.choice("provider", provider, PROVIDERS)
+    local = isinstance(den, LocalDenoiser)
+    ok = {"dense": True, "cache": local,
+          "bounded": local and rule.bound is not None and (not rule.adaptive or rule.bounded_count)}[provider]
+    if not ok:
+        raise ValueError(f"provider={provider!r} cannot run {type(rule).__name__} on {type(den).__name__}: "
+                         f"it takes {choose_provider(rule, den)!r}")
 
 
 def _greedy(rule: RuleSampler, V: int, device: torch.device) -> bool:
@@ -71,11 +90,14 @@ def _rows(view: StepView, memo: NeighbourhoodRows | None) -> tuple[torch.Tensor,
 
 @torch.no_grad()
 def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
-                log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None) -> str:
-    """Decode the masked positions of x [B, T] in place by ``rule`` through :func:`choose_provider`'s provider;
-    with ``log_q`` [B, T] also the log-probability of every committed proposal; an adaptive rule adds its steps
-    per sequence to ``taken`` (float64 [B]) when given.  Returns the provider's name."""
-    provider = choose_provider(rule, den)
+                log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None,
+                provider: str | None = None) -> str:
+    """Decode the masked positions of x [B, T] in place by ``rule`` through ``provider`` (None:
+    :func:`choose_provider`'s); with ``log_q`` [B, T] also the log-probability of every committed proposal; an
+    adaptive rule adds its steps per sequence to ``taken`` (float64 [B]) when given.  Returns the provider's name."""
+    if provider is None:
+        provider = choose_provider(rule, den)
+    check_provider(rule, den, provider)
     if provider == "dense":
         reference_decode(rule, den, x, indices, steps, seed, log_q=log_q, taken=taken)
         return provider
@@ -106,6 +128,11 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         u = view.uniforms(tok_u)
         if "cdf" in view.post.names:
             return view.post.draw(u, "cdf", view.rows, view.p, view.sel)
+        if view.post.draws_law and getattr(view.post, "cache", None) is not None and view.post.cache.bound:
+            # bounded: the rows once per view (the score reads them again), the bound tightened to their maxima
+            probs = view.get("probs")
+            view.post.tighten(view, probs.amax(-1).to(torch.float64))
+            return categorical(rule.propose(probs), u)
         if view.post.draws_law:  # the provider draws from the rule's law where it keeps the rows
             tok, view.tok_prob = view.post.draw_law(view, u)
             return tok
@@ -116,7 +143,7 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         if pmax is None and rule.bound is not None and not bounded:  # the cache provider stores the row maxima
             pmax = view.get("pmax").to(torch.float64)
         s = rule.score(probs, view.tok, view.p).to(torch.float64)
-        check_bound(rule, probs, s, pmax)
+        check_bound(rule, probs, s, pmax, view.p)
         if log_q is not None:  # overwritten at every proposal: a committed position keeps its last one's
             log_q[view.b, view.p] = 0.0 if greedy else drawn_log_prob(rule.propose(probs), view.tok)
         return s
@@ -129,12 +156,14 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         def count(sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
             return check_count(rule, rule.adaptive_count(sorted_scores, n_masked), n_masked)
 
-        n = decode_blocks(den, x, rule.blocks(x.shape[1]), count=count, **common)
+        bounds = dict(bound="pmax", count_decided=rule.count_decided) if bounded else {}
+        n = decode_blocks(den, x, rule.blocks(x.shape[1]), count=count, **bounds, **common)
         if taken is not None:
             taken += n.to(taken.device)
         return provider
     blocks, schedule = rule.schedule(x.shape[1], steps)
-    decode_blocks(den, x, blocks, schedule=schedule, bound="pmax" if bounded else None, **common)
+    decode_blocks(den, x, blocks, schedule=schedule, bound="pmax" if bounded else None,
+                  score_bound=rule.score_bound if bounded and rule.maps_bound else None, **common)
     return provider
 
 

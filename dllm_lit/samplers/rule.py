@@ -23,9 +23,12 @@ randomness.
 exact oracle's neighbourhood cache, compact columns and bounded draws) with identical draws (tested).
 
 Declaring a bound.  ``bound = "pmax"`` states score(probs, tok, pos) <= max_v probs[v] for every row and every
-proposal (LLaDA's confidence p(tok) is; 1 - p(tok) is not).  The engine then draws proposals only where a score
+proposal (LLaDA's confidence p(tok) is; 1 - p(tok) is not), or with ``score_bound`` overridden, score <=
+score_bound(max_v probs, pos) (the PC-sampler's position-weighted score).  The engine then draws proposals only where a score
 can reach the k-th best (the large fast path).  The declaration is checked wherever a score is computed: a score
-above its row's maximum is refused in one line instead of silently changing the draws.
+above its row's maximum is refused in one line instead of silently changing the draws.  An adaptive rule with a
+bound that also overrides ``count_decided`` (Fast-dLLM's rules) is scored the same way: best bounds first, until
+its count and its committed set are certain (:mod:`dllm_lit.samplers.bounded_counts`).
 """
 from __future__ import annotations
 
@@ -82,6 +85,32 @@ class RuleSampler(Sampler):
     def adaptive(self) -> bool:
         """Whether the rule decides its counts at each step (it overrides :meth:`adaptive_count`)."""
         return type(self).adaptive_count is not RuleSampler.adaptive_count
+
+    def count_decided(self, top: torch.Tensor, known: torch.Tensor, rest: torch.Tensor,
+                      n_masked: torch.Tensor) -> torch.Tensor:
+        """Override (an adaptive rule with a declared ``bound``) to let the engine score only some positions: per
+        sequence [B], whether :meth:`adaptive_count` is the same for every sorted row that begins with the exact
+        ``known`` [B] first entries of ``top`` [B, L] (descending, -inf after them) and whose other scores are all
+        <= ``rest`` [B] (<= the last known one) - and then equal to ``adaptive_count(top, n_masked)``.  False where
+        unsure only costs rows; True where the count could differ changes the draws."""
+        raise TypeError(f"{type(self).__name__} declares no count_decided: the engine scores every masked position")
+
+    @property
+    def bounded_count(self) -> bool:
+        """Whether the adaptive rule decides its counts from the best scores and a bound of the rest
+        (it overrides :meth:`count_decided`)."""
+        return type(self).count_decided is not RuleSampler.count_decided
+
+    def score_bound(self, pmax: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """With ``bound = "pmax"``: an upper bound (float64) of the score at absolute positions ``pos`` where
+        max_v p <= ``pmax`` (float64, same shape), non-decreasing in ``pmax``.  Default ``pmax`` itself (score <=
+        max_v p); override for a score bounded by a function of max_v p and the position (the PC-sampler's)."""
+        return pmax
+
+    @property
+    def maps_bound(self) -> bool:
+        """Whether the rule overrides :meth:`score_bound`."""
+        return type(self).score_bound is not RuleSampler.score_bound
 
     def blocks(self, seq_len: int) -> list[tuple[int, int]]:
         """[lo, hi) of the blocks decoded left to right (default: one block)."""
@@ -152,19 +181,23 @@ class RuleSampler(Sampler):
         return x, self._stats(nfe, log_q, indices.numel())
 
 
-def check_bound(rule: RuleSampler, probs: torch.Tensor, scores: torch.Tensor, pmax: torch.Tensor | None = None) -> None:
+def check_bound(rule: RuleSampler, probs: torch.Tensor, scores: torch.Tensor, pmax: torch.Tensor | None = None,
+                pos: torch.Tensor | None = None) -> None:
     """Refuse, in one line, a NaN score or a score above the bound its rule declares (at rows ``probs``, whose
-    float64 maxima ``pmax`` are computed when not given)."""
+    float64 maxima ``pmax`` are computed when not given, at absolute positions ``pos``)."""
     if rule.bound == "pmax":
         pmax = probs.amax(-1).to(torch.float64) if pmax is None else pmax
+        if rule.maps_bound:
+            pmax = rule.score_bound(pmax, pos)
         if bool((scores <= pmax).all()):  # one pass: NaN compares False
             return
     if bool(scores.isnan().any()):
         raise ValueError(f"{type(rule).__name__}.score returned NaN: scores must be numbers (-inf for never)")
     if rule.bound == "pmax":
         i = int((scores > pmax).nonzero()[0, 0])
+        what = "score_bound(max_v p)" if rule.maps_bound else "max_v p"
         raise ValueError(f"{type(rule).__name__} declares bound='pmax' but scored {float(scores[i]):.6g} where "
-                         f"max_v p = {float(pmax[i]):.6g}: fix score() or set bound = None")
+                         f"{what} = {float(pmax[i]):.6g}: fix score() or set bound = None")
 
 
 def draw(law: torch.Tensor | None, probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -216,7 +249,7 @@ def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Ten
             law = rule.propose(probs)
             tok = draw(law, probs, tok_u.at(j[b], b, p))
             s = rule.score(probs, tok, p).to(torch.float64)
-            check_bound(rule, probs, s)
+            check_bound(rule, probs, s, pos=p)
             scores = torch.full((B, hi - lo), -torch.inf, dtype=torch.float64, device=x.device)
             scores[b, p - lo] = s
             proposal = torch.zeros((B, hi - lo), dtype=torch.long, device=x.device)
