@@ -91,32 +91,25 @@ def _kept_from_values(raw: torch.Tensor, total: torch.Tensor, q: torch.Tensor, p
     m = torch.ones_like(thr, dtype=torch.int64)
     # with c_1 = s_1 > p (strict; non-strict: c_2 - s_2 > p, certified as in _cut_by_buckets) m = 1, thr = max
     rest = (thr <= (p if strict else p + _bucket_delta(V))).squeeze(1).nonzero().squeeze(1)
-    drop = None
+    drop = torch.full_like(m, -1)
     if rest.numel():
         sub = q2 if rest.numel() == q2.shape[0] else q2.index_select(0, rest)
         t_b, d_b, ok = _cut_by_buckets(sub, p, strict)
-        thr[rest] = t_b
-        drop = torch.zeros_like(m)
-        drop[rest] = d_b
+        thr[rest], drop[rest] = t_b, d_b
         if not bool(ok.all()):
             bad = rest[~ok]
-            drop[bad] = 0
+            drop[bad] = -1
             m[bad], thr[bad] = _cut_by_sort(raw.reshape(-1, V)[bad], total.reshape(-1, 1)[bad], p, strict)
-            rest = rest[ok]
-    keep = q2 >= thr  # the first m tokens and any others tied at thr
-    kept = keep.sum(-1, keepdim=True)
-    if drop is not None and rest.numel():
-        m[rest] = kept[rest] - drop[rest]  # a bucket cut names the tied tokens it drops instead of m
-    if not torch.equal(kept, m):  # a tie at thr straddles the boundary: keep its lowest token ids only
-        tie = q2 == thr
-        keep &= ~tie | (tie.cumsum(-1) <= m - kept + tie.sum(-1, keepdim=True))
-    return keep.view(q.shape)
+    return _keep_first(q2, m, thr, drop).view(q.shape)
 
 
-def _keep_first(q: torch.Tensor, m: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
-    """The tokens of the first m places of the stable descending order, given m and the m-th value thr."""
+def _keep_first(q: torch.Tensor, m: torch.Tensor, thr: torch.Tensor, drop: torch.Tensor | None = None) -> torch.Tensor:
+    """The tokens of the first m places of the stable descending order, given m and the m-th value thr; where
+    ``drop`` >= 0 (a bucket cut), m = #{q >= thr} - drop instead."""
     keep = q >= thr  # the first m tokens and any others tied at thr
     kept = keep.sum(-1, keepdim=True)
+    if drop is not None:
+        m = torch.where(drop >= 0, kept - drop, m)
     if not torch.equal(kept, m):  # a tie at thr straddles the boundary: keep its lowest token ids only
         tie = q == thr
         keep &= ~tie | (tie.cumsum(-1) <= m - kept + tie.sum(-1, keepdim=True))
