@@ -204,3 +204,58 @@ def test_device_independent_keep_mask_equals_the_cpu_one() -> None:
         for strict in (True, False):
             for p in (0.2, 0.9) + tuple(exact_p_values(raw.double(), strict, g)[:10]):
                 assert torch.equal(_kept_by_sort(q, p, strict), _kept_from_values(raw, total, q, p, strict))
+
+
+# ---------------------------------------------------------------- the CPU bucket cut (rows of >= BUCKET_MIN_V tokens)
+def test_bucket_cut_is_taken_and_equals_the_sort_cut() -> None:
+    """_cut_by_buckets certifies nearly every smooth or peaked row (heavily tied rows fill their crossing bucket and
+    are left to the sort), and where it does its (thr, drop) give the sort's
+    first m places: thr = s_m and drop = #{q == thr} - (m - #{q > thr})."""
+    from dllm_lit.samplers.nucleus import _cut_by_buckets, _cut_by_sort
+
+    g = torch.Generator().manual_seed(5)
+    V = 1024
+    rows = torch.cat([torch.rand(40, V, generator=g, dtype=torch.float64),
+                      torch.rand(40, V, generator=g, dtype=torch.float64) ** 12,
+                      torch.randint(0, 4, (40, V), generator=g).to(torch.float64) + 1e-3])
+    q = rows / rows.sum(-1, keepdim=True)
+    for strict in (True, False):
+        for p in (0.1, 0.5, 0.9, 0.99):
+            thr, drop, ok = _cut_by_buckets(q, p, strict)
+            assert ok[:80].float().mean() > 0.9, (strict, p)
+            m, thr_ref = _cut_by_sort(q, torch.ones(len(q), 1, dtype=torch.float64), p, strict)
+            assert torch.equal(thr[ok], thr_ref[ok]), (strict, p)
+            above, tied = (q > thr).sum(-1, keepdim=True), (q == thr).sum(-1, keepdim=True)
+            assert torch.equal(drop[ok], (tied - (m - above))[ok]), (strict, p)
+
+
+def test_bucket_cut_at_the_last_token_above_the_crossing_bucket() -> None:
+    """m = #tokens above the crossing bucket: thr is the smallest value above it (ties there all kept)."""
+    from dllm_lit.samplers.nucleus import _cut_by_buckets
+
+    V = 512
+    x = torch.full((V,), 0.15 / (V - 5), dtype=torch.float64)
+    x[[3, 7, 100, 400]] = 0.2  # 0.8 in one bucket, then 0.05, then the small rest
+    x[9] = 0.05
+    for p in (0.81, 0.84):
+        thr, drop, ok = _cut_by_buckets((x / x.sum())[None], p, True)
+        assert bool(ok[0]) and thr.item() == (x / x.sum())[3].item() and drop.item() == 0
+        assert torch.equal(top_p_filter(x, p), reference_top_p(x, p))
+        assert top_p_filter(x, p).nonzero().squeeze(1).tolist() == [3, 7, 100, 400]
+
+
+@pytest.mark.parametrize("force", ["margin", "bucket_size"])
+def test_uncertified_rows_fall_back_to_the_sort(force: str, monkeypatch) -> None:
+    """Rows the bucket cut cannot certify (margin too small, crossing bucket too full) take the sort: same sets."""
+    import dllm_lit.samplers.nucleus as nucleus
+
+    if force == "margin":
+        monkeypatch.setattr(nucleus, "_bucket_delta", lambda V: 1.0)
+    else:
+        monkeypatch.setattr(nucleus, "BUCKET_MAX_FRACTION", 10**9)
+    g = torch.Generator().manual_seed(13)
+    rows = random_rows(g, 48, 512)
+    for strict in (True, False):
+        for p in (0.3, 0.9) + tuple(exact_p_values(rows, strict, g)[:6]):
+            got, want = top_p_filter(rows, p, strict), reference_top_p(rows, p, strict)
+            assert torch.equal(got.view(torch.int64), want.view(torch.int64)), (force, strict, p)
