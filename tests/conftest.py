@@ -10,6 +10,19 @@ from dllm_lit.denoisers import Denoiser, OracleDenoiser
 from dllm_lit.markov import MarkovChain
 
 
+def counted_calls(monkeypatch: pytest.MonkeyPatch, owner, name: str) -> list[int]:
+    """Wrap ``owner.name`` so that each call appends 1 to the returned list and then runs the real function."""
+    calls: list[int] = []
+    real = getattr(owner, name)
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, wrapped)
+    return calls
+
+
 def chi_square_pvalue(observed: torch.Tensor, expected_probs: torch.Tensor, min_expected: float = 5.0) -> float:
     """Pearson chi-square goodness-of-fit p-value; outcomes with expected count < min_expected are pooled.
 

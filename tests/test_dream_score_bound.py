@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TINY_KERNEL
+from conftest import TINY_KERNEL, counted_calls
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.samplers import Dream
@@ -31,15 +31,7 @@ def _chains() -> dict[str, MarkovChain]:
 def no_key_memo(monkeypatch):
     """Keys never memoised (as at V = 4096), and a count of the bounded steps."""
     monkeypatch.setattr(neighbourhood_rows, "MAX_KEYS", 0)
-    calls = []
-    inner = confidence_decoding._score_bounded
-
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return inner(*args, **kwargs)
-
-    monkeypatch.setattr(confidence_decoding, "_score_bounded", spy)
-    return calls
+    return counted_calls(monkeypatch, confidence_decoding, "_score_bounded")
 
 
 @pytest.mark.parametrize("name", ["uniform", "tiny", "sparse", "english"])

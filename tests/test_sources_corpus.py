@@ -18,6 +18,7 @@ import pytest
 import torch
 import yaml
 
+from conftest import counted_calls
 from dllm_lit.corpus.charlevel import CharDecoder, count_char_bigrams
 from dllm_lit.corpus.documents import DatasetUnavailableError, read_text_file
 from dllm_lit.markov import MarkovChain
@@ -108,15 +109,7 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts calls of the real character bigram counter (the expensive corpus pass)."""
     import dllm_lit.corpus.charlevel as charlevel
 
-    calls: list[int] = []
-    real = charlevel.count_char_bigrams
-
-    def wrapped(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(charlevel, "count_char_bigrams", wrapped)
-    return calls
+    return counted_calls(monkeypatch, charlevel, "count_char_bigrams")
 
 
 # ---------------------------------------------------------------------------------------------- character level
