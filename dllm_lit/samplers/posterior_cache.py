@@ -262,7 +262,7 @@ class PosteriorCache:
         cdf = self.store[name]
         return categorical_from_stored_cdf(cdf.view(-1, cdf.shape[-1]), self.rows(b, p), u)
 
-    def _neighbour_query(self, b: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def neighbour_query(self, b: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(x_left, d_left, x_right, d_right) at masked (batch, absolute position) pairs from the stored neighbours."""
         T = self.z.shape[1]
         a, c = self.left[b, p - self.lo].long(), self.right[b, p - self.lo].long()
@@ -272,7 +272,7 @@ class PosteriorCache:
     def posterior(self, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """Posterior rows [n, V] at masked (batch, absolute position) pairs of the last refreshed state, from the
         stored nearest revealed neighbours (local denoisers; the numbers a refresh computes)."""
-        return self.den.probs_given_neighbours(*self._neighbour_query(b, p))
+        return self.den.probs_given_neighbours(*self.neighbour_query(b, p))
 
     def draw(self, b: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Proposals at masked (batch, absolute position) pairs of the last refreshed state (local denoisers),
@@ -283,7 +283,7 @@ class PosteriorCache:
             raise ValueError("PosteriorCache.draw needs a proposal law and a LocalDenoiser")
         prob_dtype = torch.float64 if self.law_scores else self.den.output_dtype
         if self.law_memo is not None:  # one row per neighbourhood key met in the run: the same numbers
-            slot = self.law_memo.slots(self._neighbour_query(b, p))
+            slot = self.law_memo.slots(self.neighbour_query(b, p))
             f = self.law_memo.features
             tok = categorical_from_stored_cdf(f["cdf"], slot, u)
             if self.bound is not None:

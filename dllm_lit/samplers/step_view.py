@@ -62,7 +62,7 @@ class StepView:
         denoiser that names keys, one row per distinct neighbourhood key (equal keys: identical rows and values)."""
         cache = self.post.cache
         if cache is not None and cache.local and cache.z is not None:
-            distinct = cache.den.distinct_rows(cache._neighbour_query(self.rows, self.p))
+            distinct = cache.den.distinct_rows(cache.neighbour_query(self.rows, self.p))
             if distinct is not None:
                 return derive(distinct[0]).index_select(0, distinct[1])
         return derive(self.get("probs"))
