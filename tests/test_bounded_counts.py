@@ -95,7 +95,7 @@ def test_bounded_adaptive_draws_what_the_dense_path_draws(chains, chain_name, op
         options["threshold"] = tau if options["threshold"] == "tie" else float(torch.nextafter(
             torch.tensor(tau, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)))
         if options["threshold"] > 1:
-            pytest.skip("the tied confidence is 1")
+            pytest.skip("this chain ties every position at confidence 1: no threshold lies above it (thresholds are at most 1)")
     rule = FastDLLM(**options).connect(chain)
     idx = torch.arange(2, 8)
     want = _run(rule, "dense", idx, 32, 4, 3)
