@@ -68,6 +68,22 @@ def test_log_partition_equals_enumeration(k: int, dense: bool, monkeypatch) -> N
 
 
 
+def test_tilt_iteration_is_replayed_exactly(monkeypatch) -> None:
+    """The sparse path's tilts come from one recorded power iteration per (chain, T): cold cache, warm cache and a
+    call holding one tilt give the same float64 numbers (torch.equal) as iterating the same features together
+    without the cache (TILTS emptied: every feature iterated in the call)."""
+    monkeypatch.setattr(dv_bound, "_DENSE_TRANSFER", 0)
+    chain, T = synthetic_chain(6, 3, eps=0.05, seed=2), 40
+    codes = transition_codes(chain.sample(24, T, seed=3), chain.vocab_size)
+    feats = [TiltFeatures(th, g) for th, g in dv_bound.TILTS] + [fit_features(codes, chain, 4.0, 0.5)]
+    dv_bound._TILT_CACHE.clear()
+    cold, warm = log_partition(chain, feats, T), log_partition(chain, feats, T)
+    alone = log_partition(chain, [feats[3]], T)
+    monkeypatch.setattr(dv_bound, "TILTS", ())
+    assert torch.equal(cold, log_partition(chain, feats, T)) and torch.equal(warm, cold)
+    assert torch.equal(alone, log_partition(chain, [feats[3]], T))
+
+
 def test_block_csr_equals_coalesced_coo() -> None:
     """The sparse path's block-diagonal S^T (one sorted pattern per distinct entry pattern, values summed into it)
     is entry for entry, in the same order, the matrix COO -> coalesce -> CSR gives, and a product with it is the

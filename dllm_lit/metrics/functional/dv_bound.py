@@ -51,7 +51,10 @@ the dependence between the two halves' estimates, so combining them this way is 
 from __future__ import annotations
 
 import math
+import threading
 import warnings
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -241,44 +244,115 @@ def _block_csr_transpose(tr: list[Transfer], V: int) -> torch.Tensor:
                                        (n * V, n * V))
 
 
+class _PowerIteration:
+    """The log-space power iteration of :func:`log_partition` for several features, one step at a time, each step
+    recorded: ``record(t)`` is (log_z, log s, converged) after t - 1 products, float64 [n], float64 [n], bool [n]
+    (t = 1: the start weights, log s and converged unused).  Every operation acts on each feature's row alone (a
+    block-diagonal CSR product, row sums), so with the sparse product a feature's record does not depend on which other
+    features share the batch; ``dense`` picks the product as for the whole :func:`log_partition` call."""
+
+    def __init__(self, chain: MarkovChain, tr: list[Transfer], dense: bool) -> None:
+        V, n = chain.vocab_size, len(tr)
+        self.a, self.b = torch.stack([t.a for t in tr]), torch.stack([t.b for t in tr])
+        self.dense = self.sparse_t = None
+        if dense:  # small chains: the n matrices A themselves, one batched product a step
+            src = torch.cat([k * V + t.src for k, t in enumerate(tr)])
+            dst = torch.cat([k * V + t.dst for k, t in enumerate(tr)])
+            val = torch.cat([t.val for t in tr])
+            self.dense = torch.zeros(n * V * V, dtype=torch.float64).index_put_(
+                ((src // V) * V * V + (src % V) * V + dst % V,), val, accumulate=True).view(n, V, V)
+            self.dense = self.dense + self.a[:, :, None] * self.b[:, None, :]
+        else:  # S^T as one block-diagonal CSR matrix: a step is one sparse product plus the rank-one terms
+            self.sparse_t = _block_csr_transpose(tr, V)
+        v = torch.stack([t.start for t in tr])
+        s = v.sum(1, keepdim=True)
+        self.v, self.shape = v / s, (n, V)
+        self.records = [(s.log().squeeze(1), None, None)]
+        self.lock = threading.Lock()
+
+    def _advance(self) -> None:
+        v, (log_z, _, _) = self.v, self.records[-1]
+        if self.dense is not None:
+            nxt = torch.bmm(v[:, None, :], self.dense).squeeze(1).clamp_min(0.0)
+        else:
+            nxt = torch.sparse.mm(self.sparse_t, v.reshape(-1, 1)).view(self.shape)
+            nxt = (nxt + (v * self.a).sum(1, keepdim=True) * self.b).clamp_min(0.0)
+        s = nxt.sum(1, keepdim=True)
+        nxt = nxt / s
+        slog = s.log().squeeze(1)
+        self.records.append((log_z + slog, slog, (nxt - v).abs().sum(1) <= _FIXED_POINT_TOL))
+        self.v = nxt
+
+    def record(self, t: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        with self.lock:
+            while len(self.records) < t:
+                self._advance()
+            return self.records[t - 1]
+
+
+#: the tilts' power iterations by (chain, T, dense product): they depend on nothing else, so every row of a grid
+#: (and both halves of its bound) reuse one; the few most recent kept (a V = 4096 entry holds ~0.2 GB)
+_TILT_CACHE: OrderedDict[tuple[int, int, bool], tuple[weakref.ref, _PowerIteration]] = OrderedDict()
+_TILT_CACHE_SIZE = 2
+_TILT_CACHE_LOCK = threading.Lock()
+
+
+def _tilt_iteration(chain: MarkovChain, T: int, dense: bool) -> _PowerIteration:
+    """The recorded power iteration of the :data:`TILTS` grid on ``chain``, shared by every call with the same key."""
+    key = (id(chain), T, dense)
+    with _TILT_CACHE_LOCK:
+        hit = _TILT_CACHE.get(key)
+        if hit is not None and hit[0]() is chain:
+            _TILT_CACHE.move_to_end(key)
+            return hit[1]
+        it = _PowerIteration(chain, [TiltFeatures(th, g).transfer(chain) for th, g in TILTS], dense)
+        _TILT_CACHE[key] = (weakref.ref(chain), it)
+        while len(_TILT_CACHE) > _TILT_CACHE_SIZE:
+            _TILT_CACHE.popitem(last=False)
+        return it
+
+
 def log_partition(chain: MarkovChain, features: list, T: int) -> torch.Tensor:
     """log E_p[e^F] for each of several features at once, log w^T A^{T-1} 1 (:class:`Transfer`), float64 [n].
 
     Power iteration in log space: the row vector is renormalised after each product and the logs
-    of its sums are added; once the renormalised vector is a fixed point (L1 change <= 1e-14) every
-    later step multiplies by the same sum, which is added for the remaining steps at once."""
+    of its sums are added; once the renormalised vector is a fixed point (L1 change <= 1e-14) for
+    every feature of the call, every later step multiplies by the same sum, which is added for the
+    remaining steps at once.  With the sparse product the tilts of :data:`TILTS` are replayed from
+    one recorded iteration per (chain, T) (:func:`_tilt_iteration`; the same numbers as iterating them
+    here); the other features are iterated here."""
     V, n = chain.vocab_size, len(features)
-    tr = [ft.transfer(chain) for ft in features]
-    a, b = torch.stack([t.a for t in tr]), torch.stack([t.b for t in tr])
-    dense = None
-    if n * V * V <= _DENSE_TRANSFER:  # small chains: the n matrices A themselves, one batched product a step
-        src = torch.cat([k * V + t.src for k, t in enumerate(tr)])
-        dst = torch.cat([k * V + t.dst for k, t in enumerate(tr)])
-        val = torch.cat([t.val for t in tr])
-        dense = torch.zeros(n * V * V, dtype=torch.float64).index_put_(
-            ((src // V) * V * V + (src % V) * V + dst % V,), val, accumulate=True).view(n, V, V)
-        dense = dense + a[:, :, None] * b[:, None, :]
-    else:  # S^T as one block-diagonal CSR matrix: a step is one sparse product plus the rank-one terms
-        sparse_t = _block_csr_transpose(tr, V)
-    v = torch.stack([t.start for t in tr])
-    s = v.sum(1, keepdim=True)
-    log_z = s.log().squeeze(1)
-    v = v / s
-    step = 1
+    dense = n * V * V <= _DENSE_TRANSFER
+    grid = {tilt: c for c, tilt in enumerate(TILTS)}
+    # the dense batched product's rounding may depend on the batch (threads split it): small chains, cheap, one batch
+    tilt_pos = [] if dense else [k for k, ft in enumerate(features)
+                                 if isinstance(ft, TiltFeatures) and (ft.theta, ft.gamma) in grid]
+    other_pos = [k for k in range(n) if k not in set(tilt_pos)]
+    parts = []  # (positions in the call, the iteration, its rows)
+    if tilt_pos:
+        rows = torch.tensor([grid[(features[k].theta, features[k].gamma)] for k in tilt_pos])
+        parts.append((tilt_pos, _tilt_iteration(chain, T, dense), rows))
+    if other_pos:
+        it = _PowerIteration(chain, [features[k].transfer(chain) for k in other_pos], dense)
+        parts.append((other_pos, it, None))
+
+    def rows_of(t: int) -> list[tuple[torch.Tensor, ...]]:
+        out = []
+        for _, it, rows in parts:
+            rec = it.record(t)
+            out.append(rec if rows is None else tuple(None if r is None else r[rows] for r in rec))
+        return out
+
+    step, recs = 1, rows_of(1)
     while step < T:
-        if dense is not None:
-            nxt = torch.bmm(v[:, None, :], dense).squeeze(1).clamp_min(0.0)
-        else:
-            nxt = torch.sparse.mm(sparse_t, v.reshape(-1, 1)).view(n, V)
-            nxt = (nxt + (v * a).sum(1, keepdim=True) * b).clamp_min(0.0)
-        s = nxt.sum(1, keepdim=True)
-        nxt = nxt / s
-        log_z = log_z + s.log().squeeze(1)
+        recs = rows_of(step + 1)
         step += 1
-        if bool(((nxt - v).abs().sum(1) <= _FIXED_POINT_TOL).all()):
-            log_z = log_z + (T - step) * s.log().squeeze(1)
+        if all(bool(conv.all()) for _, _, conv in recs):
+            recs = [(log_z + (T - step) * slog, None, None) for log_z, slog, _ in recs]
             break
-        v = nxt
+    log_z = torch.empty(n, dtype=torch.float64)
+    for (pos, _, _), (lz, _, _) in zip(parts, recs):
+        log_z[pos] = lz
     return log_z
 
 
