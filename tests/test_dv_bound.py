@@ -68,21 +68,25 @@ def test_log_partition_equals_enumeration(k: int, dense: bool, monkeypatch) -> N
 
 
 
-def test_tilt_iteration_is_replayed_exactly(monkeypatch) -> None:
-    """The sparse path's tilts come from one recorded power iteration per (chain, T): cold cache, warm cache and a
-    call holding one tilt give the same float64 numbers (torch.equal) as iterating the same features together
-    without the cache (TILTS emptied: every feature iterated in the call)."""
+def test_sparse_values_do_not_depend_on_the_batch(monkeypatch) -> None:
+    """Sparse path: each feature stops at its own fixed point, and the tilts come from one recorded power iteration
+    per (chain, T): cold cache, warm cache, a feature alone and the tilts iterated in the call (TILTS emptied, no
+    cache) give the same float64 numbers (torch.equal); the values match the dense path's to 1e-12."""
     monkeypatch.setattr(dv_bound, "_DENSE_TRANSFER", 0)
     chain, T = synthetic_chain(6, 3, eps=0.05, seed=2), 40
     codes = transition_codes(chain.sample(24, T, seed=3), chain.vocab_size)
-    feats = [TiltFeatures(th, g) for th, g in dv_bound.TILTS] + [fit_features(codes, chain, 4.0, 0.5)]
+    tilts = [TiltFeatures(th, g) for th, g in dv_bound.TILTS]
+    feats = tilts + [fit_features(codes, chain, 4.0, 0.5), fit_features(codes, chain, 1.0, 1.0)]
     dv_bound._TILT_CACHE.clear()
     cold, warm = log_partition(chain, feats, T), log_partition(chain, feats, T)
-    alone = log_partition(chain, [feats[3]], T)
+    assert torch.equal(warm, cold)
+    for k in (3, len(tilts), len(tilts) + 1):
+        assert torch.equal(log_partition(chain, [feats[k]], T), cold[k:k + 1])
+    assert torch.equal(log_partition(chain, feats[::-1], T), cold.flip(0))
     monkeypatch.setattr(dv_bound, "TILTS", ())
-    assert torch.equal(cold, log_partition(chain, feats, T)) and torch.equal(warm, cold)
-    assert torch.equal(alone, log_partition(chain, [feats[3]], T))
-
+    assert torch.equal(log_partition(chain, tilts, T), cold[:len(tilts)])
+    monkeypatch.setattr(dv_bound, "_DENSE_TRANSFER", 1 << 22)
+    assert torch.allclose(log_partition(chain, feats, T), cold, rtol=1e-12, atol=1e-12)
 
 def test_block_csr_equals_coalesced_coo() -> None:
     """The sparse path's block-diagonal S^T (one sorted pattern per distinct entry pattern, values summed into it)

@@ -142,6 +142,17 @@ class BigramFeatures:
         return Transfer(torch.cat([ti, i]), torch.cat([tj, j]), torch.cat([(1.0 - chain.eps) * tp * scale[ti], corr]),
                         chain.eps * scale, chain.nu, chain.stationary * self.first.exp())
 
+    def split_transfer(self, chain: MarkovChain) -> tuple[torch.Tensor, Transfer]:
+        """:meth:`transfer` as ``(w, R)``: S = diag(w) P_topK + R_sparse with w = (1 - eps) e^c and R only the
+        observed-pair corrections, so that every feature of a call multiplies by the same P_topK."""
+        V = chain.vocab_size
+        scale = self.row_const.exp()
+        i, j = self.pairs // V, self.pairs % V
+        P = chain.kernel[i, j]
+        corr = torch.where(P > 0, (P.clamp_min(1e-300).log() + self.pair_f).exp(), torch.zeros_like(P)) - P * scale[i]
+        return (1.0 - chain.eps) * scale, Transfer(i, j, corr, chain.eps * scale, chain.nu,
+                                                    chain.stationary * self.first.exp())
+
 
 @dataclass(frozen=True)
 class TiltFeatures:
@@ -251,10 +262,12 @@ class _PowerIteration:
     block-diagonal CSR product, row sums), so with the sparse product a feature's record does not depend on which other
     features share the batch; ``dense`` picks the product as for the whole :func:`log_partition` call."""
 
-    def __init__(self, chain: MarkovChain, tr: list[Transfer], dense: bool) -> None:
+    def __init__(self, chain: MarkovChain, tr: list[Transfer], dense: bool, shared: torch.Tensor | None = None) -> None:
         V, n = chain.vocab_size, len(tr)
         self.a, self.b = torch.stack([t.a for t in tr]), torch.stack([t.b for t in tr])
         self.dense = self.sparse_t = None
+        #: ``shared`` [n, V]: S_k = diag(shared_k) P_topK + S_k (sparse path): one product with P_topK^T for all k
+        self.shared, self.kernel_t = shared, None if shared is None else _topk_csr_transpose(chain)
         if dense:  # small chains: the n matrices A themselves, one batched product a step
             src = torch.cat([k * V + t.src for k, t in enumerate(tr)])
             dst = torch.cat([k * V + t.dst for k, t in enumerate(tr)])
@@ -276,6 +289,8 @@ class _PowerIteration:
             nxt = torch.bmm(v[:, None, :], self.dense).squeeze(1).clamp_min(0.0)
         else:
             nxt = torch.sparse.mm(self.sparse_t, v.reshape(-1, 1)).view(self.shape)
+            if self.shared is not None:
+                nxt = nxt + torch.sparse.mm(self.kernel_t, (v * self.shared).T.contiguous()).T
             nxt = (nxt + (v * self.a).sum(1, keepdim=True) * self.b).clamp_min(0.0)
         s = nxt.sum(1, keepdim=True)
         nxt = nxt / s
@@ -312,6 +327,21 @@ def _tilt_iteration(chain: MarkovChain, T: int, dense: bool) -> _PowerIteration:
         return it
 
 
+_KERNEL_CACHE: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+
+
+def _topk_csr_transpose(chain: MarkovChain) -> torch.Tensor:
+    """P_topK^T [V, V] as CSR (int32 indices), one per chain (the last one kept)."""
+    hit = _KERNEL_CACHE.get(id(chain))
+    if hit is not None and hit[0]() is chain:
+        return hit[1]
+    ti, tj, tp = _topk_entries(chain)
+    kt = _block_csr_transpose([Transfer(ti, tj, tp, tp[:0], tp[:0], tp[:0])], chain.vocab_size)
+    _KERNEL_CACHE.clear()
+    _KERNEL_CACHE[id(chain)] = (weakref.ref(chain), kt)
+    return kt
+
+
 def log_partition(chain: MarkovChain, features: list, T: int) -> torch.Tensor:
     """log E_p[e^F] for each of several features at once, log w^T A^{T-1} 1 (:class:`Transfer`), float64 [n].
 
@@ -333,7 +363,11 @@ def log_partition(chain: MarkovChain, features: list, T: int) -> torch.Tensor:
         rows = torch.tensor([grid[(features[k].theta, features[k].gamma)] for k in tilt_pos])
         parts.append((tilt_pos, _tilt_iteration(chain, T, dense), rows))
     if other_pos:
-        it = _PowerIteration(chain, [features[k].transfer(chain) for k in other_pos], dense)
+        if dense or not all(isinstance(features[k], BigramFeatures) for k in other_pos):
+            it = _PowerIteration(chain, [features[k].transfer(chain) for k in other_pos], dense)
+        else:  # fitted log-ratios: one product with the shared top-K kernel, plus each one's corrections
+            split = [features[k].split_transfer(chain) for k in other_pos]
+            it = _PowerIteration(chain, [t for _, t in split], dense, torch.stack([w for w, _ in split]))
         parts.append((other_pos, it, None))
 
     def rows_of(t: int) -> list[tuple[torch.Tensor, ...]]:
@@ -344,16 +378,29 @@ def log_partition(chain: MarkovChain, features: list, T: int) -> torch.Tensor:
         return out
 
     step, recs = 1, rows_of(1)
-    while step < T:
+    if dense:  # one batch; every feature stops when all have converged
+        while step < T:
+            recs = rows_of(step + 1)
+            step += 1
+            if all(bool(conv.all()) for _, _, conv in recs):
+                recs = [(log_z + (T - step) * slog, None, None) for log_z, slog, _ in recs]
+                break
+        log_z = torch.empty(n, dtype=torch.float64)
+        for (pos, _, _), (lz, _, _) in zip(parts, recs):
+            log_z[pos] = lz
+        return log_z
+    # sparse: each feature stops at its own fixed point, so its value does not depend on the call's other features
+    log_z = torch.cat([lz for lz, _, _ in recs])
+    done = torch.zeros(n, dtype=torch.bool)
+    while step < T and not bool(done.all()):
         recs = rows_of(step + 1)
         step += 1
-        if all(bool(conv.all()) for _, _, conv in recs):
-            recs = [(log_z + (T - step) * slog, None, None) for log_z, slog, _ in recs]
-            break
-    log_z = torch.empty(n, dtype=torch.float64)
-    for (pos, _, _), (lz, _, _) in zip(parts, recs):
-        log_z[pos] = lz
-    return log_z
+        lz, slog, conv = (torch.cat(r) for r in zip(*recs))
+        log_z = torch.where(done, log_z, torch.where(conv, lz + (T - step) * slog, lz))
+        done = done | conv
+    out = torch.empty(n, dtype=torch.float64)
+    out[[k for pos, _, _ in parts for k in pos]] = log_z
+    return out
 
 
 def _values(ft, codes: torch.Tensor, chain: MarkovChain) -> torch.Tensor:
