@@ -133,14 +133,10 @@ class BigramFeatures:
 
     def transfer(self, chain: MarkovChain) -> Transfer:
         """P o e^f = diag(e^c) P + sum_observed P_ij (e^{f_ij} - e^{c_i}) e_i e_j^T, P = (1 - eps) P_topK + eps 1 nu^T."""
-        V = chain.vocab_size
-        scale = self.row_const.exp()
+        _, r = self.split_transfer(chain)
         ti, tj, tp = _topk_entries(chain)
-        i, j = self.pairs // V, self.pairs % V
-        P = chain.kernel[i, j]
-        corr = torch.where(P > 0, (P.clamp_min(1e-300).log() + self.pair_f).exp(), torch.zeros_like(P)) - P * scale[i]
-        return Transfer(torch.cat([ti, i]), torch.cat([tj, j]), torch.cat([(1.0 - chain.eps) * tp * scale[ti], corr]),
-                        chain.eps * scale, chain.nu, chain.stationary * self.first.exp())
+        top = (1.0 - chain.eps) * tp * self.row_const.exp()[ti]
+        return Transfer(torch.cat([ti, r.src]), torch.cat([tj, r.dst]), torch.cat([top, r.val]), r.a, r.b, r.start)
 
     def split_transfer(self, chain: MarkovChain) -> tuple[torch.Tensor, Transfer]:
         """:meth:`transfer` as ``(w, R)``: S = diag(w) P_topK + R_sparse with w = (1 - eps) e^c and R only the
