@@ -26,7 +26,8 @@ Departures from upstream (both only where upstream would misbehave; see the docs
 
 NFE: one per step at which the sequence's block still had a masked position, per sequence
 (``generate_with_nfe``).  Memory: the previous posterior row per position of the block
-(B x block x V, float64) plus the posterior cache of the confidence-decoding engine
+(B x block x V, float64; not allocated while all zeros, e.g. in the one block of the cached greedy path, which
+computes KL values from neighbours only where read: :class:`_PendingKL`) plus the posterior cache of the confidence-decoding engine
 (:func:`~dllm_lit.samplers.confidence_decoding.propose_step`, LLaDA's proposals; run in sub-batches that
 fit its memory budget).  Uniforms: Stream.TOKEN at (global step, position).
 """
@@ -115,7 +116,7 @@ class KLASS(Sampler):
         S = steps // nb
         tok_u = StepUniforms(seed, indices, steps)
         rows_b = torch.arange(B, device=dev)
-        prev = torch.zeros((B, bl, V), dtype=torch.float64, device=dev)  # q: rows of the previous call
+        prev = None  # q: rows of the previous call, [B, bl, V] float64; None: all zeros (before the first call)
         # with a small key range the cache keeps features by key: the float64 rows too, for the KL between keys
         keyed = tau == 0 and NeighbourhoodRows.applies(den)
 
@@ -130,12 +131,14 @@ class KLASS(Sampler):
             cache = post.cache
             # greedy proposals over a cache of neighbours: rows only where a neighbour changed (see docstring)
             fast = tau == 0 and cache is not None and cache.local
+            # without a key memo: KL values only where a ready test reads them (see _PendingKL)
+            pending = _PendingKL(H, B, bl, dev) if fast and cache.memo is None and self.kl_threshold > 0 else None
             # per position, the last step whose KL was not below the threshold (only "the last H KL values are all
             # below it" is read): ready needs lastbad <= s - H.  A KL never computed at a step is 0 (the row did not
             # change), not below a threshold of 0.
             lastbad = torch.full((B, bl), -1, dtype=torch.long, device=dev)
             zero_bad = not 0.0 < self.kl_threshold
-            nxt = torch.zeros_like(prev) if blk + 1 < nb else None
+            nxt = torch.zeros((B, bl, V), dtype=torch.float64, device=dev) if blk + 1 < nb else None
             masked = x[:, lo:hi] == M
             # confidences [B, bl] of this step's proposals, -inf where revealed (the fast path's tokens: the cache's)
             tokd = None if fast else torch.zeros((B, bl), dtype=torch.long, device=dev)
@@ -148,9 +151,16 @@ class KLASS(Sampler):
                     before = (cache.left, cache.right)  # the previous call's neighbours (refresh replaces them)
                     post.load(x, None, None)
                     confd = torch.where(masked, cache.column("pmax").to(torch.float64), -math.inf)
-                    if s == 0:  # against the previous block's last rows (zeros before the first call)
+                    if pending is not None:
+                        pending.record(s, masked if s == 0 else
+                                       masked & ((cache.left != before[0]) | (cache.right != before[1])), before)
+                        if s >= H - 1:  # the positions that are ready unless a KL not yet computed is not below
+                            pending.settle(s, (confd > self.conf_threshold) & (lastbad <= s - H), cache, prev,
+                                           lastbad, self.kl_threshold)
+                    elif s == 0:  # against the previous block's last rows (zeros before the first call)
                         b, q = nonzero_pairs(masked)
-                        _mark(lastbad, b * bl + q, _kl_at(cache, b, q + lo, lambda rb, rq: prev[rb, rq - lo]),
+                        _mark(lastbad, b * bl + q,
+                              _kl_at(cache, b, q + lo, lambda rb, rq: _previous(prev, rb, rq - lo, V)),
                               self.kl_threshold, s)
                     else:
                         if cache.memo is not None:  # 0 exactly where the key, hence the row, is the previous one
@@ -170,6 +180,8 @@ class KLASS(Sampler):
                     f = b * bl + q
                     view = propose_step(post, x, b, q + lo, blk * S + s, tau, tok_u)
                     cur = view.get("probs").to(torch.float64)
+                    if prev is None:
+                        prev = torch.zeros((B, bl, V), dtype=torch.float64, device=dev)
                     _mark(lastbad, f, stability_kl(cur, prev[b, q]), self.kl_threshold, s)
                     prev[b, q] = cur
                     confd = torch.full((B, bl), -math.inf, dtype=torch.float64, device=dev)
@@ -237,10 +249,88 @@ def _query(cache, neighbours: tuple[torch.Tensor, torch.Tensor], b: torch.Tensor
            p: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """(x_left, d_left, x_right, d_right) at masked (b, p) of the cache's state given the block's [B, L] nearest
     revealed neighbours ``neighbours`` (current or earlier: revealed tokens never change)."""
+    return _query_at(cache, b, p, neighbours[0][b, p - cache.lo], neighbours[1][b, p - cache.lo])
+
+
+def _query_at(cache, b: torch.Tensor, p: torch.Tensor, a: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(x_left, d_left, x_right, d_right) at masked (b, p) whose nearest revealed neighbours were ``a`` / ``c`` (-1 /
+    T: none) at some call so far: the query of that call (revealed tokens never change, so the cache's state has
+    them)."""
     T = cache.z.shape[1]
-    a, c = neighbours[0][b, p - cache.lo].long(), neighbours[1][b, p - cache.lo].long()
+    a, c = a.long(), c.long()
     d1, d2 = neighbour_distances(p, a, c, T)
     return cache.z[b, a.clamp(min=0)], d1, cache.z[b, c.clamp(max=T - 1)], d2
+
+
+def _previous(prev: torch.Tensor | None, b: torch.Tensor, q: torch.Tensor, V: int) -> torch.Tensor:
+    """The previous call's float64 rows at block positions (b, q): ``prev[b, q]``, zeros when ``prev`` is None."""
+    if prev is None:
+        return torch.zeros((b.numel(), V), dtype=torch.float64, device=b.device)
+    return prev[b, q]
+
+
+class _PendingKL:
+    """The stability KL values of the last H calls, computed only where the ready test reads them.
+
+    Under a denoiser of nearest revealed neighbours a position's KL at call t is exactly 0 unless a neighbour
+    changed at t (then it compares the rows of the neighbours before and after t; at a block's first call, the
+    previous call's row).  With ``kl_threshold > 0`` a 0 is below the threshold, so "the last H KL values are below it"
+    at step s reads only the KL values of the changes in (s - H, s], and only where the confidence exceeds its
+    threshold.  Kept per step slot t mod H: where a neighbour changed at t, the neighbours before the change, and
+    whether its KL is still to be computed; the neighbours after it are those before the next change, or the
+    current ones.  A computed KL not below the threshold sets ``lastbad`` (the state the eager path keeps), so the
+    ready test and the draws are those of computing every KL."""
+
+    def __init__(self, H: int, B: int, bl: int, device: torch.device) -> None:
+        self.H = H
+        self.changed = torch.zeros((H, B, bl), dtype=torch.bool, device=device)
+        self.open = torch.zeros((H, B, bl), dtype=torch.bool, device=device)
+        self.left: torch.Tensor | None = None  # [H, B, bl] neighbours before the change (dtype of the cache's)
+        self.right: torch.Tensor | None = None
+
+    def record(self, s: int, changed: torch.Tensor, before: tuple[torch.Tensor | None, torch.Tensor | None]) -> None:
+        """Step s's changes (bool [B, bl]: masked positions whose neighbours changed; at s = 0 every masked one) and
+        the neighbours before them (the previous call's; unused at s = 0)."""
+        j = s % self.H
+        self.changed[j] = changed
+        self.open[j] = changed
+        if before[0] is None:
+            return
+        if self.left is None:
+            self.left = torch.zeros((self.H, *changed.shape), dtype=before[0].dtype, device=changed.device)
+            self.right = torch.zeros_like(self.left)
+        self.left[j] = before[0]
+        self.right[j] = before[1]
+
+    def settle(self, s: int, cand: torch.Tensor, cache, prev: torch.Tensor | None, lastbad: torch.Tensor,
+               threshold: float) -> None:
+        """Compute the pending KL values of steps (s - H, s] at the candidate positions ``cand`` (bool [B, bl]) and
+        record in ``lastbad`` the latest step whose KL is not below ``threshold`` (NaN included)."""
+        bl = cand.shape[1]
+        for t in range(s, max(s - self.H, -1), -1):
+            j = t % self.H
+            b, q = nonzero_pairs(cand & self.open[j])
+            if b.numel() == 0:
+                continue
+            a, c = cache.left[b, q], cache.right[b, q]  # the neighbours after step t's change
+            for u in range(s, t, -1):  # the earliest later change in the window has them as its "before"
+                hit = self.changed[u % self.H, b, q]
+                a = torch.where(hit, self.left[u % self.H, b, q], a)
+                c = torch.where(hit, self.right[u % self.H, b, q], c)
+            p = q + cache.lo
+            kl = torch.empty(b.shape, dtype=torch.float64, device=b.device)
+            V = cache.den.vocab_size
+            for sl in row_chunks(b.numel(), V, b.device):
+                bs, ps = b[sl], p[sl]
+                now = cache.den.probs_given_neighbours(*_query_at(cache, bs, ps, a[sl], c[sl]))
+                then = _previous(prev, bs, q[sl], V) if t == 0 else cache.den.probs_given_neighbours(
+                    *_query_at(cache, bs, ps, self.left[j, bs, q[sl]], self.right[j, bs, q[sl]])).to(torch.float64)
+                kl[sl] = stability_kl(now.to(torch.float64), then)
+            self.open[j].view(-1).index_fill_(0, b * bl + q, False)
+            bad = flat_nonzero(~(kl < threshold))
+            if bad.numel():
+                f = (b * bl + q).index_select(0, bad)
+                lastbad.view(-1).index_copy_(0, f, lastbad.view(-1).index_select(0, f).clamp(min=t))
 
 
 def _kl_by_slots(memo: NeighbourhoodRows, then: torch.Tensor, now: torch.Tensor) -> torch.Tensor:
