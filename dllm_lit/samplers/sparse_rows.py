@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries
+from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 
 __all__ = ["SparseNeighbourhoodRows", "keyed_rows"]
@@ -22,7 +22,8 @@ __all__ = ["SparseNeighbourhoodRows", "keyed_rows"]
 
 class SparseNeighbourhoodRows(NeighbourhoodRows):
     """:class:`NeighbourhoodRows` for any key range: the keys met are kept sorted (``keys``) with their slots
-    (``key_slots``), so memory grows with the keys met, not with the key range."""
+    (``key_slots``), so memory grows with the keys met, not with the key range (:meth:`NeighbourhoodRows.slots`
+    over this lookup and insertion)."""
 
     def __init__(self, den: LocalDenoiser, derive: Callable[[torch.Tensor], dict[str, torch.Tensor]],
                  device: torch.device | None = None) -> None:
@@ -58,23 +59,6 @@ class SparseNeighbourhoodRows(NeighbourhoodRows):
         merged_keys[old], merged_slots[old] = self.keys, self.key_slots
         merged_keys[at], merged_slots[at] = keys, slots
         self.keys, self.key_slots = merged_keys, merged_slots
-
-    def slots(self, query: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """Slots (int64 [n]) of the rows of the queries (x_left, d_left, x_right, d_right); rows of keys not met
-        before are computed (one per new key) and their features appended."""
-        keys = self.den.neighbour_keys(*query)
-        slot = self._lookup(keys)
-        new = slot < 0
-        if bool(new.any()):
-            idx = new.nonzero().squeeze(1)
-            rep, inv = distinct_queries(keys.index_select(0, idx))
-            rows = self.den.probs_given_neighbours(*(q.index_select(0, idx.index_select(0, rep)) for q in query))
-            self._append(self.derive(rows))
-            fresh_keys = keys.index_select(0, idx.index_select(0, rep))
-            fresh_slots = torch.arange(self.size - rep.numel(), self.size, device=keys.device)
-            self._insert(fresh_keys, fresh_slots)
-            slot[idx] = fresh_slots.index_select(0, inv)
-        return slot
 
 
 def keyed_rows(den: LocalDenoiser, derive: Callable[[torch.Tensor], dict[str, torch.Tensor]],
