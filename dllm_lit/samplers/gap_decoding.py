@@ -27,7 +27,7 @@ import torch
 from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
 from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import categorical, categorical_from_stored_cdf, row_chunks
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.samplers.sparse_rows import SparseNeighbourhoodRows, keyed_rows
 from dllm_lit.samplers.selection import rank_positions, top_n_mask, unique_top_n
 from dllm_lit.samplers.step_view import StepView
 
@@ -36,9 +36,9 @@ __all__ = ["GapBlock", "gaps_apply", "decode_gaps"]
 
 def gaps_apply(den, x: torch.Tensor, lo: int, hi: int, prefix: int) -> bool:
     """Whether :class:`GapBlock` serves block [lo, hi) of x: x on the CPU, a :class:`LocalDenoiser` whose keys are
-    memoised (:meth:`NeighbourhoodRows.applies`) and capped at a known depth, no masked position outside the block,
-    and a block longer than the ``prefix``."""
-    if x.device.type != "cpu" or not NeighbourhoodRows.applies(den) or den.neighbour_key_depth() is None:
+    memoised (:meth:`SparseNeighbourhoodRows.applies`: a known key range, dense or sorted memo) and capped at a known
+    depth, no masked position outside the block, and a block longer than the ``prefix``."""
+    if x.device.type != "cpu" or not SparseNeighbourhoodRows.applies(den) or den.neighbour_key_depth() is None:
         return False
     masked = x == den.mask_id
     return hi - lo > prefix and not bool(masked[:, :lo].any()) and not bool(masked[:, hi:].any())
@@ -61,7 +61,7 @@ class GapBlock:
         self.den, self.x, self.lo, self.hi, self.row0 = den, x, lo, hi, row0
         self.names, self.fresh, self.law, self.law_scores = names, set(fresh), law, law_scores
         self.depth = int(den.neighbour_key_depth())
-        self.memo = NeighbourhoodRows(den, lambda rows: {k: v for k, v in features(rows).items()
+        self.memo = keyed_rows(den, lambda rows: {k: v for k, v in features(rows).items()
                                                          if k not in self.fresh}, device=x.device)
         B, T = x.shape
         m = x == den.mask_id

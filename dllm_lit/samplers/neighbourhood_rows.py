@@ -58,17 +58,25 @@ class NeighbourhoodRows:
         """Slots (int64 [n]) of the rows of the queries (x_left, d_left, x_right, d_right); rows of keys not met
         before are computed (one per new key) and their features appended."""
         keys = self.den.neighbour_keys(*query)
-        slot = self.slot_of.index_select(0, keys)
+        slot = self._lookup(keys)
         new = slot < 0
         if bool(new.any()):
             idx = new.nonzero().squeeze(1)
             rep, inv = distinct_queries(keys.index_select(0, idx))
             rows = self.den.probs_given_neighbours(*(q.index_select(0, idx.index_select(0, rep)) for q in query))
             self._append(self.derive(rows))
-            self.slot_of[keys.index_select(0, idx.index_select(0, rep))] = torch.arange(
-                self.size - rep.numel(), self.size, device=keys.device)
-            slot = self.slot_of.index_select(0, keys)
+            fresh = torch.arange(self.size - rep.numel(), self.size, device=keys.device)
+            self._insert(keys.index_select(0, idx.index_select(0, rep)), fresh)
+            slot[idx] = fresh.index_select(0, inv)
         return slot
+
+    def _lookup(self, keys: torch.Tensor) -> torch.Tensor:
+        """Slots of ``keys`` (-1 where not met)."""
+        return self.slot_of.index_select(0, keys)
+
+    def _insert(self, keys: torch.Tensor, slots: torch.Tensor) -> None:
+        """Record the ``slots`` of distinct ``keys`` (ascending, none met before)."""
+        self.slot_of[keys] = slots
 
     def _append(self, values: dict[str, torch.Tensor]) -> None:
         n = next(iter(values.values())).shape[0]
