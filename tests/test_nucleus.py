@@ -259,3 +259,53 @@ def test_uncertified_rows_fall_back_to_the_sort(force: str, monkeypatch) -> None
         for p in (0.3, 0.9) + tuple(exact_p_values(rows, strict, g)[:6]):
             got, want = top_p_filter(rows, p, strict), reference_top_p(rows, p, strict)
             assert torch.equal(got.view(torch.int64), want.view(torch.int64)), (force, strict, p)
+
+
+# ---------------------------------------------------------------- the CPU candidate cut (peaked rows, few tokens above tau)
+def peaked_rows(g: torch.Generator, n: int, V: int) -> torch.Tensor:
+    """Rows as the oracle gives at short distances: a support of a few to a few hundred tokens carrying the mass, a
+    1e-8 floor elsewhere, some rows with ties (dyadic values) on the support."""
+    rows = torch.full((n, V), 1e-8, dtype=torch.float64)
+    for i in range(n):
+        k = int(torch.randint(2, 400, (1,), generator=g))
+        cols = torch.randperm(V, generator=g)[:k]
+        vals = torch.rand(k, generator=g, dtype=torch.float64) ** 4
+        if i % 3 == 0:
+            vals = 2.0 ** -torch.randint(1, 5, (k,), generator=g).to(torch.float64)
+        rows[i, cols] = vals
+    return rows
+
+
+def test_candidate_cut_is_taken_and_equals_the_sort_cut() -> None:
+    """_cut_by_candidates certifies peaked rows (the mass on fewer than CANDIDATE_MAX tokens) and gives the sort's
+    (m, thr) exactly there, p values equal to a cumulative sum included; the filter equals the sort reference."""
+    from dllm_lit.samplers.nucleus import CANDIDATE_MAX, _cut_by_candidates, _cut_by_sort
+
+    g = torch.Generator().manual_seed(17)
+    V = 4096
+    rows = peaked_rows(g, 30, V)
+    q = rows / rows.sum(-1, keepdim=True)
+    few = (q >= 0.05 / V).sum(-1) <= CANDIDATE_MAX
+    for strict in (True, False):
+        for p in (0.5, 0.9, 0.99) + tuple(exact_p_values(rows, strict, g)[:6]):
+            m, thr, ok = _cut_by_candidates(q, p, strict)
+            if p <= 0.9:
+                assert ok[few].float().mean() > 0.8, (strict, p)
+            m_ref, thr_ref = _cut_by_sort(q, torch.ones(len(q), 1, dtype=torch.float64), p, strict)
+            assert torch.equal(m[ok], m_ref[ok]) and torch.equal(thr[ok], thr_ref[ok]), (strict, p)
+            got, want = top_p_filter(rows, p, strict), reference_top_p(rows, p, strict)
+            assert torch.equal(got.view(torch.int64), want.view(torch.int64)), (strict, p)
+
+
+@pytest.mark.parametrize("cap", [0, 10**9])
+def test_candidate_cut_cap_changes_nothing(cap: int, monkeypatch) -> None:
+    """With the candidate cut off (cap 0: buckets and sort) or taken for every row (no cap) the sets are the same."""
+    import dllm_lit.samplers.nucleus as nucleus
+
+    monkeypatch.setattr(nucleus, "CANDIDATE_MAX", cap)
+    g = torch.Generator().manual_seed(19)
+    rows = torch.cat([peaked_rows(g, 12, 1024), random_rows(g, 24, 1024)])
+    for strict in (True, False):
+        for p in (0.3, 0.9) + tuple(exact_p_values(rows, strict, g)[:6]):
+            got, want = top_p_filter(rows, p, strict), reference_top_p(rows, p, strict)
+            assert torch.equal(got.view(torch.int64), want.view(torch.int64)), (cap, strict, p)

@@ -92,6 +92,13 @@ def _kept_from_values(raw: torch.Tensor, total: torch.Tensor, q: torch.Tensor, p
     # with c_1 = s_1 > p (strict; non-strict: c_2 - s_2 > p, certified as in _cut_by_buckets) m = 1, thr = max
     rest = (thr <= (p if strict else p + _bucket_delta(V))).squeeze(1).nonzero().squeeze(1)
     drop = torch.full_like(m, -1)
+    if rest.numel():  # rows with few tokens above (1 - p) / (2 V): the cut from those tokens alone, where certified
+        m_c, thr_c, ok_c = _cut_by_candidates(q2 if rest.numel() == q2.shape[0] else q2.index_select(0, rest), p,
+                                              strict)
+        if bool(ok_c.any()):
+            done = ok_c.nonzero().squeeze(1)
+            m[rest[done]], thr[rest[done]] = m_c[done], thr_c[done]
+            rest = rest[~ok_c]
     if rest.numel():
         sub = q2 if rest.numel() == q2.shape[0] else q2.index_select(0, rest)
         t_b, d_b, ok = _cut_by_buckets(sub, p, strict)
@@ -198,6 +205,50 @@ def _cut_by_buckets(q: torch.Tensor, p: float, strict: bool) -> tuple[torch.Tens
         thr[i] = torch.where(key[i] > ((nb - 1) - top[i]), q[i], torch.inf).amin(-1, keepdim=True)
         drop[i] = 0
     return thr, drop, ok
+
+
+#: rows with at most this many candidate tokens (q >= (1 - p) / (2 V)) take :func:`_cut_by_candidates`
+CANDIDATE_MAX = 512
+
+
+def _cut_by_candidates(q: torch.Tensor, p: float, strict: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(m, thr, ok) of :func:`_cut_by_sort` for the rows of ``q`` [n, V] (normalised, float64, CPU) from their
+    candidate tokens only, q_v >= tau = (1 - p) / (2 V); ``ok`` (bool [n]) marks the rows where the result is the
+    sort's (the others, with more than :data:`CANDIDATE_MAX` candidates or no crossing among them, are left to
+    the caller).
+
+    The candidates hold every token whose value is >= tau, so their values in descending order are the first
+    ``count`` values s_1..s_count of the whole row's sorted values, and the sequential float64 cumsum over them
+    gives the very numbers c_1..c_count of the sort's cumsum (the same additions in the same order).  Where the
+    first k with c_k > p (non-strict: c_k - s_k > p) lies among them, the sort's m = k - 1 (at least 1) and
+    thr = s_m are read off exactly, with no margin.  The tokens below tau hold mass < (1 - p) / 2, so a crossing
+    is certain unless rounding intervenes; peaked rows (a few hundred tokens carrying the mass) have few
+    candidates, and the bucket cut's histogram is skipped for them.
+    """
+    n, V = q.shape
+    cand = q >= (1.0 - p) / (2.0 * V)
+    count = cand.sum(-1)
+    ok = count <= CANDIDATE_MAX
+    m = torch.ones((n, 1), dtype=torch.int64)
+    thr = torch.zeros((n, 1), dtype=q.dtype)
+    if not bool(ok.any()):
+        return m, thr, ok
+    idx = ok.nonzero().squeeze(1)
+    rows, cols = nonzero_pairs(cand.index_select(0, idx))
+    size = count.index_select(0, idx)
+    width = max(1, int(size.max()))
+    start = size.cumsum(0) - size
+    vals = torch.zeros((idx.numel(), width), dtype=q.dtype)
+    vals[rows, torch.arange(rows.numel()) - start.index_select(0, rows)] = q[idx.index_select(0, rows), cols]
+    s = torch.from_numpy(np.sort(vals.numpy(), axis=-1)[:, ::-1].copy())  # zero padding last
+    c = s.cumsum(-1)
+    below = c if strict else c - s
+    target = torch.full((idx.numel(), 1), p, dtype=c.dtype)
+    m_i = torch.searchsorted(below, target, right=True).clamp_(min=1)
+    good = (m_i < size[:, None]).squeeze(1)  # the crossing k = m + 1 lies among the candidates
+    ok[idx] = good
+    m[idx], thr[idx] = m_i, s.gather(-1, m_i - 1)
+    return m, thr, ok
 
 
 def _kth_largest(q: torch.Tensor, k: int) -> torch.Tensor:
