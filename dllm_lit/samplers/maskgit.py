@@ -49,6 +49,7 @@ from dllm_lit.samplers.confidence_decoding import (ROUNDS_MIN_VOCAB, BlockPoster
                                                    confidence, first_draws, has_max_prob_bound, in_sub_batches,
                                                    proposal_features, proposal_widths, propose_step, propose_tokens)
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
+from dllm_lit.samplers.selection import topk_stable_mask
 
 __all__ = ["MaskGIT", "SCHEDULES", "mask_ratio", "num_masked_next"]
 
@@ -183,7 +184,8 @@ class MaskGIT(Sampler):
                 return steps
             ub = block.bound.log() if gumbel is None else block.bound.log() + gumbel
             drawn = torch.zeros((B, n), dtype=torch.bool, device=x.device)
-            first = torch.topk(ub, min(n, first_draws(k, V)), dim=1, sorted=False).indices
+            size = min(n, first_draws(k, V))
+            first = torch.topk(ub, size, dim=1, sorted=False).indices
             drawn.scatter_(1, first, True)
             fill((first + (rows * n)[:, None]).view(-1))
             while True:  # as _bounded: draw wherever the bound reaches the k-th score found so far
@@ -191,6 +193,11 @@ class MaskGIT(Sampler):
                 cand = (ub >= kth - 1e-12 * (1.0 + kth.abs())) & ~drawn
                 if not bool(cand.any()):
                     break
+                # large vocabularies (rows dear): rounds of 4x growing size, best bounds first, so that the k-th
+                # score rises between rounds and prunes the rest (the loop ends only when no bound reaches it)
+                size *= 4
+                if size < n and V >= ROUNDS_MIN_VOCAB:
+                    cand &= topk_stable_mask(torch.where(cand, ub, -math.inf), size)
                 fill(flat_nonzero(cand))
                 drawn |= cand
             commit = scores >= kth
