@@ -108,3 +108,23 @@ def test_no_mask_left(den) -> None:
         full = s.sample(12, 30, steps=steps, seed=5)
         assert full.min() >= 0 and full.max() < V
     assert s.name == "maskgit"
+
+
+def test_compact_rounds_of_large_vocabularies_give_the_dense_draws(den, monkeypatch) -> None:
+    """The compact loop's regime of large vocabularies (row-free bounds, proposals drawn in rounds of 4x growing
+    size, best bounds first) on a small chain: the draws of the dense loop without cache, with exact ties at the
+    cut (c = 0: equal confidences, handed to the bounded loop) and without (c > 0); the capped rounds do run."""
+    import dllm_lit.samplers.confidence_decoding as confidence_decoding
+    import dllm_lit.samplers.maskgit as maskgit
+
+    monkeypatch.setattr(maskgit, "ROUNDS_MIN_VOCAB", 1)
+    monkeypatch.setattr(confidence_decoding, "ROUNDS_MIN_VOCAB", 1)  # first draws 2k + 1, as at V = 4096
+    capped = []
+    orig = maskgit.topk_stable_mask
+    monkeypatch.setattr(maskgit, "topk_stable_mask", lambda s, k: capped.append(k) or orig(s, k))
+    for kw in ({"choice_temperature": 4.5}, {"choice_temperature": 0.0}, {"temperature": 0.6, "schedule": "linear"}):
+        s = MaskGIT(den, **kw)
+        cached = s.sample(8, 64, 16, seed=3)
+        s.use_cache = False
+        assert torch.equal(cached, s.sample(8, 64, 16, seed=3)), kw
+    assert capped

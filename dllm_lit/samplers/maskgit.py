@@ -45,10 +45,11 @@ from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (ROUNDS_MIN_VOCAB, BlockPosteriors, StepView, confidence,
-                                                   first_draws, in_sub_batches, proposal_features, proposal_widths,
-                                                   propose_step, propose_tokens)
+from dllm_lit.samplers.confidence_decoding import (ROUNDS_MIN_VOCAB, BlockPosteriors, StepView, cache_width,
+                                                   confidence, first_draws, has_max_prob_bound, in_sub_batches,
+                                                   proposal_features, proposal_widths, propose_step, propose_tokens)
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
+from dllm_lit.samplers.selection import topk_stable_mask
 
 __all__ = ["MaskGIT", "SCHEDULES", "mask_ratio", "num_masked_next"]
 
@@ -95,7 +96,10 @@ class MaskGIT(Sampler):
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         M, T, V, tau = self.mask_id, seq_len, self.vocab_size, self.temperature
-        width = 2 * V + 2
+        bounded = tau > 0 and self.use_cache and has_max_prob_bound(self.denoiser)
+        # sub-batches sized by what the path run below stores per position: the bounded path's cache keeps the
+        # bound (and no [V] rows), the dense path's the rows and their cdf
+        width = cache_width(self.denoiser, proposal_widths(V, tau, cdf=False), ("probs",)) if bounded else 2 * V + 2
         out = in_sub_batches(lambda ix: self.generate(ix, seq_len, steps, seed), indices, width, T, self.use_cache)
         if out is not None:
             return out
@@ -103,7 +107,7 @@ class MaskGIT(Sampler):
         x = torch.full((B, T), M, dtype=torch.long, device=dev)
         tok_u = StepUniforms(seed, indices, steps)
         gum_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
-        if tau > 0 and self.use_cache:  # bounded path: proposals drawn only where they can commit
+        if bounded:  # bounded path: proposals drawn only where they can commit
             post = BlockPosteriors(self.denoiser, B, 0, T, lambda probs: proposal_features(probs, tau, cdf=False),
                                    proposal_widths(V, tau, cdf=False), dev, self.use_cache, fresh=("probs",),
                                    law=lambda probs: tempered_law(probs, tau), bound="pmax")
@@ -111,7 +115,7 @@ class MaskGIT(Sampler):
                 start = self._compact(x, steps, tok_u, gum_u)
                 return x if start == steps else self._bounded(x, post, steps, tok_u, gum_u, start)
         post = BlockPosteriors(self.denoiser, B, 0, T, lambda probs: proposal_features(probs, tau),
-                               proposal_widths(V, tau), dev, self.use_cache, width)
+                               proposal_widths(V, tau), dev, self.use_cache, 2 * V + 2)
         N = T
         for t in range(steps):
             masked = x == M
@@ -180,7 +184,8 @@ class MaskGIT(Sampler):
                 return steps
             ub = block.bound.log() if gumbel is None else block.bound.log() + gumbel
             drawn = torch.zeros((B, n), dtype=torch.bool, device=x.device)
-            first = torch.topk(ub, min(n, first_draws(k, V)), dim=1, sorted=False).indices
+            size = min(n, first_draws(k, V))
+            first = torch.topk(ub, size, dim=1, sorted=False).indices
             drawn.scatter_(1, first, True)
             fill((first + (rows * n)[:, None]).view(-1))
             while True:  # as _bounded: draw wherever the bound reaches the k-th score found so far
@@ -188,6 +193,11 @@ class MaskGIT(Sampler):
                 cand = (ub >= kth - 1e-12 * (1.0 + kth.abs())) & ~drawn
                 if not bool(cand.any()):
                     break
+                # large vocabularies (rows dear): rounds of 4x growing size, best bounds first, so that the k-th
+                # score rises between rounds and prunes the rest (the loop ends only when no bound reaches it)
+                size *= 4
+                if size < n and V >= ROUNDS_MIN_VOCAB:
+                    cand &= topk_stable_mask(torch.where(cand, ub, -math.inf), size)
                 fill(flat_nonzero(cand))
                 drawn |= cand
             commit = scores >= kth

@@ -22,8 +22,8 @@ from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence, decode_blocks,
-                                                   proposal_features, proposal_widths, propose_tokens, ranking_options,
-                                                   with_tie_rule)
+                                                   has_max_prob_bound, proposal_features, proposal_widths,
+                                                   propose_tokens, ranking_options, with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 from dllm_lit.samplers.selection import transfer_schedule
 
@@ -93,7 +93,10 @@ class PCSampler(Sampler):
             decay = torch.exp(-lambd * (pos - pos.div(bl, rounding_mode="floor") * bl).to(torch.float64))
             return decay * (bound * top).clamp(max=alpha) * (1.0 + 1e-12)
 
-        # proposals are drawn only where the score can be among the k best (as LLaDA's confidences)
+        # proposals are drawn only where the score can be among the k best (as LLaDA's confidences); sub-batches
+        # sized by what the cache stores per position: the bound alone where rows are recomputed where read (a
+        # proposal law over a denoiser with a row-free bound), else the rows and their cdf
+        bounded = tau > 0 and has_max_prob_bound(self.denoiser)
         decode_blocks(
             self.denoiser, x, blocks,
             features=lambda probs: proposal_features(probs, tau, cdf=False),
@@ -101,6 +104,6 @@ class PCSampler(Sampler):
             propose=lambda view: propose_tokens(view, tau, tok_u), score=score,
             tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
             schedule=[transfer_schedule(bl, steps // len(blocks))] * len(blocks), use_cache=self.use_cache,
-            width=2 * self.vocab_size + 2, bound="pmax", fresh=("probs",),
+            width=None if bounded else 2 * self.vocab_size + 2, bound="pmax", fresh=("probs",),
             law=(lambda probs: tempered_law(probs, tau)) if tau > 0 else None, score_bound=score_bound)
         return x
