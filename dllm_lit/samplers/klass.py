@@ -27,8 +27,8 @@ Departures from upstream (both only where upstream would misbehave; see the docs
 NFE: one per step at which the sequence's block still had a masked position, per sequence
 (``generate_with_nfe``).  Memory: the previous posterior row per position of the block
 (B x block x V, float64; not allocated while all zeros, e.g. in the one block of the cached greedy path, which
-computes KL values from neighbours only where read: :class:`_PendingKL`) plus the posterior cache of the confidence-decoding engine
-(:func:`~dllm_lit.samplers.confidence_decoding.propose_step`, LLaDA's proposals; run in sub-batches that
+computes KL values from neighbours only where read: :class:`_PendingKL`) plus the posterior cache of the
+confidence-decoding engine (:func:`~dllm_lit.samplers.confidence_decoding.propose_step`, LLaDA's proposals; run in sub-batches that
 fit its memory budget).  Uniforms: Stream.TOKEN at (global step, position).
 """
 from __future__ import annotations
