@@ -40,8 +40,8 @@ def test_grid_units_and_jobs_give_the_same_table() -> None:
     finally:
         sys.path.pop(0)
     units = grid.work_units(["configs/mdlm.yaml", "configs/ar.yaml", "configs/llada.yaml"], [8, 256, 1024, 16])
-    assert units == [("configs/mdlm.yaml", [1024]), ("configs/llada.yaml", [1024]), ("configs/mdlm.yaml", [256]),
-                     ("configs/llada.yaml", [256]), ("configs/mdlm.yaml", [8, 16]), ("configs/llada.yaml", [8, 16]),
+    assert units == [("configs/mdlm.yaml", [8, 16]), ("configs/llada.yaml", [8, 16]), ("configs/mdlm.yaml", [1024]),
+                     ("configs/llada.yaml", [1024]), ("configs/mdlm.yaml", [256]), ("configs/llada.yaml", [256]),
                      ("configs/ar.yaml", [])]
     common = ["benchmarks/grid.py", "--num-sequences", "4", "--seq-len", "16", "--steps", "2", "130",
               "--configs", "configs/mdlm.yaml", "configs/llada.yaml", "configs/ar.yaml"]
