@@ -27,13 +27,14 @@ __all__ = ["score_until_counted"]
 
 def score_until_counted(ub: torch.Tensor, masked: torch.Tensor, scores: torch.Tensor,
                         fill: Callable[[torch.Tensor], None], count, count_decided, first: int,
-                        rounds: bool = True) -> torch.Tensor:
+                        rounds: bool = True, growth: int = 4) -> torch.Tensor:
     """The count n [B] of one adaptive step (module docstring), scoring by ``fill(where)`` (which writes ``scores``
     [B, L] at the masked positions ``where``; -inf where not scored) only where needed.
 
     ``ub`` [B, L]: float64 score bounds at the ``masked`` positions (-inf elsewhere); ``count(sorted, n_masked)``
     and ``count_decided(top, known, rest, n_masked)`` the rule's; ``first``: positions scored first per sequence;
-    ``rounds``: later rounds grow 4x from there, best bounds first (else one round takes every candidate)."""
+    ``rounds``: later rounds grow ``growth``-fold from there, best bounds first (else one round takes every
+    candidate).  Any round sizes give the same count and commits; they only set how many rows are scored."""
     B, L = masked.shape
     n_masked = masked.sum(1)
     idle = n_masked == 0
@@ -59,7 +60,7 @@ def score_until_counted(ub: torch.Tensor, masked: torch.Tensor, scores: torch.Te
         cand = masked & ~drawn & ~done[:, None]
         # with the count certain only the positions that can reach its n-th score are needed
         cand &= ub >= torch.where(certain, nth, -torch.inf)[:, None]
-        size *= 4
+        size *= growth
         if rounds and size < L:
             cand &= topk_stable_mask(torch.where(cand, ub, -torch.inf), size)
         drawn |= cand

@@ -254,6 +254,14 @@ CountPrefix = Callable[[torch.Tensor], torch.Tensor]
 ROUNDS_MIN_VOCAB = 256
 
 
+#: adaptive counts with a bound on a large vocabulary (:func:`~dllm_lit.samplers.bounded_counts.score_until_counted`):
+#: positions scored first per sequence, and the growth of each later round.  Measured on the OWT-sized chain
+#: (Fast-dLLM, threshold 0.9: about one commit per step, and on average 2.0 positions per step whose bound reaches
+#: the best score): 1 then rounds of 2x scored 2.4 rows per sequence and step against 3.8 for 3 then 4x, and took
+#: 20 % less CPU time; the commits are the same for any sizes
+ADAPTIVE_FIRST, ADAPTIVE_GROWTH = 1, 2
+
+
 def first_draws(k: int, vocab_size: int) -> int:
     """With a score bound, proposals are first drawn at this many positions of largest bound per sequence:
     a few more than k, so that the k-th score found is rarely far below the k-th bound.  Measured: on the
@@ -391,8 +399,10 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                     proposal = _LazyProposals(post, masked, b, None if p is None else p + lo, lo, j, propose, proposal)
             elif bound is not None and count_decided is not None:
                 ub, scores, proposal, fill = _bounded_scores(post, x, masked, taken, bound, propose, score, score_bound)
+                large = den.vocab_size >= ROUNDS_MIN_VOCAB
                 n_counted = score_until_counted(ub, masked, scores, fill, count, count_decided,
-                                                first_draws(1, den.vocab_size), den.vocab_size >= ROUNDS_MIN_VOCAB)
+                                                ADAPTIVE_FIRST if large else first_draws(1, den.vocab_size), large,
+                                                growth=ADAPTIVE_GROWTH)
             else:
                 b, p = nonzero_pairs(masked)
                 p = p + lo
