@@ -102,7 +102,7 @@ class OracleDenoiser(LocalDenoiser):
         has_left, has_right = d_left > 0, d_right > 0
         d_left, d_right = d_left.long(), d_right.long()
         r_idx, c_idx = self._table_rows(x_left, d_left, x_right, d_right)
-        lf, rf = self.table[r_idx], self.table[c_idx]
+        lf, rf = self._rows(r_idx), self._rows(c_idx)
         if not self.certified:
             lf, rf = self._beyond_cache(lf, rf, has_left, has_right, d_left, d_right)
         # normalisers by a fixed-order sum: a row's float32 value is the same on every device and in any batch
@@ -139,7 +139,7 @@ class OracleDenoiser(LocalDenoiser):
             i = swap.nonzero().squeeze(1)
             xl, dl, xr, dr = (t.reshape(-1)[i] for t in (x_left, d_left, x_right, d_right))
             r_idx, c_idx = self._table_rows(xl, dr, xr, dl)
-            lf, rf = self.table[r_idx], self.table[c_idx]
+            lf, rf = self._rows(r_idx), self._rows(c_idx)
             if not self.certified:
                 ones = torch.ones_like(dl, dtype=torch.bool)
                 lf, rf = self._beyond_cache(lf, rf, ones, ones, dr, dl)
@@ -168,13 +168,18 @@ class OracleDenoiser(LocalDenoiser):
         pi = self.table[2 * D * V]
         pi_b = pi[x_right.long()]
         left_rows = (2 * d_right.clamp(min=1, max=D) - 2) * V + x_right.long()
-        lb = self.table[left_rows]
+        lb = self._rows(left_rows)
         if not self.certified:
             lb, _ = self._beyond_cache(lb, lb, torch.ones_like(d_right, dtype=torch.bool),
                                        torch.zeros_like(d_right, dtype=torch.bool), d_right, d_right)
         g = rf * (pi / pi_b.clamp(min=torch.finfo(pi.dtype).tiny)[:, None])
         g = g.div_(fixed_order_sum(lb, keepdim=True))
         return torch.where((pi_b > 0)[:, None], g, fallback)
+
+    def _rows(self, idx: torch.Tensor) -> torch.Tensor:
+        """``self.table[idx]`` (rows of the power table, [*idx.shape, V]) by ``index_select``: the same numbers,
+        about 4x faster on the CPU for V = 4096 than advanced indexing (a row copy instead of per-element indexing)."""
+        return self.table.index_select(0, idx.reshape(-1)).view(*idx.shape, self.table.shape[1])
 
     def _table_rows(self, x_left, d_left, x_right, d_right) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows of the power table holding the left factor P'^d(x_left, .) and the right factor P'^d(., x_right)."""

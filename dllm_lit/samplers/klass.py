@@ -41,9 +41,9 @@ from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, confidence, in_sub_batches, proposal_features,
-                                                   proposal_widths, propose_step)
-from dllm_lit.denoisers.local import distinct_queries, neighbour_distances
+from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, cache_width, confidence, in_sub_batches,
+                                                   proposal_features, proposal_widths, propose_step)
+from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries, neighbour_distances
 from dllm_lit.samplers.draws import StepUniforms, row_chunks
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
@@ -104,8 +104,13 @@ class KLASS(Sampler):
 
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         den, M, T, V, H = self.denoiser, self.mask_id, seq_len, self.vocab_size, self.history
-        tau, width = self.temperature, 2 * V + 2
+        tau = self.temperature
         bl, nb = self._blocks(T)
+        # numbers kept per position: the greedy path over a local denoiser in one block keeps the cache's row-free
+        # features only (rows recomputed where read, no previous rows: KL values from neighbours), so the whole batch
+        # runs at once; otherwise the stored rows and the previous call's rows.  Sub-batches give identical draws.
+        width = cache_width(den, proposal_widths(V, tau, cdf=False), ("probs",)) \
+            if tau == 0 and nb == 1 and isinstance(den, LocalDenoiser) else 2 * V + 2
         out = in_sub_batches(lambda ix: self.generate_with_nfe(ix, seq_len, steps, seed), indices, width, bl,
                              self.use_cache)
         if out is not None:
