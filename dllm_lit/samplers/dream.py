@@ -31,6 +31,7 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.denoisers.oracle import OracleDenoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (decode_blocks, has_max_prob_bound, propose_tokens,
                                                    ranking_options, with_tie_rule)
@@ -38,6 +39,7 @@ from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.nucleus import check_top_p, top_k_filter, top_p_filter
 from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
+from dllm_lit.samplers.score_envelopes import ReferenceScoreBounds
 
 __all__ = ["Dream", "ALGS", "dream_grid", "dream_schedule", "dream_law"]
 
@@ -104,6 +106,8 @@ class Dream(Sampler):
         self.eps = checks.real("eps", eps, 0.0, 1.0, low_open=True, high_open=True)
         #: entropy / margin scores computed only where a row-free bound lets them be among the best (identical draws)
         self.use_score_bound = True
+        #: with it, tighter bounds from reference rows where a side of the neighbourhood is flat (identical draws)
+        self.use_score_envelope = True
 
     @property
     def name(self) -> str:
@@ -153,6 +157,11 @@ class Dream(Sampler):
             the entropy score's bound (see ``ranked_bounded``)."""
             q_max = (b * row_sum_slack).clamp(max=1.0)
             return torch.log(q_max + 1e-10) + NEGENT_BOUND_SLACK if alg == "entropy" else q_max
+
+        if ranked_bounded and self.use_score_envelope and isinstance(self.denoiser, OracleDenoiser):
+            # and, where one side of a position's neighbourhood is flat, the bound of its reference row (far tighter
+            # for the entropy: positions far from revealed tokens score about -H(pi), not log max q)
+            score_bound.from_neighbours = ReferenceScoreBounds(self.denoiser, alg, NEGENT_BOUND_SLACK)
 
         def rank_feature(q: torch.Tensor) -> torch.Tensor:
             """The margin q_(1) - q_(2) or sum_v q_v log(q_v + 1e-10) of law rows q (float64)."""
