@@ -587,11 +587,14 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
     ub, scores, proposal, fill = _bounded_scores(post, x, masked, j, bound, propose, score, score_bound,
                                                  score_reads_tokens)
     V = post.den.vocab_size
-    size = first_draws(k, V)
+    tighten = _tightener(post, ub, score_bound)
+    # with neighbourhood bounds the k positions of largest cheap bound are most often the k best already (measured
+    # on the OWT-sized chain, Dream entropy at 256 steps: 2,045 rows per sequence against 3,314 with first_draws)
+    size = first_draws(k, V) if tighten is None else k
     drawn = topk_stable_mask(ub, min(size, L)) & masked
     fill(drawn)
     # bounds from neighbourhoods, asked only where the cheap bound would admit a position (each costs about a row)
-    tighten, tight = _tightener(post, ub, score_bound), drawn.clone()
+    tight = drawn.clone()
     while True:  # rounds of growing size, best bounds first, until no undrawn bound reaches the k-th score
         kth = torch.topk(scores, min(k, L), dim=1).values[:, -1:]  # <= the final k-th largest score
         cand = (ub >= kth) & masked & ~drawn

@@ -69,8 +69,13 @@ def dream_schedule(num_masked: int, steps: int, eps: float) -> list[int]:
 
 def dream_law(probs: torch.Tensor, temperature: float, top_p: float | None, top_k: int | None) -> torch.Tensor:
     """q: p^(1/tau) (p at tau = 0), Dream's top-p then top-k, renormalised (float64 rows)."""
-    q = probs.to(torch.float64) if temperature == 0 else sharpen(probs, 1.0 / temperature)
-    q = q / q.sum(-1, keepdim=True)
+    if temperature == 1:  # sharpen's (p / max p) ** 1 without the power (torch's x ** 1.0 copies x), in place
+        q = probs.to(torch.float64)
+        q = q / q.amax(-1, keepdim=True)
+        q = q.div_(q.sum(-1, keepdim=True))
+    else:
+        q = probs.to(torch.float64) if temperature == 0 else sharpen(probs, 1.0 / temperature)
+        q = q / q.sum(-1, keepdim=True)
     if top_p is not None and top_p < 1:
         q = top_p_filter(q, top_p, strict=False)
     if top_k is not None:
@@ -168,7 +173,7 @@ class Dream(Sampler):
             if alg == "topk_margin":
                 top = torch.topk(q, min(2, V), dim=-1).values
                 return top[:, 0] - (top[:, 1] if V > 1 else 0.0)
-            return (q * torch.log(q + 1e-10)).sum(-1)
+            return torch.log(q + 1e-10).mul_(q).sum(-1)  # (q * log(q + 1e-10)).sum(-1), in place
 
         def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
             q = self._law(probs)
