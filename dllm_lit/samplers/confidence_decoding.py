@@ -240,7 +240,9 @@ def propose_step(post: BlockPosteriors, x: torch.Tensor, b: torch.Tensor, p: tor
 
 
 Score = Callable[[StepView], torch.Tensor]
-#: (bound feature values, absolute positions) -> upper bounds of the score there (float64, same shape)
+#: (bound feature values, absolute positions) -> upper bounds of the score there (float64, same shape); an object
+#: with an attribute ``from_neighbours(x_left, d_left, x_right, d_right)`` (masked positions -> float64
+#: upper bounds, +inf where none) has the fixed-schedule bounded steps over a cache also take the smaller of both
 ScoreBound = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: adaptive count: (scores sorted descending [B, L] with -inf where no masked position, masked count [B]) -> n [B]
 Count = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -595,12 +597,21 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
     ub, scores, proposal, fill = _bounded_scores(post, x, masked, j, bound, propose, score, score_bound,
                                                  score_reads_tokens)
     V = post.den.vocab_size
-    size = first_draws(k, V)
+    tighten = _tightener(post, ub, score_bound)
+    # with neighbourhood bounds the k positions of largest cheap bound are most often the k best already (measured
+    # on the OWT-sized chain, Dream entropy at 256 steps: 2,045 rows per sequence against 3,314 with first_draws)
+    size = first_draws(k, V) if tighten is None else k
     drawn = topk_stable_mask(ub, min(size, L)) & masked
     fill(drawn)
+    # bounds from neighbourhoods, asked only where the cheap bound would admit a position (each costs about a row)
+    tight = drawn.clone()
     while True:  # rounds of growing size, best bounds first, until no undrawn bound reaches the k-th score
         kth = torch.topk(scores, min(k, L), dim=1).values[:, -1:]  # <= the final k-th largest score
         cand = (ub >= kth) & masked & ~drawn
+        if tighten is not None and bool((cand & ~tight).any()):
+            tighten(cand & ~tight)
+            tight |= cand
+            cand &= ub >= kth
         if not bool(cand.any()):
             return scores, proposal
         size *= 4
@@ -645,6 +656,20 @@ def _bounded_scores(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor
         scores[rb, q] = score(view)
 
     return ub, scores, proposal, fill
+
+
+def _tightener(post: BlockPosteriors, ub: torch.Tensor, score_bound: ScoreBound | None):
+    """``tighten(where)``: lower ``ub`` at the masked positions ``where`` [B, L] to the smaller of it and the bound
+    ``score_bound.from_neighbours`` gives from their neighbourhoods (see :data:`ScoreBound`); None without one."""
+    envelope = getattr(score_bound, "from_neighbours", None)
+    if envelope is None or post.cache is None or post.cache.z is None:
+        return None
+
+    def tighten(where: torch.Tensor) -> None:
+        b, q = nonzero_pairs(where)
+        ub[b, q] = torch.minimum(ub[b, q], envelope(*post.cache.neighbour_query(b, q + post.lo)))
+
+    return tighten
 
 
 def block_bounds(seq_len: int, prompt_length: int, block_length: int | None) -> list[tuple[int, int]]:

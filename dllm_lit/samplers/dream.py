@@ -31,6 +31,7 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
+from dllm_lit.denoisers.oracle import OracleDenoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.confidence_decoding import (decode_blocks, has_max_prob_bound, propose_tokens,
                                                    ranking_options, with_tie_rule)
@@ -38,6 +39,7 @@ from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.nucleus import check_top_p, top_k_filter, top_p_filter
 from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
+from dllm_lit.samplers.score_envelopes import ReferenceScoreBounds
 
 __all__ = ["Dream", "ALGS", "dream_grid", "dream_schedule", "dream_law"]
 
@@ -67,8 +69,13 @@ def dream_schedule(num_masked: int, steps: int, eps: float) -> list[int]:
 
 def dream_law(probs: torch.Tensor, temperature: float, top_p: float | None, top_k: int | None) -> torch.Tensor:
     """q: p^(1/tau) (p at tau = 0), Dream's top-p then top-k, renormalised (float64 rows)."""
-    q = probs.to(torch.float64) if temperature == 0 else sharpen(probs, 1.0 / temperature)
-    q = q / q.sum(-1, keepdim=True)
+    if temperature == 1:  # sharpen's (p / max p) ** 1 without the power (torch's x ** 1.0 copies x), in place
+        q = probs.to(torch.float64)
+        q = q / q.amax(-1, keepdim=True)
+        q = q.div_(q.sum(-1, keepdim=True))
+    else:
+        q = probs.to(torch.float64) if temperature == 0 else sharpen(probs, 1.0 / temperature)
+        q = q / q.sum(-1, keepdim=True)
     if top_p is not None and top_p < 1:
         q = top_p_filter(q, top_p, strict=False)
     if top_k is not None:
@@ -104,6 +111,8 @@ class Dream(Sampler):
         self.eps = checks.real("eps", eps, 0.0, 1.0, low_open=True, high_open=True)
         #: entropy / margin scores computed only where a row-free bound lets them be among the best (identical draws)
         self.use_score_bound = True
+        #: with it, tighter bounds from reference rows where a side of the neighbourhood is flat (identical draws)
+        self.use_score_envelope = True
 
     @property
     def name(self) -> str:
@@ -154,12 +163,17 @@ class Dream(Sampler):
             q_max = (b * row_sum_slack).clamp(max=1.0)
             return torch.log(q_max + 1e-10) + NEGENT_BOUND_SLACK if alg == "entropy" else q_max
 
+        if ranked_bounded and self.use_score_envelope and isinstance(self.denoiser, OracleDenoiser):
+            # and, where one side of a position's neighbourhood is flat, the bound of its reference row (far tighter
+            # for the entropy: positions far from revealed tokens score about -H(pi), not log max q)
+            score_bound.from_neighbours = ReferenceScoreBounds(self.denoiser, alg, NEGENT_BOUND_SLACK)
+
         def rank_feature(q: torch.Tensor) -> torch.Tensor:
             """The margin q_(1) - q_(2) or sum_v q_v log(q_v + 1e-10) of law rows q (float64)."""
             if alg == "topk_margin":
                 top = torch.topk(q, min(2, V), dim=-1).values
                 return top[:, 0] - (top[:, 1] if V > 1 else 0.0)
-            return (q * torch.log(q + 1e-10)).sum(-1)
+            return torch.log(q + 1e-10).mul_(q).sum(-1)  # (q * log(q + 1e-10)).sum(-1), in place
 
         def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
             q = self._law(probs)
