@@ -92,7 +92,7 @@ class ReferenceScoreBounds:
         if not self.usable:
             return torch.full(d_left.shape, -1, dtype=torch.long, device=d_left.device)
         D = self.den.depth
-        r_idx, c_idx = self.den._table_rows(x_left, d_left, x_right, d_right)
+        r_idx, c_idx = self.den.table_rows(x_left, d_left, x_right, d_right)
         right_flat = (d_right <= 0) | (d_right >= D)
         left_flat = (d_left <= 0) | (d_left >= D)
         return torch.where(right_flat, r_idx, torch.where(left_flat, c_idx, -1))
