@@ -49,8 +49,8 @@ def _cut(row: np.ndarray, bits: np.ndarray, tau: float, k_lo: int, k_hi: int, p:
             k = min(max(bits[v] >> shift, k_lo), k_hi) - k_lo
             counts[k] += 1
             n += 1
-    if n > cap:
-        return -1, 0.0
+            if n > cap:
+                return -1, 0.0
     pos = 0
     for k in range(nb - 1, -1, -1):  # descending buckets first
         start[k] = pos
