@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from dllm_lit.denoisers.hmm_first_order import numba_available
 from dllm_lit.indices import nonzero_pairs
 
 __all__ = ["top_p_filter", "top_k_filter", "check_top_p"]
@@ -59,9 +60,42 @@ def top_p_filter(probs: torch.Tensor, p: float, strict: bool = True) -> torch.Te
     q = raw / total  # type promotion: float64(raw) / total
     if p >= 1.0:
         return q
-    keep = _kept_from_values(raw, total, q, p, strict) if q.device.type == "cpu" else _kept_by_sort(q, p, strict)
-    out = torch.where(keep, q, torch.zeros((), dtype=q.dtype, device=q.device))
+    if strict and q.device.type == "cpu" and q.numel() and numba_available():
+        out = _kept_values_compiled(raw, total, q, p)
+    else:
+        keep = _kept_from_values(raw, total, q, p, strict) if q.device.type == "cpu" else _kept_by_sort(q, p, strict)
+        out = torch.where(keep, q, torch.zeros((), dtype=q.dtype, device=q.device))
     return out.div_(out.sum(-1, keepdim=True))
+
+
+#: rows with at most this many tokens >= (1 - p) / (2 V) take the compiled cut (broader rows, whose order must be
+#: sorted far down, take the bucket cut's certified estimate instead)
+COMPILED_MAX = 512
+
+
+def _kept_values_compiled(raw: torch.Tensor, total: torch.Tensor, q: torch.Tensor, p: float) -> torch.Tensor:
+    """q at the kept tokens of the strict cut, 0 elsewhere, by the compiled row loop
+    (:func:`~dllm_lit.samplers.nucleus_kernel.filter_strict_rows`, optional numba: a bucket sort of the tokens
+    >= (1 - p) / (2 V) that stops at the cut and two passes over the row, instead of about twenty tensor passes);
+    rows it leaves (more than :data:`COMPILED_MAX` such tokens, or no cut among them) by :func:`_kept_from_values`.  The same kept set
+    either way and q's own values, so the same numbers as ``torch.where(keep, q, 0)``."""
+    from dllm_lit.samplers.nucleus_kernel import SUB_BITS, filter_strict_rows
+
+    V = q.shape[-1]
+    q2 = q.reshape(-1, V).contiguous()
+    out = torch.zeros_like(q2)
+    ok = torch.empty(q2.shape[0], dtype=torch.bool)
+    tau = (1.0 - p) / (2.0 * V)
+    k_lo, k_hi = (int(torch.tensor(x, dtype=torch.float64).view(torch.int64)) >> (52 - SUB_BITS) for x in (tau, 1.0))
+    filter_strict_rows(q2.numpy(), q2.view(torch.int64).numpy(), float(p), tau, k_lo, k_hi, COMPILED_MAX, out.numpy(),
+                       ok.numpy())
+    if not bool(ok.all()):
+        r = (~ok).nonzero().squeeze(1)
+        sub = q2.index_select(0, r)
+        keep = _kept_from_values(raw.reshape(-1, V).index_select(0, r), total.reshape(-1, 1).index_select(0, r),
+                                 sub, p, True)
+        out[r] = torch.where(keep, sub, torch.zeros((), dtype=q.dtype))
+    return out.view(q.shape)
 
 
 def _kept_by_sort(q: torch.Tensor, p: float, strict: bool) -> torch.Tensor:
