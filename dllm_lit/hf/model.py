@@ -133,9 +133,11 @@ class OracleForMaskedLM(PreTrainedModel):
                 **kwargs: Any) -> MaskedLMOutput | tuple[torch.Tensor]:
         """Exact log-posterior logits [B, L, vocab_size] (module docstring).  Other keyword arguments of a
         transformer call (``use_cache``, ``output_attentions``, ...) have no meaning here and are ignored."""
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
-            shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-            raise ValueError(f"input_ids must be an integer tensor [B, L], got {shape}")
+        if (not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point()
+                or input_ids.is_complex() or input_ids.dtype == torch.bool):
+            what = f"{tuple(input_ids.shape)} {input_ids.dtype}" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+            raise ValueError(f"input_ids must be an integer tensor [B, L] (bool is not an id type), got {what}")
+        input_ids = input_ids.long()  # int8 / uint8 / int16 / int32 ids index like int64 ones
         self.calls += 1
         logits = self._logits(input_ids, attention_mask, position_ids)
         if return_dict is False:
