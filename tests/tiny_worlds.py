@@ -7,6 +7,7 @@ import itertools
 import torch
 
 from dllm_lit.markov import HMMWorld, MarkovChain
+from dllm_lit.sources.base import ChainSource
 
 V = 3
 
@@ -56,3 +57,14 @@ def brute_log_probs(world, T: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(every sequence [V^T, T] in lexicographic order, its log p by the world's own forward algorithm)."""
     x = all_sequences(T)
     return x, world.log_prob(x)
+
+
+class TinyWorldSource(ChainSource):
+    """A chain source building one of :data:`WORLDS` (for runs through the data module)."""
+
+    def __init__(self, kind: str = "chain") -> None:
+        self.kind = kind
+
+    def build(self, cache_dir=None):
+        self._chain = WORLDS[self.kind]()
+        return self._chain

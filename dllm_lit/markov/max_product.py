@@ -29,10 +29,12 @@ from dllm_lit.markov.chain import ChainError
 from dllm_lit.markov.hmm import HMMWorld
 from dllm_lit.markov.hmm_conditional import emission_table
 
-__all__ = ["k_best", "max_product_bounds", "SearchBudgetError", "DEFAULT_NODE_BYTES"]
+__all__ = ["k_best", "max_product_bounds", "SearchBudgetError", "DEFAULT_NODE_BYTES", "DEFAULT_MAX_NODES"]
 
-#: bytes of forward vectors the queue may hold (float64 [S] per node): the default node budget is this / (8 S)
+#: bytes of forward vectors the queue may hold (float64 [S] per node): the default node budget is this / (8 S) ...
 DEFAULT_NODE_BYTES = 2**28
+#: ... and at most this many (about a minute of CPU)
+DEFAULT_MAX_NODES = 2**21
 
 
 class SearchBudgetError(ChainError):
@@ -66,18 +68,20 @@ def max_product_bounds(world: HMMWorld, z: torch.Tensor) -> torch.Tensor:
 def k_best(world: HMMWorld, z: torch.Tensor, k: int, max_nodes: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` most likely sequences agreeing with canvas z [T] (MASK = V where free) and their log p(x) (joint,
     not conditional), in non-increasing order: (LongTensor [k', T], float64 [k']), k' < k when fewer sequences have
-    positive probability.  ``max_nodes`` (default :data:`DEFAULT_NODE_BYTES` / (8 S)) caps the queue's pushes."""
+    positive probability.  ``max_nodes`` (default: :data:`DEFAULT_NODE_BYTES` / (8 S), at most :data:`DEFAULT_MAX_NODES`) caps the
+    queue's pushes."""
     z = z.cpu().long().reshape(-1)
     T, S, V = z.numel(), world.num_states, world.vocab_size
     if int(k) < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if T == 0:
         return torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, dtype=torch.float64)
-    budget = int(max_nodes) if max_nodes is not None else max(1024, DEFAULT_NODE_BYTES // (8 * S))
+    budget = int(max_nodes) if max_nodes is not None else min(DEFAULT_MAX_NODES, max(1024, DEFAULT_NODE_BYTES // (8 * S)))
     E = emission_table(world)
     logW = max_product_bounds(world, z)
     shift = logW.max(1, keepdim=True).values.clamp_min(-1e300)  # rows of W scaled to max 1
     W = (logW - shift).exp()
+    allowed = [_allowed(int(v), V) for v in z.tolist()]
     heap: list[tuple[float, tuple[int, ...], torch.Tensor | None, float]] = []
     pushes = 0
 
@@ -85,20 +89,22 @@ def k_best(world: HMMWorld, z: torch.Tensor, k: int, max_nodes: int | None = Non
         nonlocal pushes
         t = len(prefix)
         a = world.initial if f is None else world.right(f[None])[0]
-        toks = _allowed(int(z[t]), V)
+        toks = allowed[t]
         g = E[toks] * a[None]  # [n, S]
         mass = g.sum(1)
-        for j in (mass > 0).nonzero().reshape(-1).tolist():
-            gj = g[j] / mass[j]
-            lj = ls + float(mass[j].log())
-            bound = lj + float(shift[t, 0]) + float((gj * W[t]).sum().log()) if t < T - 1 else lj
-            if bound == float("-inf"):
-                continue
-            pushes += 1
-            if pushes > budget:
-                raise SearchBudgetError(f"the exact mode search needed more than {budget} nodes (T = {T}, "
-                                        f"S = {S}); give a smaller T, more revealed tokens, or a larger max_nodes")
-            heapq.heappush(heap, (-bound, prefix + (int(toks[j]),), gj if t < T - 1 else None, lj))
+        ok = mass > 0
+        g, mass, toks = g[ok] / mass[ok, None], mass[ok], toks[ok]
+        lj = ls + mass.log()
+        last = t == T - 1
+        bound = lj if last else lj + shift[t, 0] + (g @ W[t]).log()
+        keep = (bound > float("-inf")).nonzero().reshape(-1).tolist()
+        pushes += len(keep)
+        if pushes > budget:
+            raise SearchBudgetError(f"the exact mode search needed more than {budget} nodes (T = {T}, S = {S}); "
+                                    "give a smaller T, more revealed tokens, or a larger max_nodes")
+        bl, ll, tl = bound.tolist(), lj.tolist(), toks.tolist()
+        for j in keep:
+            heapq.heappush(heap, (-bl[j], prefix + (tl[j],), None if last else g[j], ll[j]))
 
     expand((), None, 0.0)
     seqs, lps = [], []
