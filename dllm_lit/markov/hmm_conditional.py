@@ -37,15 +37,22 @@ def emission_table(world: HMMWorld) -> torch.Tensor:
 
 
 @torch.no_grad()
-def log_evidence(world: HMMWorld, z: torch.Tensor) -> torch.Tensor:
-    """log p(revealed tokens of z) for canvases z [N, T]: float64 [N], -inf where the evidence is impossible."""
+def log_evidence(world: HMMWorld, z: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """log p(revealed tokens of z) for canvases z [N, T]: float64 [N], -inf where the evidence is impossible.
+    With ``weights`` w [N, T, V] >= 0: log sum_x p(x) prod_t w_t(x_t) over the x agreeing with z (a tilted
+    evidence: E_p[exp(sum_t g_t(x_t)) | z] = exp(log_evidence(z, e^g) - log_evidence(z)))."""
     z = z.cpu().long()
     E = emission_table(world)
     N, T = z.shape
     a = world.initial.expand(N, -1)
     out = torch.zeros(N, dtype=torch.float64)
     for t in range(T):
-        f = a * E[z[:, t]]
+        if weights is None:
+            e = E[z[:, t]]
+        else:  # sum_v [v allowed by z_t] w_t(v) B(., v)
+            allowed = (z[:, t, None] == world.vocab_size) | (z[:, t, None] == torch.arange(world.vocab_size))
+            e = (weights[:, t].to(torch.float64) * allowed) @ world.B.T
+        f = a * e
         c = f.sum(1)
         out += c.log()  # log 0 = -inf stays -inf
         ok = c > 0

@@ -35,7 +35,7 @@ from dllm_lit.markov.hmm import HMMWorld
 from dllm_lit.markov.hmm_conditional import CONDITIONAL_STEP, log_evidence, sample_given
 from dllm_lit.markov.max_product import k_best
 
-__all__ = ["ExactWorld", "HMMWorldView", "exact_world", "check_canvas", "conditional_log_prob", "ENUMERATION_LIMIT"]
+__all__ = ["ConditionedWorld", "ExactWorld", "HMMWorldView", "exact_world", "check_canvas", "conditional_log_prob", "ENUMERATION_LIMIT"]
 
 #: the most completions :meth:`ExactWorld.k_best` enumerates
 ENUMERATION_LIMIT = 2**20
@@ -152,6 +152,35 @@ class HMMWorldView(ExactWorld):
 
     def k_best(self, z: torch.Tensor, k: int, max_nodes: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         return k_best(self.world, z, k, max_nodes)
+
+
+class ConditionedWorld(ExactWorld):
+    """The law p(x_free | c) of the G free positions of a prompt canvas c [T], as an :class:`ExactWorld` over
+    sequences of length G (canvas order): what a sampler continuing the prompt targets; exact laws of sampler rules
+    (:mod:`dllm_lit.exact`) run on it."""
+
+    def __init__(self, world, canvas: torch.Tensor) -> None:
+        self.base = exact_world(world)
+        self.vocab_size = self.base.vocab_size
+        self.canvas = check_canvas(canvas, self.vocab_size)[0]
+        self.free = (self.canvas == self.mask_id).nonzero().reshape(-1)
+
+    def _full(self, x: torch.Tensor) -> torch.Tensor:
+        full = self.canvas.expand(x.shape[0], -1).clone()
+        full[:, self.free] = x.cpu().long()
+        return full
+
+    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base.log_prob(self._full(x)) - self.base.log_evidence(self.canvas[None])
+
+    def sample(self, num_sequences: int, length: int, *, seed: int, start_index: int = 0) -> torch.Tensor:
+        if length != self.free.numel():
+            raise ValueError(f"the prompt leaves {self.free.numel()} positions free, not {length}")
+        idx = torch.arange(start_index, start_index + int(num_sequences))
+        return self.base.sample_given(self.canvas.expand(idx.numel(), -1), seed, idx)[:, self.free]
+
+    def posterior(self, z: torch.Tensor) -> torch.Tensor:
+        return self.base.posterior(self._full(z))[:, self.free]
 
 
 _VIEWS: dict[str, HMMWorldView] = {}
