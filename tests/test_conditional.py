@@ -116,3 +116,29 @@ def test_given_prompts_outside_the_vocabulary_or_too_long_are_refused() -> None:
             sample_prompted(sampler, world, torch.tensor(canvas), 2, 2, seed=0)
     with pytest.raises(ValueError, match="has a prompt of its own"):
         sample_prompted(LLaDA(steps=2, prompt_mode="pi").connect(world), world, torch.tensor([[0, V, V, V]]), 2, 2, 0)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prefix", "6"], "prefix (6) must be shorter than seq_len (6)"),
+    (["--prompt", "[0, 5, null, null, null, null]"], "--prompt holds token id 5, outside the vocabulary 0..2"),
+    (["--prompt", "[0, 1, 2, 0, 1, 2]"], "nothing to fill"),
+    (["--prompt", "[0, null, null]"], "--prompt has length 3; the sequence length T is 6"),
+    (["--world", "nowhere"], "--world must be one of"),
+])
+def test_entry_point_refuses_bad_prompts_in_one_line(args, message, capsys) -> None:
+    from dllm_lit.experiments.conditional import main
+
+    base = ["--sampler", "configs/mdlm_paper.yaml", "--world", "order2", "--seq-len", "6", "--steps", "2"]
+    assert main(base + args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_entry_point_prints_the_bracket_and_greedy_scores(capsys) -> None:
+    from dllm_lit.experiments.conditional import main
+
+    assert main(["--sampler", "configs/mdlm_paper.yaml", "--world", "hmm", "--seq-len", "5", "--prompt",
+                 "[[0, null, null, 2, null], [null, 1, null, null, null]]", "--repeats", "6", "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    for key in ("cond_seq_kl_upper", "cond_seq_kl_lower", "cond_nll_excess", "greedy_regret"):
+        assert out.count(key) == 2, key
