@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     canvases = draw_prompts(world, M, T, ns.seed, prefix=P)
     t0 = time.process_time()
     ref = sample_prompted(None, world, canvases, 1, None, ns.seed)
-    greedy_scores(world, ref.samples, canvases[ref.prompt], ns.rank_limit)
+    searches: dict = {}
+    greedy_scores(world, ref.samples, canvases[ref.prompt], ns.rank_limit, searches)
     mode_cpu = time.process_time() - t0
     print(f"world {ns.world}, V = {world.vocab_size}, T = {T}, prefix {P} (G = {G}), {M} prompts, seed {ns.seed}; "
           f"exact modes and {ns.rank_limit}-best lists of the {M} prompts (and the exact samples' scores): "
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     for row in rows:
         name, steps, run = row[:3]
         cpu = row[3] if len(row) > 3 else float("nan")
-        s = greedy_scores(world, run.samples, canvases[run.prompt], ns.rank_limit)
+        s = greedy_scores(world, run.samples, canvases[run.prompt], ns.rank_limit, searches)
         per = per_prompt_mean(s.regret, run.prompt, M)
         lo, hi = skew_corrected_t_interval(per, 0.95)
         rank = s.rank.sort().values[(s.rank.numel() - 1) // 2]

@@ -56,8 +56,10 @@ def prefix_canvases(x: torch.Tensor, prompt_length: int, mask_id: int) -> torch.
 
 
 @torch.no_grad()
-def greedy_scores(world, x: torch.Tensor, canvases: torch.Tensor | None = None, rank_limit: int = 20) -> GreedyScores:
-    """:class:`GreedyScores` of outputs x [N, T] with prompts ``canvases`` [N, T] (None: no prompt)."""
+def greedy_scores(world, x: torch.Tensor, canvases: torch.Tensor | None = None, rank_limit: int = 20,
+                  searches: dict | None = None) -> GreedyScores:
+    """:class:`GreedyScores` of outputs x [N, T] with prompts ``canvases`` [N, T] (None: no prompt); ``searches``
+    (a dict, filled here) keeps each canvas's k best across calls on the same world (several rows, one prompt set)."""
     w = exact_world(world)
     x = x.long().cpu()
     N, T = x.shape
@@ -74,7 +76,12 @@ def greedy_scores(world, x: torch.Tensor, canvases: torch.Tensor | None = None, 
     distinct, which = torch.unique(c, dim=0, return_inverse=True)
     for j in range(distinct.shape[0]):
         rows = (which == j).nonzero().reshape(-1)
-        _, best = w.k_best(distinct[j], rank_limit)
+        key = (tuple(distinct[j].tolist()), int(rank_limit))
+        if searches is None or key not in searches:
+            best = w.k_best(distinct[j], rank_limit)[1]
+            if searches is not None:
+                searches[key] = best
+        best = best if searches is None else searches[key]
         mode[rows] = float(best[0])
         lx = joint[rows]
         above = (best[None, :] > lx[:, None] + MODE_TOL).sum(1)
