@@ -47,3 +47,10 @@ def test_grid_units_and_jobs_give_the_same_table() -> None:
               "--configs", "configs/mdlm.yaml", "configs/llada.yaml", "configs/ar.yaml"]
     one, two = _run(*common), _run(*common, "--jobs", "2")
     assert "5 units" in one and _kl_table(one) == _kl_table(two)
+
+
+def test_greedy_benchmark_runs() -> None:
+    out = _run("benchmarks/greedy.py", "--seq-len", "8", "--prefix", "4", "--prompts", "2", "--steps", "4",
+               "--configs", "llada", "pc_sampler")
+    rows = [line for line in out.splitlines() if line.startswith("| llada") or line.startswith("| pc_sampler")]
+    assert len(rows) == 2 and "regret per token" in out

@@ -63,10 +63,12 @@ def test_exact_samples_are_rejected_against_a_biased_law(world) -> None:
 SHIPPED = [name for name in samplers.__all__ if name not in ("Sampler", "top_p_filter")]
 
 
-def test_external_sampler_refuses_an_hmm_world(world) -> None:
-    """The oracle model (OracleForMaskedLM) answers first-order chains only: refused in one line at wiring."""
-    with pytest.raises(ValueError, match="first-order chains only"):
-        samplers.ExternalSampler(generate="examples.llada_generate:generate").connect(world)
+def test_external_sampler_runs_in_an_hmm_world(world) -> None:
+    """The oracle model answers HMM worlds too (issue 38; its rows: tests/test_oracle_model_worlds.py)."""
+    s = samplers.ExternalSampler(generate="examples.llada_generate:generate", prompt_length=2,
+                                 kwargs={"block_length": 30, "temperature": 1.0}).connect(world)
+    x = s.sample(3, 32, 6, seed=1)
+    assert x.shape == (3, 32) and int(x.min()) >= 0 and int(x.max()) < world.vocab_size
 
 
 @pytest.mark.parametrize("name", [n for n in SHIPPED if n != "ExternalSampler"])

@@ -28,6 +28,7 @@ from dllm_lit.engine import predict
 from dllm_lit.metrics.bootstrap import IntervalPolicy
 from dllm_lit.metrics.forward_kl import FORWARD_KL_KEYS
 from dllm_lit.results import ResultsWriter, registry
+from dllm_lit.metrics.greedy import GREEDY_KEYS
 from dllm_lit.results.metric_options import identity
 from dllm_lit.results.registry import MetricSpec
 from dllm_lit.results.writer import LEGACY_METRIC_OPTIONS
@@ -118,7 +119,7 @@ def _other(value):
 
 #: writer options that switch each configurable built-in metric on
 ENABLE = {"genppl": {"genppl_model": "m"}, "mauve+mauve_seed_mean+mauve_seed_std": {"mauve_featurizer": "m"},
-          "+".join(FORWARD_KL_KEYS): {"forward_kl": True}}
+          "+".join(FORWARD_KL_KEYS): {"forward_kl": True}, "+".join(GREEDY_KEYS): {"metric_options": {"greedy": True}}}
 
 
 def _configurable():
@@ -135,7 +136,9 @@ def test_every_identity_field_changes_the_run_identity(spec_name, field) -> None
     writer = ResultsWriter(**base)
     spec = next(s for s in registry.enabled_specs(writer) if s.name == spec_name)
     value = dataclasses.asdict(registry.spec_options(spec, writer))[field]
-    other = ResultsWriter(**{**base, field: _other(value)})
+    changed = ({"metric_options": {**base["metric_options"], field: _other(value)}} if "metric_options" in base
+               else {field: _other(value)})
+    other = ResultsWriter(**{**base, **changed})
     assert writer.metric_identity()[field] == value
     assert other.metric_identity() != writer.metric_identity(), field
 

@@ -203,3 +203,33 @@ def test_cuda_gives_the_cpu_rows(chain) -> None:
         cpu = OracleForMaskedLM.from_chain(chain, **options)
         gpu = OracleForMaskedLM.from_chain(chain, **options).to("cuda")
         torch.testing.assert_close(gpu(z.cuda()).logits.cpu(), cpu(z).logits, atol=1e-6, rtol=0)
+
+
+def test_small_integer_ids_give_the_int64_rows(chain) -> None:
+    """Issue 34 item 9: int8 / uint8 ids (the project's own compact sample dtype) raised a RuntimeError."""
+    model = OracleForMaskedLM.from_chain(chain)
+    ids = torch.tensor([[0, M, 1, M], [M, 2, M, M]])
+    want = model(ids).logits
+    for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32):
+        assert torch.equal(model(ids.to(dtype)).logits, want)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("bool_ids", "input_ids must be an integer tensor"),
+    ("mask_two", r"attention_mask \(2-D\) may only hold 0"),
+    ("mask_nan", r"attention_mask \(2-D\) may only hold 0"),
+    ("mask_string", "attention_mask must be a tensor, None or the string 'full'"),
+    ("float_positions", "position_ids must hold integers"),
+])
+def test_bad_inputs_are_refused_in_one_line(chain, case, message) -> None:
+    """Issue 34 item 9: each was accepted (or raised AttributeError) on the base commit."""
+    model = OracleForMaskedLM.from_chain(chain)
+    ids = torch.tensor([[0, M, 1, M]])
+    kw = {"bool_ids": {"input_ids": ids.bool()},
+          "mask_two": {"input_ids": ids, "attention_mask": torch.tensor([[1, 2, 1, 1]])},
+          "mask_nan": {"input_ids": ids, "attention_mask": torch.tensor([[1.0, float("nan"), 1.0, 1.0]])},
+          "mask_string": {"input_ids": ids, "attention_mask": "causal"},
+          "float_positions": {"input_ids": ids, "position_ids": torch.tensor([[0.0, 1.5, 2.0, 3.0]])}}[case]
+    with pytest.raises(ValueError, match=message) as err:
+        model(**kw)
+    assert "\n" not in str(err.value)

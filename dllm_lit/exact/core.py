@@ -29,6 +29,8 @@ class PosteriorCache:
             if isinstance(self.chain, HMMWorld):  # beyond first order: the HMM forward-backward (float64)
                 from dllm_lit.denoisers.hmm_posterior import hmm_posterior
                 self._cache[z] = hmm_posterior(self.chain, torch.tensor([z]))[0]
+            elif not isinstance(self.chain, MarkovChain):  # an ExactWorld (dllm_lit.markov.world_api): its posterior
+                self._cache[z] = self.chain.posterior(torch.tensor([z]))[0]
             else:
                 self._cache[z] = forward_backward_posterior(self.chain, torch.tensor([z]))[0]
         return self._cache[z]

@@ -8,7 +8,8 @@
 ``dllm_lit.samplers.ExternalSampler`` and the user's function), or that block inline as YAML.  The samples are
 drawn with seed ``--seed`` (``--against`` with seed + 1) on the chain ``--chain``: ``tiny`` (V = 3, with exact
 ties: P(a, a) > 0 and an impossible transition), ``generic`` (V = 3, a random kernel: tie-free given a prompt
-token) or a kernel as a YAML list of rows.  The report (dllm_lit.conformance) gives chi-square, dof, p-value,
+token), ``order2`` / ``hmm`` (V = 3 worlds beyond first order: an order-2 context chain, a 4-state hidden HMM;
+random rows, tie-free given a prompt token) or a kernel as a YAML list of rows.  The report (dllm_lit.conformance) gives chi-square, dof, p-value,
 TV, the most over- and under-sampled sequences, the verdict and the power; the exit status is 0 when the
 sampler conforms, 1 when it differs, 2 for bad input.
 """
@@ -25,20 +26,24 @@ import torch
 import yaml
 
 from dllm_lit.conformance import Conformance, goodness_of_fit, two_sample
-from dllm_lit.markov import MarkovChain
+from dllm_lit.markov import HMMWorld, MarkovChain
 
 __all__ = ["main", "build_sampler", "named_chain", "CHAINS", "law_options", "law_help", "resolve_law_options"]
 
-#: the chains offered by name (V = 3)
-CHAINS = ("tiny", "generic")
+#: the chains offered by name (V = 3), and the worlds beyond first order
+CHAINS = ("tiny", "generic", "order2", "hmm")
+WORLDS = ("order2", "hmm")
 #: laws whose ``steps`` option defaults to the sampler's steps
 LAWS_WITH_STEPS = ("mdlm", "mdlm_paper", "block_mdlm", "llada", "maskgit", "klass", "dream", "dream_origin",
                    "pc_sampler", "sedd")
 TINY = [[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]]
 
 
-def named_chain(spec: str) -> MarkovChain:
-    """``tiny``, ``generic`` or a kernel given as a YAML list of rows."""
+def named_chain(spec: str) -> MarkovChain | HMMWorld:
+    """``tiny``, ``generic``, ``order2`` / ``hmm`` (tie-free worlds beyond first order) or a kernel given as a YAML
+    list of rows."""
+    if spec in WORLDS:
+        return named_world(spec)
     if spec == "tiny":
         return MarkovChain.from_kernel(torch.tensor(TINY, dtype=torch.float64))
     if spec == "generic":
@@ -50,6 +55,18 @@ def named_chain(spec: str) -> MarkovChain:
         return MarkovChain.from_kernel(torch.tensor(rows, dtype=torch.float64))
     except Exception as exc:  # noqa: BLE001 - any parse / shape / row-sum problem is the user's input
         raise ValueError(f"--chain must be one of {', '.join(CHAINS)} or a kernel as a list of rows ({exc})") from None
+
+
+def named_world(spec: str) -> HMMWorld:
+    """V = 3 worlds with random (tie-free) rows: ``order2`` (an order-2 context chain), ``hmm`` (4 hidden states)."""
+    g = torch.Generator().manual_seed(7)
+    if spec == "order2":
+        rows = torch.rand(9, 3, generator=g, dtype=torch.float64) + 0.1
+        return HMMWorld(context_rows=rows / rows.sum(1, keepdim=True), metadata={"source": "conform_order2"})
+    A = torch.rand(4, 4, generator=g, dtype=torch.float64) + 0.1
+    B = torch.rand(4, 3, generator=g, dtype=torch.float64) + 0.1
+    return HMMWorld(emission=B / B.sum(1, keepdim=True), transition=A / A.sum(1, keepdim=True),
+                    metadata={"source": "conform_hmm"})
 
 
 def law_options(name: str) -> dict[str, Any]:
@@ -162,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ref.add_argument("--law", help="an exact rule by name (listed below; dllm_lit.exact.LAWS)")
     ref.add_argument("--against", help="a second sampler (two-sample test), as --sampler")
     ap.add_argument("--law-options", default="{}", help="the rule's options as a YAML mapping (listed below)")
-    ap.add_argument("--chain", default="tiny", help="tiny, generic, or a kernel as a YAML list of rows")
+    ap.add_argument("--chain", default="tiny", help="tiny, generic, order2, hmm, or a kernel as a YAML list of rows")
     ap.add_argument("--seq-len", type=int, default=4, help="T (V^T outcomes; at most 2^24)")
     ap.add_argument("--steps", type=int, default=None, help="steps (default: the sampler's first steps value)")
     ap.add_argument("--samples", type=int, default=20000, help="N samples per sampler")

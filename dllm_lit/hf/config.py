@@ -12,11 +12,13 @@ from transformers import PretrainedConfig
 
 from dllm_lit import checks
 
-__all__ = ["OracleConfig", "REVEALED", "LOGITS_DTYPES", "SPECIAL_TOKENS"]
+__all__ = ["OracleConfig", "REVEALED", "LOGITS_DTYPES", "SPECIAL_TOKENS", "WORLD_KINDS"]
 
 #: what a revealed position's logits mean (docs/oracle_model.md)
 REVEALED = ("self", "leave_one_out")
 LOGITS_DTYPES = ("float32", "float64")
+#: the worlds an oracle model holds (docs/oracle_model.md, "Every world")
+WORLD_KINDS = ("chain", "hmm")
 #: special tokens after the chain's V ids, in id order
 SPECIAL_TOKENS = ("[MASK]", "[PAD]", "[EOS]")
 
@@ -37,6 +39,9 @@ class OracleConfig(PretrainedConfig):
         tie_jitter: sigma > 0 adds sigma N(0, 1) to every finite logit (seeded by ``tie_jitter_seed``): ties
             become measure-zero as under a learned model.
         mixing_tol: the oracle's power-table tolerance (:class:`~dllm_lit.denoisers.OracleDenoiser`).
+        world_kind: "chain" (a first-order chain: top-K buffers) or "hmm" (an HMMWorld: emission, transition or
+            context rows, initial law; ``chain_fingerprint`` is then the world's fingerprint).
+        world_states: S of an HMM world; world_order: k of an order-k context world (0: a dense transition).
     """
 
     model_type = "dllm_lit_oracle"
@@ -44,7 +49,8 @@ class OracleConfig(PretrainedConfig):
     def __init__(self, chain_vocab_size: int = 2, chain_top_k: int = 2, chain_fingerprint: str | None = None,
                  logit_shift: int = 0, revealed: str = "self", logits_dtype: str = "float32",
                  exact_ties: bool = True, tie_jitter: float = 0.0, tie_jitter_seed: int = 0,
-                 mixing_tol: float = 1e-8, **kwargs: Any) -> None:
+                 mixing_tol: float = 1e-8, world_kind: str = "chain", world_states: int = 0, world_order: int = 0,
+                 **kwargs: Any) -> None:
         V = checks.integer("chain_vocab_size", chain_vocab_size)
         self.chain_vocab_size = V
         self.chain_top_k = checks.integer("chain_top_k", chain_top_k, maximum=V)
@@ -56,6 +62,9 @@ class OracleConfig(PretrainedConfig):
         self.tie_jitter = checks.real("tie_jitter", tie_jitter, low=0.0)
         self.tie_jitter_seed = checks.integer("tie_jitter_seed", tie_jitter_seed, minimum=0)
         self.mixing_tol = checks.real("mixing_tol", mixing_tol, low=0.0, high=1.0, low_open=True, high_open=True)
+        self.world_kind = checks.choice("world_kind", world_kind, WORLD_KINDS)
+        self.world_states = checks.integer("world_states", world_states, minimum=0)
+        self.world_order = checks.integer("world_order", world_order, minimum=0)
         for key, value in (("mask_token_id", V), ("pad_token_id", V + 1), ("eos_token_id", V + 2)):
             if kwargs.get(key) not in (None, value):
                 raise ValueError(f"{key} of an oracle model with V = {V} chain tokens is {value}, got {kwargs[key]}")

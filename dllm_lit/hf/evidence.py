@@ -70,14 +70,21 @@ def read_evidence(input_ids: torch.Tensor, attention_mask: torch.Tensor | str | 
     B, L = input_ids.shape
     dev = input_ids.device
     allowed = None
-    if isinstance(attention_mask, str) and attention_mask == "full":  # Dream's spelling of "no mask"
-        attention_mask = None
+    if isinstance(attention_mask, str):
+        if attention_mask != "full":
+            raise ValueError(f"attention_mask must be a tensor, None or the string 'full' (Dream's no mask), "
+                             f"got {attention_mask!r}")
+        attention_mask = None  # Dream's spelling of "no mask"
+    if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+        raise ValueError(f"attention_mask must be a tensor, None or 'full', got {type(attention_mask).__name__}")
     if attention_mask is None:
         token = torch.ones(B, L, dtype=torch.bool, device=dev)
     elif attention_mask.dim() == 2:
         if attention_mask.shape != (B, L):
             raise ValueError(f"attention_mask of 2 dimensions must have the shape of input_ids {(B, L)}, "
                              f"got {tuple(attention_mask.shape)}")
+        if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):  # NaN compares False
+            raise ValueError("attention_mask (2-D) may only hold 0 (padding) and 1 (token)")
         token = attention_mask.to(dev) != 0
     elif attention_mask.dim() == 4:
         allowed = _four_d(attention_mask.to(dev), B, L)
@@ -88,7 +95,10 @@ def read_evidence(input_ids: torch.Tensor, attention_mask: torch.Tensor | str | 
     if position_ids is None:
         pos = token.long().cumsum(1) - 1
     else:
-        pos = torch.as_tensor(position_ids, device=dev).long()
+        pos = torch.as_tensor(position_ids, device=dev)
+        if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
+            raise ValueError(f"position_ids must hold integers, got dtype {pos.dtype}")
+        pos = pos.long()
         if pos.dim() == 1:
             pos = pos[None]
         if pos.dim() != 2 or pos.shape[1] != L or pos.shape[0] not in (1, B):

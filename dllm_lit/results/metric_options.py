@@ -19,7 +19,7 @@ from typing import Any
 
 from dllm_lit import checks
 
-__all__ = ["ForwardKLOptions", "GenPPLOptions", "MauveOptions", "NOT_IDENTITY", "identity", "make_options", "option_names"]
+__all__ = ["ForwardKLOptions", "GenPPLOptions", "GreedyOptions", "MauveOptions", "NOT_IDENTITY", "identity", "make_options", "option_names"]
 
 #: field metadata of an option that cannot change a metric's values (left out of the run identity)
 NOT_IDENTITY = {"identity": False}
@@ -95,3 +95,19 @@ class ForwardKLOptions:
     random-order sampler's per-order law is a second decoding pass (docs/theory.md)."""
 
     forward_kl: bool = False
+
+
+@dataclass(frozen=True)
+class GreedyOptions:
+    """Exact greedy scores (``greedy_*``): opt-in (an exact mode search per distinct prompt), the length of the
+    k-best list that ranks the outputs, and the prompt length P (each output's first P tokens are its prompt:
+    LLaDA's ``prompt`` / ``prompt_mode`` rows, ExternalSampler's ``prompt_length``)."""
+
+    greedy: bool = False
+    greedy_rank_limit: int = 20
+    greedy_prompt_length: int = 0
+
+    def __post_init__(self) -> None:
+        checks.boolean("greedy", self.greedy)
+        checks.integer("greedy_rank_limit", self.greedy_rank_limit, minimum=1, maximum=10_000)
+        checks.integer("greedy_prompt_length", self.greedy_prompt_length, minimum=0)

@@ -36,6 +36,7 @@ from dllm_lit.metrics.duplication_rate import DuplicationRate
 from dllm_lit.metrics.forward_kl import FORWARD_KL_KEYS, ForwardSequenceKL
 from dllm_lit.metrics.functional.transition import METRIC_KEYS
 from dllm_lit.metrics.genppl import GenerativePerplexity
+from dllm_lit.metrics.greedy import GREEDY_KEYS, GreedyScore
 from dllm_lit.metrics.mauve_seeds import MauveOverSeeds
 from dllm_lit.metrics.ngram_diversity import NgramDiversity
 from dllm_lit.metrics.sequence_kl import SEQUENCE_KL_KEYS, SequenceKL
@@ -43,7 +44,7 @@ from dllm_lit.metrics.transition import TransitionMetrics
 from dllm_lit.metrics.dependence import DEPENDENCE_KEYS, DependenceProfile
 from dllm_lit.metrics.ngram_kl import NGRAM_KL_KEYS, NgramKL
 from dllm_lit.metrics.world_nll import WorldNLL
-from dllm_lit.results.metric_options import ForwardKLOptions, GenPPLOptions, MauveOptions, make_options, merged_identity, option_names
+from dllm_lit.results.metric_options import ForwardKLOptions, GenPPLOptions, GreedyOptions, MauveOptions, make_options, merged_identity, option_names
 
 
 def hmm_world(chain: Any) -> Any:
@@ -232,6 +233,14 @@ METRICS += [
                labels={"dep_excess": "I(X_i; X_i+d) minus exact samples', mean over d (nats)",
                        "dep_excess_far": "I(X_i; X_i+d) minus exact samples', d >= 16 (nats)"}),
 ]
+
+# ---- exact greedy scores (opt-in: an exact mode search per distinct prompt; docs/greedy.md) ----------------------
+METRICS.append(MetricSpec(
+    GREEDY_KEYS, lambda c: GreedyScore(c.chain, c.options.greedy_rank_limit, c.options.greedy_prompt_length),
+    reads="stats", enabled=lambda o: bool(o.greedy), options=GreedyOptions,
+    labels={"greedy_regret": "per-token regret to the exact mode (nats)", "greedy_mode_frac": "fraction equal to the mode",
+            "greedy_rank": "median rank among the most likely sequences", "greedy_nll": "-log p(output | prompt) / G",
+            "greedy_mode_nll": "-log p(mode | prompt) / G"}))
 
 
 def register(spec: MetricSpec) -> MetricSpec:

@@ -117,15 +117,15 @@ class ExternalSampler(Sampler):
         return out
 
     def connect(self, chain, cache_dir=None) -> "ExternalSampler":
-        """Build the oracle model of ``chain`` (its power table cached in ``cache_dir``)."""
+        """Build the oracle model of ``chain`` (a first-order chain, its power table cached in ``cache_dir``, or an
+        HMM world: order-k, switching, hidden-state)."""
         from dllm_lit.hf import OracleForMaskedLM
-        from dllm_lit.markov import MarkovChain
+        from dllm_lit.markov import HMMWorld, MarkovChain
 
-        if not isinstance(chain, MarkovChain):
-            raise ValueError(f"ExternalSampler runs on first-order chains only (the oracle model answers a "
-                             f"MarkovChain), got {type(chain).__name__}: use a first-order data source")
+        if not isinstance(chain, (MarkovChain, HMMWorld)):
+            raise ValueError(f"ExternalSampler runs on a MarkovChain or an HMMWorld, got {type(chain).__name__}")
         self.chain = chain
-        self.model = OracleForMaskedLM.from_chain(chain, cache_dir=cache_dir, **self.model_options).to(self.device)
+        self.model = OracleForMaskedLM.from_world(chain, cache_dir=cache_dir, **self.model_options).to(self.device)
         self.denoiser = self.model.oracle(self.model.dtype, self.device)
         self.check_options()
         return self

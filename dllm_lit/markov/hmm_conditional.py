@@ -1,0 +1,107 @@
+"""An HMM world given revealed tokens: the evidence's probability and exact conditional sampling.
+
+A canvas ``z`` [N, T] holds a revealed token (< V) or MASK (= V) at each position.  With ``E_t(s) = B(s, z_t)``
+at a revealed position and 1 at a MASK,
+
+    log p(z)       = sum_t log c_t,   a_0 = mu,  c_t = sum_s a_t(s) E_t(s),  a_{t+1} = (a_t o E_t / c_t) A
+    p(x | z)       = p(x) / p(z)  for every x that agrees with z (0 otherwise)
+
+and exact conditional sampling ("AR from the prompt": left to right, each token from its exact conditional
+law given the tokens drawn so far and the whole canvas) uses the right messages of the canvas:
+
+    beta_{T-1} = 1,   beta_{t-1} propto A (E_t o beta_t)
+    p(x_t = v | x_<t, z) propto [z_t = MASK or v = z_t] sum_s a_t(s) B(s, v) beta_t(s),   a_{t+1} propto (a_t o B(., x_t)) A
+
+Uniforms are counter-based (``Stream.CHAIN``, step 1, slot 0 at position t): sequence n depends only on
+(seed, n).  Cost O(N T (S V + cost of m A)); memory N T S float64 for the right messages, in chunks of rows.
+"""
+from __future__ import annotations
+
+import torch
+
+from dllm_lit import rng
+from dllm_lit.markov.chain import inverse_cdf
+from dllm_lit.markov.hmm import HMMWorld
+
+__all__ = ["emission_table", "log_evidence", "sample_given", "CONDITIONAL_STEP"]
+
+#: the ``step`` coordinate of conditional sampling's uniforms (HMMWorld.sample uses step 0)
+CONDITIONAL_STEP = 1
+#: bytes of right messages held at once
+_MESSAGE_BYTES = 2**28
+
+
+def emission_table(world: HMMWorld) -> torch.Tensor:
+    """E [V + 1, S]: row v = B(., v) (a revealed token), row V = 1 (a MASK)."""
+    return torch.cat([world.B.T, torch.ones(1, world.num_states, dtype=torch.float64)]).contiguous()
+
+
+@torch.no_grad()
+def log_evidence(world: HMMWorld, z: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """log p(revealed tokens of z) for canvases z [N, T]: float64 [N], -inf where the evidence is impossible.
+    With ``weights`` w [N, T, V] >= 0: log sum_x p(x) prod_t w_t(x_t) over the x agreeing with z (a tilted
+    evidence: E_p[exp(sum_t g_t(x_t)) | z] = exp(log_evidence(z, e^g) - log_evidence(z)))."""
+    z = z.cpu().long()
+    E = emission_table(world)
+    N, T = z.shape
+    a = world.initial.expand(N, -1)
+    out = torch.zeros(N, dtype=torch.float64)
+    for t in range(T):
+        if weights is None:
+            e = E[z[:, t]]
+        else:  # sum_v [v allowed by z_t] w_t(v) B(., v)
+            allowed = (z[:, t, None] == world.vocab_size) | (z[:, t, None] == torch.arange(world.vocab_size))
+            e = (weights[:, t].to(torch.float64) * allowed) @ world.B.T
+        f = a * e
+        c = f.sum(1)
+        out += c.log()  # log 0 = -inf stays -inf
+        ok = c > 0
+        f = torch.where(ok[:, None], f / c.clamp_min(1e-300)[:, None], world.initial)
+        a = world.right(f)
+    return out
+
+
+def _right_messages(world: HMMWorld, z: torch.Tensor, E: torch.Tensor) -> torch.Tensor:
+    """beta_t [N, T, S], each row normalised to sum 1 (uniform where the right evidence is impossible)."""
+    N, T = z.shape
+    S = world.num_states
+    b = torch.empty(N, T, S, dtype=torch.float64)
+    b[:, T - 1] = 1.0 / S
+    for t in range(T - 1, 0, -1):
+        m = world.left(E[z[:, t]] * b[:, t])
+        s = m.sum(1, keepdim=True)
+        b[:, t - 1] = torch.where(s > 0, m / s.clamp_min(1e-300), torch.full_like(m, 1.0 / S))
+    return b
+
+
+def _emit(world: HMMWorld, m: torch.Tensor) -> torch.Tensor:
+    """sum_s m(s) B(s, v) for m [N, S]: [N, V]."""
+    if world.order is not None:  # state s emits s mod V
+        return m.view(m.shape[0], -1, world.vocab_size).sum(1)
+    return m @ world.B
+
+
+@torch.no_grad()
+def sample_given(world: HMMWorld, z: torch.Tensor, seed: int, indices: torch.Tensor) -> torch.Tensor:
+    """Exact samples of p(x | z) for canvases z [N, T] (module docstring); ``indices`` [N] key the uniforms.
+    Every canvas must have positive probability (:func:`log_evidence` > -inf)."""
+    z = z.cpu().long()
+    N, T = z.shape
+    rows = max(1, _MESSAGE_BYTES // (8 * max(T, 1) * world.num_states))
+    if N > rows:
+        return torch.cat([sample_given(world, z[i:i + rows], seed, indices[i:i + rows]) for i in range(0, N, rows)])
+    V = world.vocab_size
+    E = emission_table(world)
+    b = _right_messages(world, z, E)
+    keys = rng.sequence_keys(seed, indices.cpu(), rng.Stream.CHAIN)
+    u = rng.uniform(keys[:, None], CONDITIONAL_STEP, torch.arange(T)[None, :], slot=0)
+    x = torch.empty(N, T, dtype=torch.long)
+    a = world.initial.expand(N, -1)
+    for t in range(T):
+        w = _emit(world, a * b[:, t])
+        drawn = inverse_cdf(w.cumsum(1), u[:, t])
+        x[:, t] = torch.where(z[:, t] < V, z[:, t], drawn)
+        f = a * E[x[:, t]]
+        f = f / f.sum(1, keepdim=True).clamp_min(1e-300)
+        a = world.right(f)
+    return x
