@@ -43,6 +43,7 @@ from dllm_lit.metrics.transition import TransitionMetrics
 from dllm_lit.metrics.dependence import DEPENDENCE_KEYS, DependenceProfile
 from dllm_lit.metrics.ngram_kl import NGRAM_KL_KEYS, NgramKL
 from dllm_lit.metrics.world_nll import WorldNLL
+from dllm_lit.metrics.task_accuracy import TaskAccuracy
 from dllm_lit.results.metric_options import ForwardKLOptions, GenPPLOptions, MauveOptions, make_options, merged_identity, option_names
 
 
@@ -232,6 +233,12 @@ METRICS += [
                labels={"dep_excess": "I(X_i; X_i+d) minus exact samples', mean over d (nats)",
                        "dep_excess_far": "I(X_i; X_i+d) minus exact samples', d >= 16 (nats)"}),
 ]
+
+
+# ---- task worlds (dllm_lit.sources.ListTask): the fraction of correct answers ---------------------------------------
+METRICS.append(MetricSpec(("task_accuracy",), lambda c: TaskAccuracy(c.chain), reads="stats", figures=("task_accuracy",),
+                          enabled=lambda o: hasattr(getattr(o, "chain", None), "in_support"),
+                          labels={"task_accuracy": "task accuracy (fraction of correct answers)"}))
 
 
 def register(spec: MetricSpec) -> MetricSpec:
