@@ -265,7 +265,9 @@ class HMMWorld:
     @property
     def bigram_chain(self) -> MarkovChain:
         """The first-order chain with the world's exact bigram law: P(w | v) = p(x_{t+1} = w | x_t = v),
-        pi = the token marginal.  Transition metrics of a non-first-order world compare against it."""
+        pi = the token marginal.  Transition metrics of a non-first-order world compare against it.  A finite-horizon
+        world's projection pools the positions: P from the mean bigram law, pi the mean token marginal
+        (:attr:`stationary`), which that P need not leave invariant."""
         if self._bigram_chain is None:
             from dllm_lit.markov.hmm_exact import ngram_marginals
 
@@ -273,8 +275,12 @@ class HMMWorld:
             pi = J.sum(1)
             P = torch.where(pi[:, None] > 0, J / pi.clamp_min(1e-300)[:, None], torch.full_like(J, 1.0 / J.shape[1]))
             V = self.vocab_size
-            self._bigram_chain = MarkovChain(torch.arange(V).expand(V, V).clone(), P / P.sum(1, keepdim=True),
-                                             stationary=pi / pi.sum(), metadata={"source": "hmm_bigram_projection", "world": self.fingerprint})
+            meta = {"source": "hmm_bigram_projection", "world": self.fingerprint}
+            chain = MarkovChain(torch.arange(V).expand(V, V).clone(), P / P.sum(1, keepdim=True),
+                                stationary=pi / pi.sum() if self.horizon is None else None, metadata=meta)
+            if self.horizon is not None:
+                chain._stationary = self.stationary  # the pooled marginal (not invariant: no stationary law here)
+            self._bigram_chain = chain
         return self._bigram_chain
 
     def __repr__(self) -> str:
