@@ -6,7 +6,8 @@
 Each config goes through the CLI's parser (``DllmCLI(run=False)``) with ``configs/data/list_task.yaml`` and the
 engine's ``predict``, as ``sweeps/list_tasks.yaml`` runs it point by point; the accuracy's interval is the
 Clopper-Pearson 95% interval the results table reports.  Paper MDLM rows also print the closed form
-(``dllm_lit.sources.list_tasks.parallel_accuracy``).  Prints one Markdown table per task.
+(``dllm_lit.sources.list_tasks.parallel_accuracy``).  Prints one Markdown table per task, then one summary table
+(a row per sampler, ``accuracy/NFE`` at each step count per task).
 """
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ def main() -> None:
     configs = [Path(c) for c in args.configs] if args.configs else sorted(
         p for p in (ROOT / "configs").glob("*.yaml") if p.name not in SKIP)
     N = args.num_sequences
+    summary: dict[str, dict[str, list[str]]] = {}
     for task in args.tasks:
         print(f"\n### {task} (items {args.items}, answer length {args.length}, N = {N}, seed {args.seed})\n")
         print("| sampler | steps | NFE | task accuracy [95%] | closed form |")
@@ -89,9 +91,16 @@ def main() -> None:
                 if r["sampler"] == "mdlm_paper" and r["steps"] is not None:
                     closed = f"{float(parallel_accuracy(task, transfer_schedule(args.length, r['steps']), args.items)):.4f}"
                 nfe = "-" if r.get("nfe") is None else f"{r['nfe']:.2f}"
+                cell = f"{acc:.2f}" + ("" if r.get("nfe") is None else f"/{r['nfe']:.3g}")
+                summary.setdefault(r["label"].split("[")[0], {}).setdefault(task, []).append(cell)
                 print(f"| {r['label']} | {r['steps'] if r['steps'] is not None else '-'} | {nfe} | "
                       f"{acc:.4f} [{low:.3f}, {high:.3f}] | {closed} |", flush=True)
         print(f"\n({task}: {time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU)")
+    print(f"\n### Summary: task accuracy / NFE at steps {args.steps}\n")
+    print("| sampler | " + " | ".join(args.tasks) + " |")
+    print("| --- |" + " --- |" * len(args.tasks))
+    for label, cells in summary.items():
+        print(f"| {label} | " + " | ".join(" ".join(cells.get(t, ["refused"])) for t in args.tasks) + " |")
 
 
 if __name__ == "__main__":
