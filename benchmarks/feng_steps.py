@@ -71,6 +71,7 @@ def plot(results: dict) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     fig, axes = plt.subplots(len(results), 3, figsize=(15, 4.2 * len(results)), squeeze=False)
     for row, (name, rows) in zip(axes, results.items()):
@@ -96,6 +97,8 @@ def plot(results: dict) -> None:
         for ax in row:
             ax.legend(fontsize=8)
             ax.grid(alpha=0.3)
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_minor_formatter(NullFormatter())
     fig.tight_layout()
     fig.savefig(OUT.with_suffix(".png"), dpi=110)
 
