@@ -99,3 +99,10 @@ def test_oversized_exact_curve_refused_in_one_line():
     with pytest.raises(ValueError) as err:
         exact_information_curve(world, 40)
     assert "\n" not in str(err.value) and "length=40" in str(err.value)
+
+
+def test_oversized_rao_blackwell_call_refused_in_one_line():
+    world = tiny_hmm()
+    with pytest.raises(ValueError) as err:
+        rao_blackwell_conditionals(world, HMMOracleDenoiser(world), torch.arange(10**6), 10**4, 0)
+    assert "\n" not in str(err.value) and "indices x seq_len" in str(err.value)

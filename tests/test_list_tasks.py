@@ -139,6 +139,12 @@ def test_impossible_parameters_refused_in_one_line(kwargs, field):
     assert "\n" not in msg and field in msg
 
 
+def test_oversized_closed_form_refused_in_one_line():
+    with pytest.raises(ValueError) as err:
+        parallel_accuracy("domino", [2] * 40, 3)
+    assert "\n" not in str(err.value) and "counts" in str(err.value)
+
+
 def test_wrong_length_refused_before_any_work():
     from dllm_lit.data import MarkovDataModule
     from dllm_lit.engine import connect

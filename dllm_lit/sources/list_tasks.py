@@ -55,6 +55,8 @@ __all__ = ["TASKS", "ListTask", "task_world", "task_prompts", "task_answers", "a
            "prompt_length", "task_vocab_size"]
 
 TASKS = ("copy", "replace", "shuffle", "domino")
+#: states of the domino accuracy's dynamic programme (rounds x prod(k_r + 1))
+MAX_DP_STATES = 2_000_000
 
 
 def prompt_length(task: str, length: int) -> int:
@@ -187,6 +189,10 @@ def parallel_accuracy(task: str, counts: list[int], items: int | None = None) ->
             r -= k
         return acc
     b = checks.integer("items", items, 2)
+    states = len(ks) * math.prod(k + 1 for k in ks)
+    if states > MAX_DP_STATES:
+        raise ValueError(f"counts: the domino accuracy's dynamic programme would visit {states:.3g} states for "
+                         f"{len(ks)} rounds, more than {MAX_DP_STATES}; use fewer rounds or tokens")
     return _same_round_moment(tuple(ks), Fraction(1, b))
 
 

@@ -30,10 +30,12 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["exact_information_curve", "subset_entropies", "rao_blackwell_conditionals", "MAX_EVALUATIONS"]
+__all__ = ["exact_information_curve", "subset_entropies", "rao_blackwell_conditionals", "MAX_EVALUATIONS", "MAX_ROW_BYTES"]
 
 #: revealed patterns x_R the exact curve may enumerate, (V + 1)^T in all
 MAX_EVALUATIONS = 2_000_000
+#: bytes of the float64 posterior rows one rao_blackwell_conditionals call holds
+MAX_ROW_BYTES = 2**31
 
 
 def _world(world):
@@ -92,6 +94,11 @@ def rao_blackwell_conditionals(chain, denoiser, indices: torch.Tensor, seq_len: 
     from dllm_lit.samplers.reference_scoring import reference_samples
 
     T = int(seq_len)
+    rows = indices.numel() * T * chain.vocab_size * 8
+    if rows > MAX_ROW_BYTES:
+        raise ValueError(f"indices x seq_len: one call holds {indices.numel()} x {T} posterior rows of "
+                         f"{chain.vocab_size} float64 ({rows / 2**30:.3g} GiB), more than {MAX_ROW_BYTES / 2**30:g} GiB; "
+                         "pass fewer indices per call")
     x = reference_samples(chain, indices, T, seed)
     if x is None:
         raise ValueError("rao_blackwell_conditionals needs consecutive sequence indices")
