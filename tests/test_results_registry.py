@@ -127,7 +127,7 @@ def test_spec_validation_and_registration(restore_registry) -> None:
         ("seq_kl_fwd+seq_kl_fwd_theory+seq_kl_fwd_bound_tc+seq_kl_fwd_bound_dtc+seq_kl_fwd_bound_mi", "stats", False)]
     # then the HMM-world figures (drawn only when rows carry those keys)
     assert registry.figure_keys() == ("kl", "nll", "entropy", "div3", "world_nll", "ngram_kl2_excess",
-                                      "ngram_kl3_excess", "dep_excess")
+                                      "ngram_kl3_excess", "dep_excess", "task_accuracy")
     # what a spec reads is checked when the run is wired
     with pytest.raises(ValueError, match="mauve.* need reference samples"):
         ResultsWriter(mauve_featurizer="m").connect(None, None, decoder=object())

@@ -74,7 +74,7 @@ def test_english_chain_options_as_a_group_or_as_keywords() -> None:
 
 def _every_source(tmp_path) -> list:
     from dllm_lit.markov import save_chain
-    from dllm_lit.sources import (ChainFile, HMMSynthetic, KthOrderChars, LocalTextChars, OpenWebTextBPE, PaperArtifact,
+    from dllm_lit.sources import (ChainFile, HMMSynthetic, KthOrderChars, ListTask, LocalTextChars, OpenWebTextBPE, PaperArtifact,
                                   SwitchingChains, Synthetic, Text8Chars)
 
     save_chain(synthetic_chain(8, 3, seed=1), tmp_path / "chain.pt")
@@ -88,6 +88,7 @@ def _every_source(tmp_path) -> list:
         # HMM worlds
         KthOrderChars(order=3, sparsity=SparsityOptions(top_k=4, eps=1e-3)),
         SwitchingChains(num_chains=3, rho=0.5, weights=[0.5, 0.25, 0.25]), HMMSynthetic(num_states=5, stay=0.3),
+        ListTask(task="replace", items=5, length=3, prompt=[0, 2, 4, 1]),
     ]
 
 

@@ -39,6 +39,8 @@ def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "Results
     sizes = (datamodule.num_sequences, datamodule.seq_len)
     check_run_fits(*sizes, 1, rows, datamodule.chunk_size, posterior_rows=False)  # before the chain is built
     chain = datamodule.build_chain()
+    if hasattr(chain, "check_length"):  # a finite-horizon world (a task) fixes the length
+        chain.check_length(datamodule.seq_len)
     check_run_fits(*sizes, chain.vocab_size, rows, datamodule.chunk_size, posterior_rows=sampler.requires_denoiser)
     sampler.connect(chain, cache_dir=datamodule.cache_dir)
     plan = RunPlan.build(sampler, datamodule.num_sequences, datamodule.seq_len, datamodule.seed,

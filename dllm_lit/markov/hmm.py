@@ -5,6 +5,9 @@
 The first-order chain is the special case S = V, B = I (:meth:`HMMWorld.from_chain`); its runs keep the
 fast oracle of :class:`~dllm_lit.markov.MarkovChain`.  ``mu`` must be invariant (mu A = mu), so every
 position has the same token marginal ``stationary = mu B`` and n-gram marginals do not depend on the position.
+A *finite-horizon* world (``horizon = H``: a prompted task, whose states carry their position) is the exception:
+its sequences have exactly H tokens, ``mu`` is the law of the first state (not checked for invariance), and its
+position-free summaries (``stationary``, the n-gram marginals) are averages over the H positions.
 
 A is held in one of two forms, both behind :meth:`right` (m A) and :meth:`left` (A m^T, row-wise):
 
@@ -54,13 +57,21 @@ class HMMWorld:
         transition: dense A [S, S] (rows summing to one); exclusive with ``context_rows``.
         context_rows: [S, V] next-symbol rows of an order-k context chain (S = V^k); ``emission`` is then
             implied (state s emits s mod V) and may be None.
-        initial: mu [S] (None: the stationary law of A, which must then be unique); checked to be invariant.
+        initial: mu [S] (None: the stationary law of A, which must then be unique); checked to be invariant
+            unless ``horizon`` is set.
         metadata: free-form settings (source, order, rho, ...).
+        horizon: None (stationary, any length) or H >= 1: every sequence has exactly H tokens and ``initial``
+            (required) is the first state's law.
     """
 
     def __init__(self, emission: torch.Tensor | None = None, transition: torch.Tensor | None = None,
                  context_rows: torch.Tensor | None = None, initial: torch.Tensor | None = None,
-                 metadata: dict[str, Any] | None = None) -> None:
+                 metadata: dict[str, Any] | None = None, horizon: int | None = None) -> None:
+        if horizon is not None and (isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1):
+            raise ChainError(f"horizon must be None or an int >= 1, got {horizon!r}")
+        if horizon is not None and initial is None:
+            raise ChainError("a finite-horizon world needs initial= (the law of its first state)")
+        self.horizon: int | None = horizon
         if (transition is None) == (context_rows is None):
             raise ChainError("give exactly one of transition (dense A [S, S]) and context_rows (order-k rows [S, V])")
         self.order: int | None = None
@@ -89,7 +100,7 @@ class HMMWorld:
         mu = self._solve_stationary() if initial is None else _stochastic("initial", torch.as_tensor(initial)[None])[0]
         if mu.numel() != self.num_states:
             raise ChainError(f"initial must have {self.num_states} entries, got {mu.numel()}")
-        resid = (self.right(mu[None])[0] - mu).abs().sum().item()
+        resid = (self.right(mu[None])[0] - mu).abs().sum().item() if horizon is None else 0.0
         if resid > 1e-8:
             raise ChainError(f"initial is not invariant under the transition (||mu A - mu||_1 = {resid:.3g} > 1e-8); "
                              "the world must be stationary")
@@ -124,8 +135,21 @@ class HMMWorld:
 
     @property
     def stationary(self) -> torch.Tensor:
-        """Token marginal of every position, mu B (float64 [V])."""
-        return self.initial @ self.B
+        """Token marginal of every position, mu B (float64 [V]); a finite-horizon world: the mean over its H
+        positions of mu A^t B."""
+        if self.horizon is None:
+            return self.initial @ self.B
+        m, acc = self.initial[None], torch.zeros(self.vocab_size, dtype=torch.float64)
+        for t in range(self.horizon):
+            acc += (m @ self.B)[0]
+            m = self.right(m)
+        return acc / self.horizon
+
+    def check_length(self, length: int) -> None:
+        """Refuse a sequence length a finite-horizon world cannot produce (one line naming data.seq_len)."""
+        if self.horizon is not None and int(length) != self.horizon:
+            raise ChainError(f"data.seq_len must equal the world's horizon {self.horizon} (every sequence of this "
+                             f"world has exactly {self.horizon} tokens), got {length}")
 
     @property
     def deterministic_emission(self) -> bool:
@@ -137,7 +161,8 @@ class HMMWorld:
         """SHA-256 of (A or context rows, B, mu): keys run metadata and resume checks."""
         if self._fingerprint is None:
             trans = ("rows", self.rows) if self.rows is not None else ("A", self.A)
-            self._fingerprint = sha256_tensors((trans, ("B", self.B), ("mu", self.initial)), extra={"kind": "hmm"})
+            extra = {"kind": "hmm"} if self.horizon is None else {"kind": "hmm", "horizon": self.horizon}
+            self._fingerprint = sha256_tensors((trans, ("B", self.B), ("mu", self.initial)), extra=extra)
         return self._fingerprint
 
     def dense_transition(self) -> torch.Tensor:
@@ -189,6 +214,7 @@ class HMMWorld:
             raise ChainError(f"x must have shape [N, T], got {tuple(x.shape)}")
         if x.numel() and (x.min() < 0 or x.max() >= self.vocab_size):
             raise ChainError(f"x token ids must lie in [0, V={self.vocab_size})")
+        self.check_length(x.shape[1])
         x = x.cpu().long()
         Bt = self.B.T.contiguous()
         f = self.initial[None] * Bt[x[:, 0]]
@@ -210,6 +236,7 @@ class HMMWorld:
         x_t ~ B(s_t, .), by inverse CDF on counter-based uniforms (see module docstring)."""
         if int(num_sequences) < 1 or int(length) < 1:
             raise ChainError(f"num_sequences and length must be >= 1, got {num_sequences} and {length}")
+        self.check_length(length)
         if seed is None:
             seed = rng.seed_from_generator(generator)
         device = torch.device(device) if device is not None else torch.device("cpu")
@@ -238,7 +265,9 @@ class HMMWorld:
     @property
     def bigram_chain(self) -> MarkovChain:
         """The first-order chain with the world's exact bigram law: P(w | v) = p(x_{t+1} = w | x_t = v),
-        pi = the token marginal.  Transition metrics of a non-first-order world compare against it."""
+        pi = the token marginal.  Transition metrics of a non-first-order world compare against it.  A finite-horizon
+        world's projection pools the positions: P from the mean bigram law, pi the mean token marginal
+        (:attr:`stationary`), which that P need not leave invariant."""
         if self._bigram_chain is None:
             from dllm_lit.markov.hmm_exact import ngram_marginals
 
@@ -246,10 +275,16 @@ class HMMWorld:
             pi = J.sum(1)
             P = torch.where(pi[:, None] > 0, J / pi.clamp_min(1e-300)[:, None], torch.full_like(J, 1.0 / J.shape[1]))
             V = self.vocab_size
-            self._bigram_chain = MarkovChain(torch.arange(V).expand(V, V).clone(), P / P.sum(1, keepdim=True),
-                                             stationary=pi / pi.sum(), metadata={"source": "hmm_bigram_projection", "world": self.fingerprint})
+            meta = {"source": "hmm_bigram_projection", "world": self.fingerprint}
+            chain = MarkovChain(torch.arange(V).expand(V, V).clone(), P / P.sum(1, keepdim=True),
+                                stationary=pi / pi.sum() if self.horizon is None else None, metadata=meta)
+            if self.horizon is not None:
+                chain._stationary = self.stationary  # the pooled marginal (not invariant: no stationary law here)
+            self._bigram_chain = chain
         return self._bigram_chain
 
     def __repr__(self) -> str:
         form = f"order={self.order}" if self.order is not None else "dense"
+        if self.horizon is not None:
+            form += f", horizon={self.horizon}"
         return f"HMMWorld(S={self.num_states}, V={self.vocab_size}, {form}, source={self.metadata.get('source', '?')!r})"

@@ -8,6 +8,10 @@
   H = sum_s mu(s) H(rows(s, .)));  otherwise a Monte Carlo estimate from exact samples,
   mean over sequences of -log p(x_t | x_{<t}) for t in the second half of long sequences, with its
   standard error (an estimate of H(X_t | X_{<t}) >= H, which decreases to H as t grows).
+
+A finite-horizon world (``world.horizon = H``, e.g. a prompted task) is not stationary: its n-gram marginals and
+J_d are the averages over the start positions t = 0..H - n (resp. H - 1 - d) of the position-t laws (mu replaced by
+mu A^t), the laws the plug-in estimators pooling every position estimate; I(d) for d >= H is NaN (no pair).
 """
 from __future__ import annotations
 
@@ -26,11 +30,29 @@ def ngram_marginals(world: HMMWorld, n: int) -> torch.Tensor:
     if n not in (1, 2, 3):
         raise ChainError(f"n must be 1, 2 or 3, got {n!r}")
     V, S = world.vocab_size, world.num_states
-    m = (world.initial[:, None] * world.B).T.contiguous()  # [V, S]: mu(s) B(s, x_0)
-    for _ in range(n - 1):
-        m = world.right(m)  # [V^j, S]
-        m = (m[:, None, :] * world.B.T[None, :, :]).reshape(-1, S)  # [V^(j+1), S]
-    return m.sum(1).reshape((V,) * n)
+    starts = _start_laws(world, n - 1)
+    out = torch.zeros((V,) * n, dtype=torch.float64)
+    for a in starts:
+        m = (a[:, None] * world.B).T.contiguous()  # [V, S]: a(s) B(s, x_0)
+        for _ in range(n - 1):
+            m = world.right(m)  # [V^j, S]
+            m = (m[:, None, :] * world.B.T[None, :, :]).reshape(-1, S)  # [V^(j+1), S]
+        out += m.sum(1).reshape((V,) * n)
+    return out / len(starts)
+
+
+def _start_laws(world: HMMWorld, span: int) -> list[torch.Tensor]:
+    """The state laws mu A^t at the start positions of a window covering ``span`` more positions: [mu] for a
+    stationary world, t = 0..H - 1 - span for a finite-horizon one (an error when the window is longer than H)."""
+    if world.horizon is None:
+        return [world.initial]
+    if span >= world.horizon:
+        raise ChainError(f"a window of {span + 1} tokens does not fit the world's horizon {world.horizon}")
+    laws, a = [], world.initial[None]
+    for _ in range(world.horizon - span):
+        laws.append(a[0])
+        a = world.right(a)
+    return laws
 
 
 def mutual_information(J: torch.Tensor) -> float:
@@ -45,11 +67,15 @@ def dependence_profile(world: HMMWorld, max_distance: int = 64) -> torch.Tensor:
     """Exact I(X_i; X_{i+d}) for d = 1..max_distance, float64 [max_distance] (nats)."""
     if int(max_distance) < 1:
         raise ChainError(f"max_distance must be >= 1, got {max_distance!r}")
-    left = (world.initial[:, None] * world.B).T.contiguous()  # [V, S]
-    out = torch.empty(int(max_distance), dtype=torch.float64)
+    out = torch.full((int(max_distance),), float("nan"), dtype=torch.float64)
+    H = world.horizon
+    starts = _start_laws(world, 0)
+    lefts = [(a[:, None] * world.B).T.contiguous() for a in starts]  # [V, S] per start position
     for d in range(int(max_distance)):
-        left = world.right(left)  # mu o B pushed d + 1 steps
-        out[d] = mutual_information(left @ world.B)
+        if H is not None and d + 1 >= H:
+            break
+        lefts = [world.right(left) for left in lefts[: None if H is None else H - 1 - d]]  # pushed d + 1 steps
+        out[d] = mutual_information(sum(left @ world.B for left in lefts) / len(lefts))
     return out
 
 

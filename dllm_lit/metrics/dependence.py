@@ -86,6 +86,7 @@ class DependenceProfile(WorldSampleMetric):
                 return {}
             rows, refs = curve(own, w), curve(ref, w)
             vals = [_summary(rows[r], refs[r]) for r in range(w.shape[0])]
-            return {k: torch.tensor([v[k] for v in vals], dtype=torch.float64) for k in DEPENDENCE_KEYS}
+            keys = [k for k in DEPENDENCE_KEYS if vals[0][k] is not None]  # T <= 16: no far distance, no interval
+            return {k: torch.tensor([v[k] for v in vals], dtype=torch.float64) for k in keys}
 
         return stat

@@ -44,6 +44,7 @@ from dllm_lit.metrics.transition import TransitionMetrics
 from dllm_lit.metrics.dependence import DEPENDENCE_KEYS, DependenceProfile
 from dllm_lit.metrics.ngram_kl import NGRAM_KL_KEYS, NgramKL
 from dllm_lit.metrics.world_nll import WorldNLL
+from dllm_lit.metrics.task_accuracy import TaskAccuracy
 from dllm_lit.results.metric_options import ForwardKLOptions, GenPPLOptions, GreedyOptions, MauveOptions, make_options, merged_identity, option_names
 
 
@@ -241,6 +242,12 @@ METRICS.append(MetricSpec(
     labels={"greedy_regret": "per-token regret to the exact mode (nats)", "greedy_mode_frac": "fraction equal to the mode",
             "greedy_rank": "median rank among the most likely sequences", "greedy_nll": "-log p(output | prompt) / G",
             "greedy_mode_nll": "-log p(mode | prompt) / G"}))
+
+
+# ---- task worlds (dllm_lit.sources.ListTask): the fraction of correct answers ---------------------------------------
+METRICS.append(MetricSpec(("task_accuracy",), lambda c: TaskAccuracy(c.chain), reads="stats", figures=("task_accuracy",),
+                          enabled=lambda o: hasattr(getattr(o, "chain", None), "in_support"),
+                          labels={"task_accuracy": "task accuracy (fraction of correct answers)"}))
 
 
 def register(spec: MetricSpec) -> MetricSpec:

@@ -19,6 +19,7 @@ from dllm_lit.sources.text8 import Text8Chars
 from dllm_lit.sources.kth_order import KthOrderChars
 from dllm_lit.sources.switching_chains import SwitchingChains
 from dllm_lit.sources.hmm_synthetic import HMMSynthetic
+from dllm_lit.sources.list_tasks import ListTask
 
 __all__ = [
     # the interface
@@ -27,7 +28,7 @@ __all__ = [
     # sources
     "EnglishChars", "Synthetic", "ChainFile", "PaperArtifact", "Text8Chars", "LocalTextChars", "OpenWebTextBPE",
     # HMM worlds
-    "KthOrderChars", "SwitchingChains", "HMMSynthetic",
+    "KthOrderChars", "SwitchingChains", "HMMSynthetic", "ListTask",
     # functions behind them
     "english_char_chain", "load_paper_artifact", "load_reference_samples",
 ]

@@ -8,6 +8,8 @@
   schedule templates minimising them.
 * :mod:`~dllm_lit.theory.monte_carlo`: exact-sample Monte Carlo estimates of Z and of a schedule's expected KL
   (with a t interval) where no closed form is implemented (HMM worlds).
+* :mod:`~dllm_lit.theory.hmm_information`: Z of any HMM world exactly by enumeration (tiny worlds), and the
+  Rao-Blackwellised conditionals those estimates can use instead (same samples and orders, lower variance).
 
 Formulas, sources and what is exact: ``docs/theory.md``.
 """

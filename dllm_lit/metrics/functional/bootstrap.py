@@ -39,6 +39,8 @@ From the ``B`` resampled values an :class:`IntervalPolicy` makes the interval at
   Student t interval for a mean with Hall's skewness correction
   (:mod:`dllm_lit.metrics.functional.mean_interval`; ``seq_kl_upper``, a mean over sequences of a
   skewed log-ratio, whose percentile interval under-covers at small N).
+* ``"clopper_pearson"``: not a bootstrap: the exact binomial interval of a proportion of sequences (the metric
+  computes it, ``own_intervals``; ``task_accuracy``), coverage at least the level by construction.
 * ``None``: no interval, with the reason stated by the policy.
 
 A metric with several values may give one policy per value (a mapping ``{key: IntervalPolicy}``);
@@ -82,9 +84,9 @@ Interval = tuple[float, float]
 #: a statistic maps resample counts ``[B, N]`` to one value per resample, ``[B]``, or to several named ones
 Statistic = Callable[[Tensor], Union[Tensor, Mapping[str, Tensor]]]
 
-_METHODS = ("percentile", "basic", "centred", "lower_confidence", "skew_corrected_t")
+_METHODS = ("percentile", "basic", "centred", "lower_confidence", "skew_corrected_t", "clopper_pearson")
 #: methods whose interval the metric computes itself (``own_intervals(confidence)``), not from resamples
-OWN_METHODS = ("lower_confidence", "skew_corrected_t")
+OWN_METHODS = ("lower_confidence", "skew_corrected_t", "clopper_pearson")
 
 
 @dataclass(frozen=True)
