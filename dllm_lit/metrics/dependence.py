@@ -86,6 +86,8 @@ class DependenceProfile(WorldSampleMetric):
                 return {}
             rows, refs = curve(own, w), curve(ref, w)
             vals = [_summary(rows[r], refs[r]) for r in range(w.shape[0])]
-            return {k: torch.tensor([v[k] for v in vals], dtype=torch.float64) for k in DEPENDENCE_KEYS}
+            # a key without a value (dep_excess_far when T <= FAR: no distance that far) gets no interval
+            return {k: torch.tensor([v[k] for v in vals], dtype=torch.float64) for k in DEPENDENCE_KEYS
+                    if vals[0][k] is not None}
 
         return stat
