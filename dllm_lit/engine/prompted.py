@@ -8,7 +8,12 @@ with the global indices of those sequences, so a sample depends only on (seed, n
 an ``AR`` sampler at beta = 1 is that reference.
 
 Prompts drawn from the world: sequence m of an exact sample (seed mixed with ``Stream.PROMPT``, index m), its
-positions ``reveal`` kept (``prefix`` P: positions 0..P-1).  Bad prompts are refused in one line before any work
+positions ``reveal`` kept (``prefix`` P: positions 0..P-1).
+
+Declared exactness: ``stats["exact_law"]`` is 1 for a row whose law is the exact conditional law by construction
+(:func:`law_is_exact`: exact conditional sampling, or a sampler that declares its law exact at (G, steps) through
+``declares_exact`` and runs on the world's exact oracle), so the conditional bracket reads exactly 0 for it whatever
+the float32 rounding of log q - log p (the unconditional bracket's rule, issue 37).  Bad prompts are refused in one line before any work
 (:func:`~dllm_lit.markov.world_api.check_canvas`: a prompt longer than T, a token outside the vocabulary, nothing
 left to fill).
 """
@@ -23,14 +28,15 @@ from dllm_lit import checks, rng
 from dllm_lit.denoisers.conditioned import ConditionedDenoiser
 from dllm_lit.markov.world_api import check_canvas, conditional_log_prob, exact_world
 
-__all__ = ["PromptedSamples", "draw_prompts", "sample_prompted", "prompt_seed"]
+__all__ = ["PromptedSamples", "draw_prompts", "law_is_exact", "sample_prompted", "prompt_seed"]
 
 
 @dataclass
 class PromptedSamples:
     """``samples`` [N, T] (prompt included), ``prompt`` [N] (each sequence's row of ``canvases`` [M, T]),
     ``index`` [N] (global sequence indices), ``stats``: ``nfe`` and ``log_q`` (of the free positions; NaN =
-    not recorded) and ``log_p`` = log p(x | its prompt), float64 [N] each."""
+    not recorded), ``log_p`` = log p(x | its prompt) and ``exact_law`` (1: the law is declared exact, module
+    docstring), float64 [N] each."""
 
     samples: torch.Tensor
     prompt: torch.Tensor
@@ -76,6 +82,22 @@ def draw_prompts(world, num_prompts: int, seq_len: int, seed: int, prefix: int |
     return canvas
 
 
+def law_is_exact(sampler, base, world, free: int, steps: int | None) -> bool:
+    """Whether ``sampler`` continuing a prompt with ``free`` = G positions at ``steps`` draws from the exact
+    conditional law: it declares its law exact at (G, steps) (``declares_exact``, the sampler method the
+    unconditional bracket reads; a sampler without it declares nothing) and needs no denoiser or its denoiser
+    ``base`` is the exact oracle of ``world`` (the conditioned oracle then answers the exact conditionals)."""
+    declares = getattr(sampler, "declares_exact", None)
+    if declares is None or not declares(int(free), steps):
+        return False
+    if not sampler.requires_denoiser:
+        return True
+    from dllm_lit.denoisers.hmm_oracle import HMMOracleDenoiser
+    from dllm_lit.denoisers.oracle import OracleDenoiser
+
+    return isinstance(base, (OracleDenoiser, HMMOracleDenoiser)) and base.chain is world
+
+
 def _check_sampler(sampler) -> None:
     from dllm_lit.samplers.external import ExternalSampler
 
@@ -101,7 +123,7 @@ def sample_prompted(sampler, world, canvases: torch.Tensor, repeats: int, steps:
     if sampler is not None:
         _check_sampler(sampler)
     exact = sampler is None or not sampler.requires_denoiser
-    out, nfe, log_q = [], [], []
+    out, nfe, log_q, exact_law = [], [], [], []
     for m in range(M):
         idx = torch.arange(m * R, (m + 1) * R)
         canvas = z[m]
@@ -109,6 +131,7 @@ def sample_prompted(sampler, world, canvases: torch.Tensor, repeats: int, steps:
             x = w.sample_given(canvas.expand(R, -1), seed, idx)
             nfe.append(torch.full((R,), float("nan"), dtype=torch.float64))
             log_q.append(conditional_log_prob(w, x, canvas.expand(R, -1)))
+            exact_law.append(torch.ones(R, dtype=torch.float64))
         else:
             base = sampler.denoiser
             sampler.denoiser = ConditionedDenoiser(base, canvas).to(sampler.device)
@@ -122,8 +145,10 @@ def sample_prompted(sampler, world, canvases: torch.Tensor, repeats: int, steps:
             x[:, canvas == w.mask_id] = gen.long().cpu()
             nfe.append(stats["nfe"].to(torch.float64).cpu())
             log_q.append(stats["log_q"].to(torch.float64).cpu())
+            exact_law.append(torch.full((R,), float(law_is_exact(sampler, base, world, G, steps)), dtype=torch.float64))
         out.append(x)
     x = torch.cat(out)
     prompt = torch.arange(M).repeat_interleave(R)
-    stats = {"nfe": torch.cat(nfe), "log_q": torch.cat(log_q), "log_p": conditional_log_prob(w, x, z[prompt])}
+    stats = {"nfe": torch.cat(nfe), "log_q": torch.cat(log_q), "log_p": conditional_log_prob(w, x, z[prompt]),
+             "exact_law": torch.cat(exact_law)}
     return PromptedSamples(x, prompt, torch.arange(M * R), z, stats, mask_id=w.mask_id)
