@@ -11,11 +11,12 @@ Prompts drawn from the world: sequence m of an exact sample (seed mixed with ``S
 positions ``reveal`` kept (``prefix`` P: positions 0..P-1).
 
 Declared exactness: ``stats["exact_law"]`` is 1 for a row whose law is the exact conditional law by construction
-(:func:`law_is_exact`: exact conditional sampling, or a sampler that declares its law exact at (G, steps) through
-``declares_exact`` and runs on the world's exact oracle), so the conditional bracket reads exactly 0 for it whatever
-the float32 rounding of log q - log p (the unconditional bracket's rule, issue 37).  Bad prompts are refused in one line before any work
-(:func:`~dllm_lit.markov.world_api.check_canvas`: a prompt longer than T, a token outside the vocabulary, nothing
-left to fill).
+(:func:`law_is_exact`: exact conditional sampling, or a sampler that declares its law exact at (G, steps)
+through ``declares_exact`` and runs on the world's exact oracle), so the conditional bracket reads exactly 0 for
+it whatever the float32 rounding of log q - log p (the unconditional bracket's rule, issue 37).
+
+Bad prompts are refused in one line before any work (:func:`~dllm_lit.markov.world_api.check_canvas`: a prompt
+longer than T, a token outside the vocabulary, nothing left to fill).
 """
 from __future__ import annotations
 
