@@ -156,3 +156,25 @@ def test_entry_point_prints_the_bracket_and_greedy_scores(capsys) -> None:
     out = capsys.readouterr().out
     for key in ("cond_seq_kl_upper", "cond_seq_kl_lower", "cond_nll_excess", "cond_pair_kl_excess", "greedy_regret"):
         assert out.count(key) == 2, key
+
+
+def test_external_sampler_continues_prefix_prompts_with_its_exact_law() -> None:
+    """The LLaDA generate() example (ExternalSampler, its config's prompt_length 1 replaced by the prompt's P = 2)
+    continuing a given prefix in the order-2 world: the continuations follow LLaDA's exact law on the conditioned
+    world (goodness of fit, 1500 draws; tie-free generic rows), no log q is recorded, and infilling is refused."""
+    from dllm_lit.conformance import goodness_of_fit
+    from dllm_lit.exact import llada_law
+    from dllm_lit.experiments.conform import build_sampler
+
+    world = WORLDS["order2"]()
+    ext = build_sampler("examples/llada_conform.yaml").connect(world)
+    canvas = torch.tensor([[2, 0, V, V, V]])
+    run = sample_prompted(ext, world, canvas, 1500, 3, seed=2)
+    assert ext.prompt_length == 1 and ext.given_prompt is None  # restored after the run
+    assert torch.equal(run.samples[:, :2], canvas[:, :2].expand(1500, -1))
+    assert bool(run.stats["log_q"].isnan().all()) and not bool(run.stats["exact_law"].any())
+    law = llada_law(ConditionedWorld(world, canvas[0]), 3, 3, temperature=1.0)
+    assert goodness_of_fit(run.samples[:, 2:], law).p_value > 0.01
+    with pytest.raises(ValueError, match="ExternalSampler continues prefix prompts only") as err:
+        sample_prompted(ext, world, torch.tensor([[V, 0, V, V, V]]), 2, 3, seed=0)
+    assert "\n" not in str(err.value)

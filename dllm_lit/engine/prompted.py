@@ -5,7 +5,9 @@ and MASK = V at the free positions.  Sequence n = m R + r continues prompt m; th
 positions of prompt m on the conditioned oracle (:class:`~dllm_lit.denoisers.conditioned.ConditionedDenoiser`),
 with the global indices of those sequences, so a sample depends only on (seed, n).  The reference continuation,
 "AR from the prompt", is exact conditional sampling (:meth:`~dllm_lit.markov.world_api.ExactWorld.sample_given`);
-an ``AR`` sampler at beta = 1 is that reference.
+an ``AR`` sampler at beta = 1 is that reference.  An ``ExternalSampler`` (the user's own ``generate()`` on the
+oracle model) continues prefix prompts only: its code receives the prompt's first P tokens as its prompt and
+generates the rest of the T positions (its own ``prompt_length`` is set to P for the run); it records no log q.
 
 Prompts drawn from the world: sequence m of an exact sample (seed mixed with ``Stream.PROMPT``, index m), its
 positions ``reveal`` kept (``prefix`` P: positions 0..P-1).
@@ -99,12 +101,21 @@ def law_is_exact(sampler, base, world, free: int, steps: int | None) -> bool:
     return isinstance(base, (OracleDenoiser, HMMOracleDenoiser)) and base.chain is world
 
 
-def _check_sampler(sampler) -> None:
+def _prefix_length(canvas: torch.Tensor, mask_id: int) -> int:
+    """P when the canvas reveals exactly positions 0..P-1, else -1."""
+    P = int((canvas < mask_id).sum())
+    return P if bool((canvas[:P] < mask_id).all()) else -1
+
+
+def _check_sampler(sampler, canvases: torch.Tensor, mask_id: int) -> None:
     from dllm_lit.samplers.external import ExternalSampler
 
     if isinstance(sampler, ExternalSampler):
-        raise ValueError("ExternalSampler calls the oracle model with its own prompt (prompt_length); a prompted run "
-                         "needs a sampler that reads its denoiser")
+        bad = [m for m in range(canvases.shape[0]) if _prefix_length(canvases[m], mask_id) < 0]
+        if bad:
+            raise ValueError(f"ExternalSampler continues prefix prompts only (its generate() receives a prefix): "
+                             f"prompt {bad[0]} reveals positions that are not a prefix")
+        return
     plen = getattr(sampler, "prompt_length", None)
     if callable(plen) and plen() > 0:
         raise ValueError(f"{type(sampler).__name__} has a prompt of its own (prompt / prompt_mode): give the prompt "
@@ -122,8 +133,11 @@ def sample_prompted(sampler, world, canvases: torch.Tensor, repeats: int, steps:
     R = checks.integer("repeats", repeats)
     M, T = z.shape
     if sampler is not None:
-        _check_sampler(sampler)
+        _check_sampler(sampler, z, w.mask_id)
+    from dllm_lit.samplers.external import ExternalSampler
+
     exact = sampler is None or not sampler.requires_denoiser
+    external = isinstance(sampler, ExternalSampler)
     out, nfe, log_q, exact_law = [], [], [], []
     for m in range(M):
         idx = torch.arange(m * R, (m + 1) * R)
@@ -133,6 +147,19 @@ def sample_prompted(sampler, world, canvases: torch.Tensor, repeats: int, steps:
             nfe.append(torch.full((R,), float("nan"), dtype=torch.float64))
             log_q.append(conditional_log_prob(w, x, canvas.expand(R, -1)))
             exact_law.append(torch.ones(R, dtype=torch.float64))
+        elif external:  # the user's code on the full-length oracle model, the prompt's prefix as its prompt
+            saved = sampler.prompt_length, sampler.given_prompt
+            P = _prefix_length(canvas, w.mask_id)
+            sampler.prompt_length, sampler.given_prompt = P, canvas[:P]
+            try:
+                sampler.check_run(T, steps)
+                x, calls = sampler.generate_with_nfe(idx.to(sampler.device), T, steps, seed)
+            finally:
+                sampler.prompt_length, sampler.given_prompt = saved
+            x = x.long().cpu()
+            nfe.append(calls.to(torch.float64).cpu())
+            log_q.append(torch.full((R,), float("nan"), dtype=torch.float64))
+            exact_law.append(torch.zeros(R, dtype=torch.float64))
         else:
             base = sampler.denoiser
             sampler.denoiser = ConditionedDenoiser(base, canvas).to(sampler.device)
