@@ -97,4 +97,5 @@ def test_excess_interval_covers_zero_for_exact_samplers(make, steps) -> None:
         for key in hits:
             lo, hi = vals[key][1]
             hits[key] += lo <= 0.0 <= hi
+    print(type(sampler).__name__, hits)  # the figures of docs/conditional.md (pytest -s)
     assert min(hits.values()) >= 48, hits
