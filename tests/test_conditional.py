@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tiny_worlds import V, WORLDS
-from dllm_lit.engine.prompted import draw_prompts, sample_prompted
+from dllm_lit.engine.prompted import draw_prompts, law_is_exact, sample_prompted
 from dllm_lit.exact import all_sequences, mdlm_paper_law
 from dllm_lit.markov.world_api import ConditionedWorld
 from dllm_lit.metrics.functional.conditional import conditional_values
@@ -24,7 +24,9 @@ def evaluate(world, sampler, canvases, R, steps, seed=1, reference=None, confide
     run = sample_prompted(sampler, world, canvases, R, steps, seed)
     ref = reference.stats["log_p"] if reference is not None else None
     return run, conditional_values(world, run.samples, run.prompt, run.canvases, run.stats["log_q"],
-                                   run.stats["log_p"], ref, confidence)
+                                   run.stats["log_p"], ref, confidence,
+                                   reference_samples=None if reference is None else reference.samples,
+                                   exact=bool((run.stats["exact_law"] > 0).all()))
 
 
 @pytest.mark.parametrize("kind", ["chain", "order2", "hmm"])
@@ -40,11 +42,23 @@ def test_exact_samplers_read_zero(kind, prompt) -> None:
     for sampler, steps in ((AR(), None), (MDLMPaper(steps=G), G), (ASSD(steps=2), 2)):
         run, vals = evaluate(world, sampler, canvases, 4, steps, seed=3, reference=ref)
         assert torch.equal(run.samples[revealed], canvases[ref.prompt][revealed])
-        # log q is summed from the oracle's float32 rows: 0 up to their rounding (1e-7 nats per token)
-        assert abs(vals["cond_seq_kl_upper"][0]) <= 1e-7, type(sampler).__name__
+        # declared exact on the exact oracle: 0 exactly, though log q is summed from the oracle's float32 rows
+        # (log q - log p within 1e-6 nats per token of 0: the same law, rounded)
+        assert vals["cond_seq_kl_upper"] == (0.0, (0.0, 0.0)), type(sampler).__name__
         assert bool(((run.stats["log_q"] - run.stats["log_p"]).abs() <= 1e-6 * G).all())
-    _, vals = evaluate(world, MDLMPaper(steps=1), canvases, 4, 1, reference=ref)
-    assert vals["cond_seq_kl_upper"][0] > 0  # one parallel step: not exact
+    run, vals = evaluate(world, MDLMPaper(steps=1), canvases, 4, 1, reference=ref)
+    assert not bool(run.stats["exact_law"].any()) and vals["cond_seq_kl_upper"][0] > 0  # one parallel step
+
+
+def test_declared_exactness_needs_the_worlds_exact_oracle() -> None:
+    """law_is_exact: the sampler's declaration at (G, steps) and the exact oracle of this very world."""
+    world, other = WORLDS["order2"](), WORLDS["order2"](seed=99)
+    sampler = MDLMPaper(steps=4).connect(world)
+    assert law_is_exact(sampler, sampler.denoiser, world, 4, 4)
+    assert not law_is_exact(sampler, sampler.denoiser, world, 4, 2)  # two tokens per step
+    assert not law_is_exact(sampler, sampler.denoiser, other, 4, 4)  # another world's oracle
+    assert not law_is_exact(LLaDA(steps=4, temperature=0.5).connect(world), sampler.denoiser, world, 4, 4)
+    assert law_is_exact(AR(), None, world, 4, None)
 
 
 @pytest.mark.slow
@@ -140,5 +154,27 @@ def test_entry_point_prints_the_bracket_and_greedy_scores(capsys) -> None:
     assert main(["--sampler", "configs/mdlm_paper.yaml", "--world", "hmm", "--seq-len", "5", "--prompt",
                  "[[0, null, null, 2, null], [null, 1, null, null, null]]", "--repeats", "6", "--steps", "3"]) == 0
     out = capsys.readouterr().out
-    for key in ("cond_seq_kl_upper", "cond_seq_kl_lower", "cond_nll_excess", "greedy_regret"):
+    for key in ("cond_seq_kl_upper", "cond_seq_kl_lower", "cond_nll_excess", "cond_pair_kl_excess", "greedy_regret"):
         assert out.count(key) == 2, key
+
+
+def test_external_sampler_continues_prefix_prompts_with_its_exact_law() -> None:
+    """The LLaDA generate() example (ExternalSampler, its config's prompt_length 1 replaced by the prompt's P = 2)
+    continuing a given prefix in the order-2 world: the continuations follow LLaDA's exact law on the conditioned
+    world (goodness of fit, 1500 draws; tie-free generic rows), no log q is recorded, and infilling is refused."""
+    from dllm_lit.conformance import goodness_of_fit
+    from dllm_lit.exact import llada_law
+    from dllm_lit.experiments.conform import build_sampler
+
+    world = WORLDS["order2"]()
+    ext = build_sampler("examples/llada_conform.yaml").connect(world)
+    canvas = torch.tensor([[2, 0, V, V, V]])
+    run = sample_prompted(ext, world, canvas, 1500, 3, seed=2)
+    assert ext.prompt_length == 1 and ext.given_prompt is None  # restored after the run
+    assert torch.equal(run.samples[:, :2], canvas[:, :2].expand(1500, -1))
+    assert bool(run.stats["log_q"].isnan().all()) and not bool(run.stats["exact_law"].any())
+    law = llada_law(ConditionedWorld(world, canvas[0]), 3, 3, temperature=1.0)
+    assert goodness_of_fit(run.samples[:, 2:], law).p_value > 0.01
+    with pytest.raises(ValueError, match="ExternalSampler continues prefix prompts only") as err:
+        sample_prompted(ext, world, torch.tensor([[V, 0, V, V, V]]), 2, 3, seed=0)
+    assert "\n" not in str(err.value)

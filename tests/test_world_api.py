@@ -1,6 +1,6 @@
 """The exact-world interface against enumeration on tiny worlds of every kind: the evidence's probability,
-conditional sampling (goodness of fit), the exact k best sequences (best-first max-product search), the derived
-methods of ExactWorld, and one-line refusals of bad canvases."""
+conditional sampling (goodness of fit), the exact k best sequences (best-first max-product search), the exact
+conditional pair laws (forward-backward), the derived methods of ExactWorld, and one-line refusals of bad canvases."""
 from __future__ import annotations
 
 import pytest
@@ -111,6 +111,34 @@ def test_derived_methods_match_the_hmm_view() -> None:
     law = (lp.exp() * keep) / (lp.exp() * keep).sum()
     s = derived.sample_given(torch.tensor([canvas] * 3000), seed=1, indices=torch.arange(3000))
     assert chi_square_pvalue(sequence_counts(s, V), law) > 1e-3
+
+
+@pytest.mark.parametrize("kind", WORLDS)
+def test_pair_rows_equal_enumeration(kind) -> None:
+    """p(x_t = a, x_{t+1} = b | z) at every adjacent free pair of every canvas, for all a, from the HMM view
+    (forward-backward) and from ExactWorld's derivation (posterior with a written at t), against enumeration."""
+    world = WORLDS[kind]()
+    x, lp = brute_log_probs(world, T)
+    z = torch.tensor(CANVASES)
+    for w in (exact_world(world), Derived(world)):
+        for n, canvas in enumerate(CANVASES):
+            keep = agrees(x, canvas).double()
+            p = lp.exp() * keep / (lp.exp() * keep).sum()
+            for t in range(T - 1):
+                if canvas[t] == M and canvas[t + 1] == M:
+                    want = torch.zeros(V, V, dtype=torch.float64).index_put_((x[:, t], x[:, t + 1]), p, accumulate=True)
+                    got = w.pair_rows(z, torch.full((V,), n), torch.full((V,), t), torch.arange(V))
+                    assert (got - want).abs().max() <= TOL, (type(w).__name__, n, t)
+
+
+@pytest.mark.parametrize("t, a, message", [
+    (0, 0, "two adjacent free positions"), (4, 0, r"0 <= t < T - 1 = 4"), (2, 3, r"tokens in \[0, 3\)")])
+def test_bad_pair_queries_are_refused_in_one_line(t, a, message) -> None:
+    z = torch.tensor([[0, M, M, M, M]])
+    for w in (exact_world(WORLDS["chain"]()), Derived(WORLDS["chain"]())):
+        with pytest.raises(ValueError, match=message) as err:
+            w.pair_rows(z, torch.tensor([0]), torch.tensor([t]), torch.tensor([a]))
+        assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("canvas, message", [

@@ -97,3 +97,21 @@ def test_registry_enables_world_metrics_only_in_hmm_worlds(world) -> None:
     first = keys(english_char_chain())
     assert "world_nll" not in first and "ngram_kl2" not in first and "kl" in first
     assert registry.first_order(world) is world.bigram_chain
+
+
+def test_dependence_bootstrap_without_far_distances(world) -> None:
+    """T = 8 (any T <= 16) leaves no distance d >= 16: dep_excess_far is None and gets no interval (was: a
+    TypeError in the bootstrap statistic); dep_excess keeps its interval."""
+    x, y = world.sample(40, 8, seed=6), world.sample(40, 8, seed=7)
+    ref, row = DependenceProfile(world), DependenceProfile(world)
+    ref.update(x, _stats(40))
+    row.update(y, _stats(40))
+    row.pair_with(ref)
+    v = row.compute()
+    assert v["dep_excess_far"] is None and v["dep_excess"] is not None
+    boot = SequenceBootstrapper(row, num_resamples=20, seed=0)
+    boot.indices.append(torch.arange(40))
+    ci = boot.interval()
+    assert ci.get("dep_excess_far") is None
+    lo, hi = ci["dep_excess"]
+    assert lo <= v["dep_excess"] <= hi

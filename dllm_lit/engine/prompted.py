@@ -5,12 +5,20 @@ and MASK = V at the free positions.  Sequence n = m R + r continues prompt m; th
 positions of prompt m on the conditioned oracle (:class:`~dllm_lit.denoisers.conditioned.ConditionedDenoiser`),
 with the global indices of those sequences, so a sample depends only on (seed, n).  The reference continuation,
 "AR from the prompt", is exact conditional sampling (:meth:`~dllm_lit.markov.world_api.ExactWorld.sample_given`);
-an ``AR`` sampler at beta = 1 is that reference.
+an ``AR`` sampler at beta = 1 is that reference.  An ``ExternalSampler`` (the user's own ``generate()`` on the
+oracle model) continues prefix prompts only: its code receives the prompt's first P tokens as its prompt and
+generates the rest of the T positions (its own ``prompt_length`` is set to P for the run); it records no log q.
 
 Prompts drawn from the world: sequence m of an exact sample (seed mixed with ``Stream.PROMPT``, index m), its
-positions ``reveal`` kept (``prefix`` P: positions 0..P-1).  Bad prompts are refused in one line before any work
-(:func:`~dllm_lit.markov.world_api.check_canvas`: a prompt longer than T, a token outside the vocabulary, nothing
-left to fill).
+positions ``reveal`` kept (``prefix`` P: positions 0..P-1).
+
+Declared exactness: ``stats["exact_law"]`` is 1 for a row whose law is the exact conditional law by construction
+(:func:`law_is_exact`: exact conditional sampling, or a sampler that declares its law exact at (G, steps)
+through ``declares_exact`` and runs on the world's exact oracle), so the conditional bracket reads exactly 0 for
+it whatever the float32 rounding of log q - log p (the unconditional bracket's rule, issue 37).
+
+Bad prompts are refused in one line before any work (:func:`~dllm_lit.markov.world_api.check_canvas`: a prompt
+longer than T, a token outside the vocabulary, nothing left to fill).
 """
 from __future__ import annotations
 
@@ -23,14 +31,15 @@ from dllm_lit import checks, rng
 from dllm_lit.denoisers.conditioned import ConditionedDenoiser
 from dllm_lit.markov.world_api import check_canvas, conditional_log_prob, exact_world
 
-__all__ = ["PromptedSamples", "draw_prompts", "sample_prompted", "prompt_seed"]
+__all__ = ["PromptedSamples", "draw_prompts", "law_is_exact", "sample_prompted", "prompt_seed"]
 
 
 @dataclass
 class PromptedSamples:
     """``samples`` [N, T] (prompt included), ``prompt`` [N] (each sequence's row of ``canvases`` [M, T]),
     ``index`` [N] (global sequence indices), ``stats``: ``nfe`` and ``log_q`` (of the free positions; NaN =
-    not recorded) and ``log_p`` = log p(x | its prompt), float64 [N] each."""
+    not recorded), ``log_p`` = log p(x | its prompt) and ``exact_law`` (1: the law is declared exact, module
+    docstring), float64 [N] each."""
 
     samples: torch.Tensor
     prompt: torch.Tensor
@@ -76,12 +85,37 @@ def draw_prompts(world, num_prompts: int, seq_len: int, seed: int, prefix: int |
     return canvas
 
 
-def _check_sampler(sampler) -> None:
+def law_is_exact(sampler, base, world, free: int, steps: int | None) -> bool:
+    """Whether ``sampler`` continuing a prompt with ``free`` = G positions at ``steps`` draws from the exact
+    conditional law: it declares its law exact at (G, steps) (``declares_exact``, the sampler method the
+    unconditional bracket reads; a sampler without it declares nothing) and needs no denoiser or its denoiser
+    ``base`` is the exact oracle of ``world`` (the conditioned oracle then answers the exact conditionals)."""
+    declares = getattr(sampler, "declares_exact", None)
+    if declares is None or not declares(int(free), steps):
+        return False
+    if not sampler.requires_denoiser:
+        return True
+    from dllm_lit.denoisers.hmm_oracle import HMMOracleDenoiser
+    from dllm_lit.denoisers.oracle import OracleDenoiser
+
+    return isinstance(base, (OracleDenoiser, HMMOracleDenoiser)) and base.chain is world
+
+
+def _prefix_length(canvas: torch.Tensor, mask_id: int) -> int:
+    """P when the canvas reveals exactly positions 0..P-1, else -1."""
+    P = int((canvas < mask_id).sum())
+    return P if bool((canvas[:P] < mask_id).all()) else -1
+
+
+def _check_sampler(sampler, canvases: torch.Tensor, mask_id: int) -> None:
     from dllm_lit.samplers.external import ExternalSampler
 
     if isinstance(sampler, ExternalSampler):
-        raise ValueError("ExternalSampler calls the oracle model with its own prompt (prompt_length); a prompted run "
-                         "needs a sampler that reads its denoiser")
+        bad = [m for m in range(canvases.shape[0]) if _prefix_length(canvases[m], mask_id) < 0]
+        if bad:
+            raise ValueError(f"ExternalSampler continues prefix prompts only (its generate() receives a prefix): "
+                             f"prompt {bad[0]} reveals positions that are not a prefix")
+        return
     plen = getattr(sampler, "prompt_length", None)
     if callable(plen) and plen() > 0:
         raise ValueError(f"{type(sampler).__name__} has a prompt of its own (prompt / prompt_mode): give the prompt "
@@ -99,9 +133,12 @@ def sample_prompted(sampler, world, canvases: torch.Tensor, repeats: int, steps:
     R = checks.integer("repeats", repeats)
     M, T = z.shape
     if sampler is not None:
-        _check_sampler(sampler)
+        _check_sampler(sampler, z, w.mask_id)
+    from dllm_lit.samplers.external import ExternalSampler
+
     exact = sampler is None or not sampler.requires_denoiser
-    out, nfe, log_q = [], [], []
+    external = isinstance(sampler, ExternalSampler)
+    out, nfe, log_q, exact_law = [], [], [], []
     for m in range(M):
         idx = torch.arange(m * R, (m + 1) * R)
         canvas = z[m]
@@ -109,6 +146,20 @@ def sample_prompted(sampler, world, canvases: torch.Tensor, repeats: int, steps:
             x = w.sample_given(canvas.expand(R, -1), seed, idx)
             nfe.append(torch.full((R,), float("nan"), dtype=torch.float64))
             log_q.append(conditional_log_prob(w, x, canvas.expand(R, -1)))
+            exact_law.append(torch.ones(R, dtype=torch.float64))
+        elif external:  # the user's code on the full-length oracle model, the prompt's prefix as its prompt
+            saved = sampler.prompt_length, sampler.given_prompt
+            P = _prefix_length(canvas, w.mask_id)
+            sampler.prompt_length, sampler.given_prompt = P, canvas[:P]
+            try:
+                sampler.check_run(T, steps)
+                x, calls = sampler.generate_with_nfe(idx.to(sampler.device), T, steps, seed)
+            finally:
+                sampler.prompt_length, sampler.given_prompt = saved
+            x = x.long().cpu()
+            nfe.append(calls.to(torch.float64).cpu())
+            log_q.append(torch.full((R,), float("nan"), dtype=torch.float64))
+            exact_law.append(torch.zeros(R, dtype=torch.float64))
         else:
             base = sampler.denoiser
             sampler.denoiser = ConditionedDenoiser(base, canvas).to(sampler.device)
@@ -122,8 +173,10 @@ def sample_prompted(sampler, world, canvases: torch.Tensor, repeats: int, steps:
             x[:, canvas == w.mask_id] = gen.long().cpu()
             nfe.append(stats["nfe"].to(torch.float64).cpu())
             log_q.append(stats["log_q"].to(torch.float64).cpu())
+            exact_law.append(torch.full((R,), float(law_is_exact(sampler, base, world, G, steps)), dtype=torch.float64))
         out.append(x)
     x = torch.cat(out)
     prompt = torch.arange(M).repeat_interleave(R)
-    stats = {"nfe": torch.cat(nfe), "log_q": torch.cat(log_q), "log_p": conditional_log_prob(w, x, z[prompt])}
+    stats = {"nfe": torch.cat(nfe), "log_q": torch.cat(log_q), "log_p": conditional_log_prob(w, x, z[prompt]),
+             "exact_law": torch.cat(exact_law)}
     return PromptedSamples(x, prompt, torch.arange(M * R), z, stats, mask_id=w.mask_id)

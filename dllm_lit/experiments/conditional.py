@@ -9,7 +9,8 @@ Prompts are drawn from the world (``--prefix P`` keeps positions 0..P-1, ``--rev
 or given (``--prompt``: a list of token ids with null at the free positions, or a list of such lists).  The sampler
 (a config file or its ``model:`` block, as ``cli.py conform`` takes it) continues each prompt ``--repeats`` times on
 the conditioned oracle, and so do exact conditional samples (the reference, "AR from the prompt").  It prints the
-conditional bracket and NLL excess (:mod:`dllm_lit.metrics.functional.conditional`) and the exact greedy scores
+conditional bracket, NLL excess and transition metrics against the exact conditional pair law, with their
+exact-continuation floor subtracted (:mod:`dllm_lit.metrics.functional.conditional`), and the exact greedy scores
 (:mod:`dllm_lit.metrics.functional.greedy`) of both, with their intervals over prompts.  Bad input (a prompt longer
 than T, a token outside the vocabulary, nothing left to fill, an unknown world) is refused in one line, exit 2.
 """
@@ -87,7 +88,8 @@ def run(ns: argparse.Namespace) -> str:
              f"{ns.repeats} continuations, {type(sampler).__name__} at {steps} steps, seed {ns.seed}"]
     for name, r in (("exact (AR from the prompt)", ref), (type(sampler).__name__, row)):
         vals = conditional_values(world, r.samples, r.prompt, r.canvases, r.stats["log_q"], r.stats["log_p"],
-                                  ref.stats["log_p"], ns.confidence)
+                                  ref.stats["log_p"], ns.confidence, reference_samples=ref.samples,
+                                  exact=bool((r.stats["exact_law"] > 0).all()))
         g = greedy_scores(world, r.samples, r.canvases[r.prompt], ns.rank_limit)
         per = per_prompt_mean(g.regret, r.prompt, canvases.shape[0])
         lines.append(f"{name}:")

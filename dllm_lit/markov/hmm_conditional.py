@@ -14,6 +14,13 @@ law given the tokens drawn so far and the whole canvas) uses the right messages 
 
 Uniforms are counter-based (``Stream.CHAIN``, step 1, slot 0 at position t): sequence n depends only on
 (seed, n).  Cost O(N T (S V + cost of m A)); memory N T S float64 for the right messages, in chunks of rows.
+
+The exact pair law of two adjacent free positions (forward-backward, :func:`pair_rows`), with a_t the forward
+(predictive) message, a_0 = mu, a_{t+1} propto (a_t o E_t) A:
+
+    p(x_t = a, x_{t+1} = b | z) = p(x_t = a | z) p(x_{t+1} = b | x_t = a, z),
+    p(x_t = a | z)          propto sum_s a_t(s) B(s, a) beta_t(s)
+    p(x_{t+1} = b | a, z)   propto sum_s' [(a_t o B(., a)) A](s') B(s', b) beta_{t+1}(s')
 """
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ from dllm_lit import rng
 from dllm_lit.markov.chain import inverse_cdf
 from dllm_lit.markov.hmm import HMMWorld
 
-__all__ = ["emission_table", "log_evidence", "sample_given", "CONDITIONAL_STEP"]
+__all__ = ["emission_table", "log_evidence", "pair_rows", "sample_given", "CONDITIONAL_STEP"]
 
 #: the ``step`` coordinate of conditional sampling's uniforms (HMMWorld.sample uses step 0)
 CONDITIONAL_STEP = 1
@@ -72,6 +79,43 @@ def _right_messages(world: HMMWorld, z: torch.Tensor, E: torch.Tensor) -> torch.
         s = m.sum(1, keepdim=True)
         b[:, t - 1] = torch.where(s > 0, m / s.clamp_min(1e-300), torch.full_like(m, 1.0 / S))
     return b
+
+
+def _left_messages(world: HMMWorld, z: torch.Tensor, E: torch.Tensor) -> torch.Tensor:
+    """a_t [N, T, S]: the state law at t given the evidence before t (rows sum to 1; mu again after an
+    impossible evidence, as :func:`log_evidence`)."""
+    N, T = z.shape
+    a = torch.empty(N, T, world.num_states, dtype=torch.float64)
+    a[:, 0] = world.initial
+    for t in range(T - 1):
+        f = a[:, t] * E[z[:, t]]
+        c = f.sum(1, keepdim=True)
+        a[:, t + 1] = world.right(torch.where(c > 0, f / c.clamp_min(1e-300), world.initial))
+    return a
+
+
+def _normalised(w: torch.Tensor) -> torch.Tensor:
+    return w / w.sum(1, keepdim=True).clamp_min(1e-300)
+
+
+@torch.no_grad()
+def pair_rows(world: HMMWorld, z: torch.Tensor, m: torch.Tensor, t: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """p(x_t = a, x_{t+1} = v | z_m) over v for each query (m, t, a) [Q] (module docstring): float64 [Q, V].
+    Positions t and t + 1 must be free in z_m (:meth:`~dllm_lit.markov.world_api.ExactWorld.pair_rows`)."""
+    z = z.cpu().long()
+    E = emission_table(world)
+    used, m = torch.unique(m.cpu(), return_inverse=True)  # messages of the queried canvases only
+    fwd, bwd = _left_messages(world, z[used], E), _right_messages(world, z[used], E)
+    t, a = t.cpu(), a.cpu()
+    rows = max(1, _MESSAGE_BYTES // (8 * 3 * world.num_states))
+    out = []
+    for i in range(0, m.numel(), rows):
+        mi, ti, ai = m[i:i + rows], t[i:i + rows], a[i:i + rows]
+        at = fwd[mi, ti]
+        first = _normalised(_emit(world, at * bwd[mi, ti])).gather(1, ai[:, None])
+        nxt = world.right(_normalised(at * world.B[:, ai].T))
+        out.append(first * _normalised(_emit(world, nxt * bwd[mi, ti + 1])))
+    return torch.cat(out) if out else torch.zeros(0, world.vocab_size, dtype=torch.float64)
 
 
 def _emit(world: HMMWorld, m: torch.Tensor) -> torch.Tensor:

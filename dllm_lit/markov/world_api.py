@@ -11,13 +11,16 @@ A world is exact when it answers, for canvases ``z`` [N, T] (a token id < V, or 
 ``sample_given(z, seed, indices)``          exact samples of p(x | z), keyed by ``indices`` [N]
 ``k_best(z, k)``                            the k most likely x agreeing with one canvas z [T], with log p(x),
                                             non-increasing (equal values: any order)
+``pair_rows(z, m, t, a)``                   p(x_t = a, x_{t+1} = v | z_m) over v for queries (m, t, a) [Q] at
+                                            adjacent free positions, float64 [Q, V]
 ==========================================  ===============================================================
 
-:class:`ExactWorld` derives the last three from ``log_prob`` and ``posterior`` (chain rule over the revealed
+:class:`ExactWorld` derives the last four from ``log_prob`` and ``posterior`` (chain rule over the revealed
 positions; left-to-right sampling from the posterior; enumeration of the free positions, at most
-:data:`ENUMERATION_LIMIT` completions), so a new world (a task world) implements three methods and overrides the
-others where it has something faster.  :class:`HMMWorldView` answers them exactly for an :class:`HMMWorld`
-(forward algorithm, forward filtering with right messages, best-first max-product search:
+:data:`ENUMERATION_LIMIT` completions; p(x_t = a | z) p(x_{t+1} | z with x_t = a written)), so a new world (a
+task world) implements three methods and overrides the others where it has something faster.
+:class:`HMMWorldView` answers them exactly for an :class:`HMMWorld` (forward algorithm, forward filtering with
+right messages, forward-backward pair laws, best-first max-product search:
 :mod:`~dllm_lit.markov.hmm_conditional`, :mod:`~dllm_lit.markov.max_product`); :func:`exact_world` gives the view
 of a :class:`MarkovChain` (as the HMM with S = V, B = I), of an :class:`HMMWorld`, or returns an
 :class:`ExactWorld` unchanged.  Conditional log-probabilities follow: log p(x | z) = log p(x) - log p(z).
@@ -32,10 +35,11 @@ import torch
 from dllm_lit import rng
 from dllm_lit.markov.chain import ChainError, MarkovChain, inverse_cdf
 from dllm_lit.markov.hmm import HMMWorld
-from dllm_lit.markov.hmm_conditional import CONDITIONAL_STEP, log_evidence, sample_given
+from dllm_lit.markov.hmm_conditional import CONDITIONAL_STEP, log_evidence, pair_rows, sample_given
 from dllm_lit.markov.max_product import k_best
 
-__all__ = ["ConditionedWorld", "ExactWorld", "HMMWorldView", "exact_world", "check_canvas", "conditional_log_prob", "ENUMERATION_LIMIT"]
+__all__ = ["ConditionedWorld", "ExactWorld", "HMMWorldView", "exact_world", "check_canvas", "check_pair_queries",
+           "conditional_log_prob", "ENUMERATION_LIMIT"]
 
 #: the most completions :meth:`ExactWorld.k_best` enumerates
 ENUMERATION_LIMIT = 2**20
@@ -61,6 +65,23 @@ def check_canvas(canvas: torch.Tensor, vocab_size: int, seq_len: int | None = No
     if bool(full.any()):
         raise ValueError(f"{name} row {int(full.nonzero()[0])} reveals every position: nothing to fill")
     return z
+
+
+def check_pair_queries(z: torch.Tensor, m: torch.Tensor, t: torch.Tensor, a: torch.Tensor,
+                       mask_id: int) -> tuple[torch.Tensor, ...]:
+    """Pair queries (m, t, a) of canvases z [M, T] as int64 CPU tensors, or a one-line error unless 0 <= a < V
+    and positions t and t + 1 are free in z_m."""
+    z, m, t, a = (torch.as_tensor(v).cpu().long().reshape(-1) if i else torch.as_tensor(v).cpu().long()
+                  for i, v in enumerate((z, m, t, a)))
+    if not (m.numel() == t.numel() == a.numel()):
+        raise ValueError(f"pair queries need one m, t and a each, got {m.numel()}, {t.numel()}, {a.numel()}")
+    if m.numel() == 0:
+        return z, m, t, a
+    if int(t.min()) < 0 or int(t.max()) + 1 >= z.shape[1] or int(a.min()) < 0 or int(a.max()) >= mask_id:
+        raise ValueError(f"pair queries need 0 <= t < T - 1 = {z.shape[1] - 1} and tokens in [0, {mask_id})")
+    if not bool(((z[m, t] == mask_id) & (z[m, t + 1] == mask_id)).all()):
+        raise ValueError("pair queries must ask for two adjacent free positions (MASK at t and t + 1)")
+    return z, m, t, a
 
 
 class ExactWorld(ABC):
@@ -125,6 +146,19 @@ class ExactWorld(ABC):
         keep = order[lp[order] > float("-inf")]
         return x[keep], lp[keep]
 
+    def pair_rows(self, z: torch.Tensor, m: torch.Tensor, t: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """p(x_t = a, x_{t+1} = v | z_m) over v for each query (m, t, a) [Q]: p(x_t = a | z_m) times the posterior
+        of t + 1 given z_m with a written at t (0 where x_t = a is impossible); float64 [Q, V]."""
+        z, m, t, a = check_pair_queries(z, m, t, a, self.mask_id)
+        first = self.posterior(z)[m, t, a]
+        out = torch.zeros(m.numel(), self.vocab_size, dtype=torch.float64)
+        ok = first > 0
+        if bool(ok.any()):
+            zq = z[m[ok]].clone()
+            zq[torch.arange(zq.shape[0]), t[ok]] = a[ok]
+            out[ok] = first[ok, None] * self.posterior(zq)[torch.arange(zq.shape[0]), t[ok] + 1]
+        return out
+
 
 class HMMWorldView(ExactWorld):
     """:class:`ExactWorld` of an :class:`HMMWorld` (exact, module docstring)."""
@@ -152,6 +186,9 @@ class HMMWorldView(ExactWorld):
 
     def k_best(self, z: torch.Tensor, k: int, max_nodes: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         return k_best(self.world, z, k, max_nodes)
+
+    def pair_rows(self, z: torch.Tensor, m: torch.Tensor, t: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return pair_rows(self.world, *check_pair_queries(z, m, t, a, self.mask_id))
 
 
 class ConditionedWorld(ExactWorld):

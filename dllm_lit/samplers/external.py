@@ -18,7 +18,8 @@ steps, first sequence index of the item).  So, unlike the native samplers, a seq
 chunking (``data.chunk_size``) - results are reproducible for a fixed chunk size, not across chunk sizes.
 NFE: the model's forward calls during the item, counted for every sequence of the item.
 Prompts: the first P tokens of an exact chain sample per sequence (Stream.PROMPT), so the full sequence
-(prompt + generated) has the chain's law when the sampler is exact, and every metric applies to it.
+(prompt + generated) has the chain's law when the sampler is exact, and every metric applies to it; in a prompted
+run (:mod:`dllm_lit.engine.prompted`) the prompt's prefix instead (``given_prompt``, P its length).
 """
 from __future__ import annotations
 
@@ -106,6 +107,9 @@ class ExternalSampler(Sampler):
         self.model = None
         self.name_option = name
 
+    #: the prompt [P] of every sequence (a prompted run sets it with prompt_length = P); None: drawn (Stream.PROMPT)
+    given_prompt: torch.Tensor | None = None
+
     @property
     def name(self) -> str:
         return self.sampler_name
@@ -137,6 +141,8 @@ class ExternalSampler(Sampler):
     # ------------------------------------------------------------------ one work item
     def _prompt(self, indices: torch.Tensor, seed: int) -> torch.Tensor:
         B, P = indices.numel(), self.prompt_length
+        if self.given_prompt is not None:
+            return self.given_prompt.to(self.device).long().reshape(1, P).expand(B, -1).clone()
         if P == 0:
             return torch.zeros(B, 0, dtype=torch.long, device=self.device)
         pseed = int(rng.mix64(torch.tensor([seed ^ rng.Stream.PROMPT]))[0])

@@ -216,6 +216,13 @@ class LLaDA(Sampler):
             return None
         return "low_confidence remasking chooses positions by the confidence of the drawn proposals"
 
+    def declares_exact(self, seq_len: int, steps: int | None) -> bool:
+        """Random remasking at temperature 1, no fixed prompt, one position per step: exact sequential sampling."""
+        P, bl, nb = self._blocks(seq_len)
+        one = steps is not None and nb > 0 and max(max(c) for c in (self.counts(seq_len, steps) or [
+            transfer_schedule(bl, steps // nb)])) <= 1
+        return one and self.remasking == "random" and self.temperature == 1 and not self.prompt and self.prompt_mode in (None, "pi")
+
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         if self.remasking != "random":
             return super().generate_with_stats(indices, seq_len, steps, seed)

@@ -91,6 +91,10 @@ class MDLMPaper(Sampler):
 
         return decode_in_order(self.denoiser, z, decode, steps - 1, draw, log_q=log_q)
 
+    def declares_exact(self, seq_len: int, steps: int | None) -> bool:
+        """One position per step (every round size <= 1): exact sequential sampling of the conditionals."""
+        return steps is not None and max(self.counts(seq_len, steps) or transfer_schedule(seq_len, steps)) <= 1
+
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         log_q = self._log_q_buffer(indices, seq_len)
         x = self.generate(indices, seq_len, steps, seed, log_q=log_q)

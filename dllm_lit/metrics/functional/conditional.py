@@ -7,8 +7,10 @@ are independent; the R continuations of one prompt share it):
 
 * ``cond_seq_kl_upper`` = mean_m mean_r (log q - log p(x | c_m)) / G_m, log q the sampler's path log-probability
   (samplers whose order ignores the tokens): E_o KL(q(. | o, c) || p(. | c)) / G >= KL(q(. | c) || p(. | c)) / G
-  per prompt, as ``seq_kl_upper`` (:mod:`~dllm_lit.metrics.functional.sequence_kl`) but conditional; exactly 0 for
-  an exact sampler (its rule), else Hall's skewness-corrected t interval over prompts.
+  per prompt, as ``seq_kl_upper`` (:mod:`~dllm_lit.metrics.functional.sequence_kl`) but conditional; exactly 0
+  with interval [0, 0] for a row whose law is declared exact (``exact``: exact conditional sampling, or a sampler
+  declaring its law exact on the exact oracle, :func:`~dllm_lit.engine.prompted.law_is_exact`), whatever the float
+  rounding of log q - log p; else Hall's skewness-corrected t interval over prompts.
 * ``cond_seq_kl_lower``: a Donsker-Varadhan bound KL(q || p) >= E_q[g] - log E_p[e^g] per prompt with
   g(x) = sum_t g_t(x_t) position-wise, cross-fitted: g_t(v) = log q_hat_t(v) - log p_bar_t(v) (smoothed empirical
   marginals of one half of the prompts over their exact conditional marginals) scores the other half, where
@@ -17,6 +19,9 @@ are independent; the R continuations of one prompt share it):
   prompts).  It sees errors of the positions' marginals only (the upper end sees the rest).
 * ``cond_nll`` = mean -log p(x | c) / G; ``cond_nll_excess`` = the same minus the exact continuations' (the
   reference row, same indices): E_q[-log p] - E_p[-log p] per token, 0 for an exact sampler (paired t interval).
+* transition metrics against the exact conditional pair law (``cond_pair_*``, with their exact-continuation
+  floor subtracted in ``cond_pair_kl_excess`` / ``cond_pair_tv_excess``):
+  :mod:`~dllm_lit.metrics.functional.conditional_pairs`.
 """
 from __future__ import annotations
 
@@ -26,12 +31,12 @@ import torch
 from scipy.stats import t as student_t
 
 from dllm_lit.markov.world_api import exact_world
+from dllm_lit.metrics.functional.conditional_pairs import PAIR_KEYS, pair_values
 from dllm_lit.metrics.functional.mean_interval import skew_corrected_t_interval
-from dllm_lit.metrics.functional.sequence_kl import upper_interval
 
 __all__ = ["CONDITIONAL_KEYS", "per_prompt_mean", "conditional_values", "dv_lower_terms"]
 
-CONDITIONAL_KEYS = ("cond_seq_kl_upper", "cond_seq_kl_lower", "cond_nll", "cond_nll_excess")
+CONDITIONAL_KEYS = ("cond_seq_kl_upper", "cond_seq_kl_lower", "cond_nll", "cond_nll_excess", *PAIR_KEYS)
 Value = tuple[float | None, tuple[float, float] | None]
 
 
@@ -87,15 +92,18 @@ def dv_lower_terms(world, samples: torch.Tensor, prompt: torch.Tensor, canvases:
 
 def conditional_values(world, samples: torch.Tensor, prompt: torch.Tensor, canvases: torch.Tensor,
                        log_q: torch.Tensor, log_p: torch.Tensor, reference_log_p: torch.Tensor | None = None,
-                       confidence: float = 0.95) -> dict[str, Value]:
-    """``{key: (value, (low, high))}`` over :data:`CONDITIONAL_KEYS` (module docstring); None where unavailable."""
+                       confidence: float = 0.95, reference_samples: torch.Tensor | None = None,
+                       exact: bool = False) -> dict[str, Value]:
+    """``{key: (value, (low, high))}`` over :data:`CONDITIONAL_KEYS` (module docstring); None where unavailable.
+    ``reference_log_p`` / ``reference_samples``: the exact continuations of the same prompts (same ``prompt``);
+    ``exact``: the row's law is declared exact (``cond_seq_kl_upper`` = 0 exactly)."""
     M = canvases.shape[0]
     G = (canvases == exact_world(world).mask_id).sum(1).to(torch.float64)[prompt]
     out: dict[str, Value] = {k: (None, None) for k in CONDITIONAL_KEYS}
-    if bool(torch.isfinite(log_q).all()):
-        u = per_prompt_mean((log_q - log_p) / G, prompt, M)
-        iv = upper_interval(u, 1, confidence)
-        out["cond_seq_kl_upper"] = (0.0 if iv == (0.0, 0.0) else float(u.mean()), iv)
+    if exact:
+        out["cond_seq_kl_upper"] = (0.0, (0.0, 0.0))
+    elif bool(torch.isfinite(log_q).all()):
+        out["cond_seq_kl_upper"] = _mean_interval(per_prompt_mean((log_q - log_p) / G, prompt, M), confidence)
     dv = dv_lower_terms(world, samples, prompt, canvases)
     if dv is not None and M >= 2:
         m, s = float(dv.mean()), float(dv.std()) / math.sqrt(M)
@@ -104,4 +112,5 @@ def conditional_values(world, samples: torch.Tensor, prompt: torch.Tensor, canva
     out["cond_nll"] = _mean_interval(per_prompt_mean(-log_p / G, prompt, M), confidence)
     if reference_log_p is not None:
         out["cond_nll_excess"] = _mean_interval(per_prompt_mean((reference_log_p - log_p) / G, prompt, M), confidence)
+    out.update(pair_values(world, samples, prompt, canvases, reference_samples, confidence))
     return out
