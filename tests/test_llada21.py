@@ -149,3 +149,19 @@ def test_nfe_law_matches_dynamic_programming(den, T, L, steps, thr, edit_thr, ma
         assert sum(p for n, p in nfe_law.items() if n < S) > 0.01
     if max_post == 0:  # early-filled blocks take exactly one post-mask call: S + 1 never, below S often
         assert S + 1 not in nfe_law and sum(p for n, p in nfe_law.items() if n < S) > 0.01
+
+
+def test_per_row_top_counts_equal_the_stable_ranking() -> None:
+    """The fill's "min(k, #masked) most confident, ties to the lower position" by a partial selection
+    (topk_stable_mask with per-row counts) equals ranking by a stable sort, on scores with many ties and -inf."""
+    from dllm_lit.samplers.selection import topk_stable_mask
+    from dllm_lit.samplers.wino import stable_ranks
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        s = torch.randint(0, 6, (7, 40), generator=g).double() / 5
+        s[torch.rand(7, 40, generator=g) < 0.3] = float("-inf")
+        n = (s > float("-inf")).sum(1)
+        s, n = s[n > 0], n[n > 0]
+        k = torch.minimum(torch.randint(1, 9, (n.numel(),), generator=g), n)
+        assert torch.equal(topk_stable_mask(s, k), stable_ranks(s, descending=True) < k[:, None])

@@ -30,8 +30,7 @@ from dllm_lit.samplers.base import NFECountingSampler
 from dllm_lit.samplers.confidence_decoding import check_blocks
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 from dllm_lit.samplers.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
-from dllm_lit.samplers.selection import transfer_schedule
-from dllm_lit.samplers.wino import stable_ranks
+from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
 
 __all__ = ["LLaDA21"]
 
@@ -121,8 +120,8 @@ class LLaDA21(NFECountingSampler):
                 fill = high & masked
                 ranked = flat_nonzero(~enough & has_mask)  # the most confident min(k, #masked): where needed only
                 if ranked.numel():
-                    fill[ranked] = (stable_ranks(score[ranked], descending=True)
-                                    < torch.minimum(k, masked.sum(1))[ranked, None]) & masked[ranked]
+                    fill[ranked] = topk_stable_mask(score[ranked], torch.minimum(k, masked.sum(1))[ranked]) \
+                        & masked[ranked]
                 if edit_on:
                     edit = ~masked & (x0 != zb) & (conf > self.editing_threshold)
                 z[bb, pos] = torch.where(fill | edit, x0, zb)
