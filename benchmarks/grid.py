@@ -2,7 +2,7 @@
 
     python benchmarks/grid.py                       # bundled English chain, N = 512, T = 1024
     python benchmarks/grid.py --synthetic           # OWT-sized synthetic chain (V = 4096, K = 206, eps = 1e-4)
-    python benchmarks/grid.py --all                 # plus every modern sampler (Fast-dLLM, Dream, EB, PC, FHS, ...)
+    python benchmarks/grid.py --all --jobs 2        # every shipped sampler config (configs/*.yaml with a sampler)
     python benchmarks/grid.py --num-sequences 64 --seq-len 256 --configs configs/mdlm.yaml
     python benchmarks/grid.py --synthetic --jobs 2   # configs spread over 2 processes (one core each)
     python benchmarks/grid.py --all --direct        # without the CLI's parser (a machine without jsonargparse)
@@ -17,29 +17,47 @@ what else runs).  With ``--jobs J`` the units run in J worker processes, largest
 with one thread, as the CLI does; the oracle's power table is memory-mapped from the disk cache, so it
 is shared); the whole-grid time is then the wall time of the slowest worker.  Per config the script
 prints the summed wall and CPU time of its units.  Results do not depend on ``--jobs``.
+
+SIGINT / SIGTERM end the whole grid: the parent stops every worker (SIGTERM, then SIGKILL after
+:data:`dllm_lit.workers.GRACE_SECONDS`) and exits with 128 + the signal number; a worker whose parent dies for
+any reason (SIGKILL included) is ended by the kernel (:func:`dllm_lit.workers.die_with_parent`).
 """
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import resource
+import signal
 import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's dllm_lit, also when another copy is installed
+if __name__ == "__mp_main__":  # a spawned pool worker: end with the parent from its first line on (not only
+    from dllm_lit.workers import die_with_parent  # once torch has loaded, which takes seconds on a busy machine)
+
+    die_with_parent()
+
+import torch  # noqa: E402
 #: slowest first, so that with --jobs the long ones start at once
 PAPER_CONFIGS = ["llada", "remdm_loop", "remdm_conf", "sedd", "mdlm_paper", "mdlm", "ar"]
-#: the samplers shipped beyond the paper's (``--all`` adds them)
-MODERN_CONFIGS = ["fast_dllm", "fast_dllm_factor", "dream_origin", "dream_maskgit_plus", "dream_topk_margin",
-                  "dream_entropy", "eb_sampler", "pc_sampler", "fhs", "maskgit", "klass", "bd3"]
-MODERN_CONFIGS += ["assd", "dus", "wino", "llada21"]  # issue 23: exact by design, schedules, editing
-MODERN_CONFIGS += ["p2", "slowfast"]  # issue 23: path planning (re-masking), SlowFast schedule
+
+
+def shipped_configs() -> list[str]:
+    """Every shipped sampler config (``configs/*.yaml`` whose ``model`` is a ``dllm_lit.samplers`` class): the
+    paper's first, then the others by name.  ``--all`` runs these."""
+    import yaml
+
+    found = []
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
+        if str(model.get("class_path", "")).startswith("dllm_lit.samplers."):
+            found.append(path.stem)
+    return [c for c in PAPER_CONFIGS if c in found] + [c for c in found if c not in PAPER_CONFIGS]
 STEPS = [8, 16, 32, 64, 128, 256, 512, 1024]
 #: step counts up to this share one work unit per config; larger ones get a unit each
 SMALL_STEPS = 128
@@ -154,6 +172,28 @@ def run_unit(config: str, steps: list[int],
         return cli.model.name, wall, cpu, {r["steps"]: r["kl"] for r in writer.rows}, setup, peak
 
 
+def _worker_start(parent: int) -> None:
+    """A pool worker's first action: end with the parent (the kernel's parent-death signal); default SIGTERM."""
+    from dllm_lit.workers import die_with_parent
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(parent)
+
+
+def stop_workers_on_signal() -> None:
+    """SIGINT / SIGTERM in the parent: end every pool worker (SIGTERM, SIGKILL after the grace), then exit with
+    128 + the signal number, without waiting for the pool's queue."""
+    from dllm_lit.workers import end_processes
+
+    def handler(signum, frame):
+        print(f"grid: stopped by {signal.Signals(signum).name}; ending the workers", file=sys.stderr, flush=True)
+        end_processes(p.pid for p in multiprocessing.active_children())
+        os._exit(128 + signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, handler)
+
+
 def work_units(configs: list[str], steps: list[int]) -> list[tuple[str, list[int]]]:
     """(config, step counts) units, largest first: every step count above SMALL_STEPS alone, the rest of a config
     together (one unit for the AR config, which has no steps).  The grouped small step counts run first (five rows
@@ -175,7 +215,7 @@ def work_units(configs: list[str], steps: list[int]) -> list[tuple[str, list[int
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", nargs="*", default=None, help="config files (default: the paper's configs)")
-    ap.add_argument("--all", action="store_true", help="the paper's configs plus every modern sampler's")
+    ap.add_argument("--all", action="store_true", help="every shipped sampler config (the paper's first)")
     ap.add_argument("--steps", nargs="*", type=int, default=STEPS)
     ap.add_argument("--num-sequences", type=int, default=512)
     ap.add_argument("--seq-len", type=int, default=1024)
@@ -191,7 +231,7 @@ def main() -> None:
     if args.jobs < 1:
         ap.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.configs is None:
-        names = PAPER_CONFIGS + (MODERN_CONFIGS if args.all else [])
+        names = shipped_configs() if args.all else PAPER_CONFIGS
         args.configs = [str(ROOT / "configs" / f"{c}.yaml") for c in names]
 
     kl: dict[str, dict[int | None, float]] = {}  # by config
@@ -219,7 +259,9 @@ def main() -> None:
         for config, steps in units:
             report(config, run_unit(config, steps, args))
     else:
-        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        stop_workers_on_signal()
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_worker_start, initargs=(os.getpid(),)) as pool:
             futures = {pool.submit(run_unit, config, steps, args): config for config, steps in units}
             for fut in as_completed(futures):  # each unit's time as soon as it is done
                 report(futures[fut], fut.result())

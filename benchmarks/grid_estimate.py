@@ -110,7 +110,7 @@ def metric_cpu(n: int, args: argparse.Namespace) -> tuple[int, float, float, flo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", nargs="*", default=None, help="config files (default: the paper's configs)")
-    ap.add_argument("--all", action="store_true", help="the paper's configs plus every modern sampler's (grid.py --all)")
+    ap.add_argument("--all", action="store_true", help="every shipped sampler config (grid.py --all)")
     ap.add_argument("--steps", nargs="*", type=int, default=grid.STEPS)
     ap.add_argument("--small-n", nargs=2, type=int, default=[32, 64], help="the two small N of the sampling fit")
     ap.add_argument("--target-n", type=int, default=512)
@@ -125,7 +125,7 @@ def main() -> None:
         ap.error(f"--small-n must be two sizes 0 < N1 < N2, got {args.small_n}")
     if args.target_n < 1 or args.target_jobs < 1 or args.jobs < 1:
         ap.error("--target-n, --jobs and --target-jobs must be >= 1")
-    names = grid.PAPER_CONFIGS + (grid.MODERN_CONFIGS if args.all else [])
+    names = grid.shipped_configs() if args.all else grid.PAPER_CONFIGS
     configs = args.configs or [str(grid.ROOT / "configs" / f"{c}.yaml") for c in names]
     rows = [(c, s) for c in configs for s in (args.steps if grid.has_steps(c) else [None])]
     rows.sort(key=lambda r: -(r[1] or 0))  # large step counts first: the slow ones start at once

@@ -59,7 +59,10 @@ def main(args=None) -> DllmCLI:
         print(USAGE)
         raise SystemExit(0 if argv else 2)
     if argv and argv[0] in COMMANDS:  # sweep / report / decompose: dllm_lit.experiments
-        raise SystemExit(COMMANDS[argv[0]](argv[1:]))
+        code = COMMANDS[argv[0]](argv[1:])
+        if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):  # a stopped sweep: no slow teardown (below)
+            _exit_now(code)
+        raise SystemExit(code)
     return run(args)
 
 

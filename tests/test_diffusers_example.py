@@ -63,3 +63,51 @@ def test_editing_fires_only_with_leave_one_out() -> None:
     edited, nfe = run(0.5, "leave_one_out")
     assert not torch.equal(edited, plain)
     assert bool((edited >= 0).all() and (edited < 3).all())
+
+
+def loo_rows_everywhere(chain, T: int) -> torch.Tensor:
+    """p(x_i | z_{-i}) of every position of every partially masked z in {0..V}^T: [V+1)^T * T, V] float64."""
+    from dllm_lit.denoisers import OracleDenoiser
+
+    V = chain.vocab_size
+    den = OracleDenoiser(chain)
+    z = torch.cartesian_prod(*[torch.arange(V + 1)] * T)
+    rows = []
+    for i in range(T):
+        zi = z.clone()
+        zi[:, i] = V
+        rows.append(den.probs_at(zi, torch.arange(len(zi)), torch.full((len(zi),), i)).double())
+    return torch.cat(rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("editing, max_post", [(0.42, 3), (None, 0)])
+def test_llada21_follows_the_pipeline_loop(editing, max_post) -> None:
+    """LLaDA21's tokens and NFE law equal diffusers' LLaDA2Pipeline loop run on the oracle model (leave-one-out
+    logits at revealed positions), one sequence per pipeline call: early-filled blocks, edits, the post-mask cap
+    (max_post_steps + 1 calls), and with editing off the one extra call.  Two-sample chi-square tests at N = 4000
+    a side; the chain is tie-free and every confidence lies far from the thresholds, so the pipeline's float32
+    comparisons decide as the project's float64 ones."""
+    from dllm_lit.conformance import two_sample
+    from dllm_lit.samplers import LLaDA21
+
+    chain = named_chain("generic")
+    T, steps, thr, n = 4, 4, 0.28, 4000
+    rows = loo_rows_everywhere(chain, T)
+    top = rows.sort(-1).values
+    assert float((top[:, 1:] - top[:, :-1]).min()) > 1e-3  # no ties within a row
+    for t in (thr, editing or thr):
+        assert float((rows - t).abs().min()) > 1e-3  # no confidence within 1e-3 of a threshold
+    kw = {"block_length": T, "temperature": 1.0, "threshold": thr, "editing_threshold": editing,
+          "max_post_steps": max_post, "eos_early_stop": False}
+    ext = ExternalSampler(steps=steps, scheduler_kwargs={"block_length": T}, kwargs=kw,
+                          model_options={"revealed": "leave_one_out"}, **PIPE).connect(chain)
+    runs = [ext.generate_with_nfe(torch.tensor([i]), T, steps, 0) for i in range(n)]
+    x_up, nfe_up = torch.cat([r[0] for r in runs]), torch.cat([r[1] for r in runs]).long()
+    ours = LLaDA21(block_length=T, threshold=thr, editing_threshold=editing, max_post_steps=max_post).connect(chain)
+    x, nfe = ours.generate_with_nfe(torch.arange(n), T, steps, 1)
+    nfe = nfe.long()
+    top_nfe = int(max(nfe.max(), nfe_up.max())) + 1
+    assert two_sample(x, x_up, chain.vocab_size).p_value > 0.01
+    assert two_sample(nfe[:, None], nfe_up[:, None], top_nfe).p_value > 0.01
+    assert int(nfe_up.max()) <= steps + max_post + 1 and int(nfe.max()) <= steps + max_post + 1

@@ -77,6 +77,21 @@ class HMMOracleDenoiser(Denoiser):
         return torch.cat(out).log() if out else torch.empty(0, z.shape[1], self.vocab_size, dtype=self.dtype,
                                                               device=z.device)
 
+    @torch.no_grad()
+    def posterior(self, z: torch.Tensor, channel: EvidenceChannel | None = None,
+                  leave_one_out: bool = False) -> torch.Tensor:
+        """Under absorbing masks exp of :meth:`log_posterior`; under any other channel the float64
+        forward-backward probabilities themselves (the uniform-state samplers' numbers)."""
+        channel = ABSORBING if channel is None else channel
+        if isinstance(channel, AbsorbingMask):
+            return super().posterior(z, channel, leave_one_out)
+        tables = self._tables_for(channel, z.device)
+        rows = max(1, self.MESSAGE_BYTES // (8 * max(z.shape[1], 1) * self.world.num_states))
+        out = [hmm_posterior(self.world, z[i:i + rows], channel, leave_one_out, torch.float64, tables)
+               for i in range(0, z.shape[0], rows)]
+        return torch.cat(out) if out else torch.empty(0, z.shape[1], self.vocab_size, dtype=torch.float64,
+                                                      device=z.device)
+
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """log p(x0 | z) under absorbing masks: [B, T, V] (one-hot rows at revealed positions)."""
         return self.log_posterior(z)

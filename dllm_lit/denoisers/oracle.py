@@ -277,14 +277,29 @@ class OracleDenoiser(LocalDenoiser):
 
     def log_posterior(self, z: torch.Tensor, channel=None, leave_one_out: bool = False) -> torch.Tensor:
         from dllm_lit.denoisers.channels import AbsorbingMask
-        from dllm_lit.denoisers.hmm_posterior import hmm_posterior
-        from dllm_lit.markov.hmm import HMMWorld
 
         if channel is None or isinstance(channel, AbsorbingMask):  # the power table, leave-one-out too
             return super().log_posterior(z, channel, leave_one_out)
+        return self._channel_posterior(z, channel, leave_one_out).log_().to(self.output_dtype)  # a fresh tensor
+
+    def posterior(self, z: torch.Tensor, channel=None, leave_one_out: bool = False) -> torch.Tensor:
+        """:meth:`LocalDenoiser.posterior` under absorbing masks; under any other channel the exact float64
+        forward-backward probabilities themselves (not exp of the rounded log: the uniform-state samplers'
+        numbers, ``docs/performance.md``)."""
+        from dllm_lit.denoisers.channels import AbsorbingMask
+
+        if channel is None or isinstance(channel, AbsorbingMask):
+            return super().posterior(z, channel, leave_one_out)
+        return self._channel_posterior(z, channel, leave_one_out)
+
+    def _channel_posterior(self, z: torch.Tensor, channel, leave_one_out: bool) -> torch.Tensor:
+        """p(x_i | z) (or | z_{-i}) under ``channel`` by the chain's HMM forward-backward: float64 [B, T, V]."""
+        from dllm_lit.denoisers.hmm_posterior import hmm_posterior
+        from dllm_lit.markov.hmm import HMMWorld
+
         if getattr(self, "_world", None) is None:
             self._world = HMMWorld.from_chain(self.chain)
-        return hmm_posterior(self._world, z, channel, leave_one_out).log_().to(self.output_dtype)  # a fresh tensor
+        return hmm_posterior(self._world, z, channel, leave_one_out)
 
     def describe(self) -> dict:
         return {"denoiser": "oracle", "depth": self.depth, "certified": self.certified, "mixing_tol": self.mixing_tol}

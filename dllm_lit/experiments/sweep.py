@@ -8,8 +8,10 @@ another or ``--jobs`` at a time (default: one per CUDA device, each child seeing
 on a CPU machine).  A point whose folder already holds a complete run for the same parameters
 (``point.json`` and a complete ``metrics.json``) is skipped; an unfinished point resumes row by row.
 
-SIGINT / SIGTERM stop the running points (each commits its finished rows and stops) and the
-runner exits with 128 + the signal number; rerunning the command finishes the rest.
+SIGINT / SIGTERM stop the running points (each commits its finished rows and stops; a point still running
+:data:`~dllm_lit.workers.GRACE_SECONDS` later is killed with its process group, losing no committed row) and the
+runner exits with 128 + the signal number; rerunning the command finishes the rest.  A point whose runner dies
+(SIGKILL included) is ended by the kernel (:func:`~dllm_lit.workers.die_with_parent`).
 
     python cli.py sweep sweeps/paper_grid.yaml                         # the whole grid
     python cli.py sweep sweeps/paper_grid.yaml --set num_sequences=64 --set seq_len=128 --set steps=8,64
@@ -30,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from dllm_lit.workers import GRACE_SECONDS, die_with_parent, end_processes
 
 __all__ = ["load_sweep", "grid_points", "point_argv", "main"]
 
@@ -100,6 +104,11 @@ def _devices(jobs: int | None) -> list[str | None]:
     return [str(i) for i in range(n)] if n > 1 else [None]
 
 
+def _point_start() -> None:
+    """In the point's process before it runs Python: end it when the runner ends (SIGTERM, so it commits)."""
+    die_with_parent(signum=signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="cli.py sweep", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -158,11 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     inherit = len(slots) == 1 and not ns.quiet
     running: dict[subprocess.Popen, tuple[str, Any]] = {}
     free = list(slots)
-    stop: dict[str, int | None] = {"signum": None}
+    stop: dict[str, Any] = {"signum": None, "at": 0.0}
     failed: list[str] = []
 
     def on_signal(signum, frame):
-        stop["signum"] = signum
+        if stop["signum"] is None:
+            stop["signum"], stop["at"] = signum, time.monotonic()
         for proc in running:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -186,10 +196,12 @@ def main(argv: list[str] | None = None) -> int:
                 log = None if inherit else open(out_dir / "run.log", "ab")
                 say(f"[{done + len(running) + 1}/{len(todo)}] {pname}")
                 proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
-                                        start_new_session=True)
+                                        start_new_session=True, preexec_fn=_point_start)
                 running[proc] = (pname, slot, log)
             if not running:
                 break
+            if stop["signum"] is not None and time.monotonic() - stop["at"] > GRACE_SECONDS:
+                end_processes([p.pid for p in running], grace=0.0, groups=True)  # each point leads its group
             time.sleep(0.2)
             for proc in [p for p in running if p.poll() is not None]:
                 pname, slot, log = running.pop(proc)

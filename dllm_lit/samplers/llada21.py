@@ -30,8 +30,7 @@ from dllm_lit.samplers.base import NFECountingSampler
 from dllm_lit.samplers.confidence_decoding import check_blocks
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 from dllm_lit.samplers.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
-from dllm_lit.samplers.selection import transfer_schedule
-from dllm_lit.samplers.wino import stable_ranks
+from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
 
 __all__ = ["LLaDA21"]
 
@@ -100,54 +99,57 @@ class LLaDA21(NFECountingSampler):
         col = torch.arange(L, device=dev)
         loo = LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
         while True:
-            live = blk < nb
-            if not bool(live.any()):
-                break
-            pos_all = blk.clamp(max=nb - 1)[:, None] * L + col[None, :]
-            has_mask = (z.gather(1, pos_all) == M).any(1)
-            # a block without masks: one more post call if editing allows it, else the next block
-            post = torch.where(live & ~has_mask, post + 1, post)
-            end = live & ~has_mask & (~torch.tensor(edit_on, device=dev) | (post > self.max_post_steps))
-            self._next_block(end, blk, j, post)
-            rows = torch.nonzero(live & ~end).squeeze(1)
+            rows = flat_nonzero(blk < nb)
             if rows.numel() == 0:
-                continue
+                break
             R = rows.numel()
-            pos = pos_all[rows]
+            pos = blk[rows, None] * L + col[None, :]
             bb = rows[:, None].expand(R, L)
             zb = z[bb, pos]
             masked = zb == M
-            bf, pf = bb.reshape(-1), pos.reshape(-1)
-            feat, row = loo.rows(z, bf, pf)
-            drawn = masked.reshape(-1)
-            if edit_on:
-                drawn = drawn | (feat["cmax"][row] > self.editing_threshold)
-            at = flat_nonzero(drawn)
-            x0 = zb.reshape(-1).clone()  # an undrawn revealed position keeps its token: no edit
-            x0[at] = draw_stored(feat, row[at], tok_u.at(nfe.index_select(0, bf[at]), bf[at], pf[at]))
-            conf = feat["law"][row, x0]
-            if "sum" in feat:
-                conf = conf / feat["sum"][row]
-            x0, conf = x0.view(R, L), conf.view(R, L)
-            # mask filling
-            k = k_of[j[rows].clamp(max=S - 1)]
-            score = torch.where(masked, conf, float("-inf"))
-            high = (score > self.threshold) & masked
-            enough = high.sum(1) >= k
-            fill = high & masked
-            ranked = flat_nonzero(~enough & masked.any(1))  # the most confident min(k, #masked): where needed only
-            if ranked.numel():
-                fill[ranked] = (stable_ranks(score[ranked], descending=True)
-                                < torch.minimum(k, masked.sum(1))[ranked, None]) & masked[ranked]
-            # editing
-            edit = ~masked & (x0 != zb) & (conf > self.editing_threshold) if edit_on else torch.zeros_like(masked)
-            z[bb, pos] = torch.where(fill | edit, x0, zb)
+            has_mask = masked.any(1)  # read before the call, as the pipeline's masks_remaining
+            post[rows] += (~has_mask).long()
+            edit = torch.zeros_like(masked)
+            if edit_on or bool(has_mask.any()):  # editing off, a full block's call changes nothing: no rows read
+                x0, conf = self._proposals(loo, z, zb, bb, pos, masked, nfe, tok_u, edit_on)
+                # mask filling
+                k = k_of[j[rows].clamp(max=S - 1)]
+                score = torch.where(masked, conf, float("-inf"))
+                high = (score > self.threshold) & masked
+                enough = high.sum(1) >= k
+                fill = high & masked
+                ranked = flat_nonzero(~enough & has_mask)  # the most confident min(k, #masked): where needed only
+                if ranked.numel():
+                    fill[ranked] = topk_stable_mask(score[ranked], torch.minimum(k, masked.sum(1))[ranked]) \
+                        & masked[ranked]
+                if edit_on:
+                    edit = ~masked & (x0 != zb) & (conf > self.editing_threshold)
+                z[bb, pos] = torch.where(fill | edit, x0, zb)
             nfe[rows] += 1
-            mask_phase = masked.any(1)
-            j[rows] += mask_phase.long()
-            self._next_block(torch.zeros_like(live).index_fill_(0, rows[~mask_phase & ~edit.any(1)], True),
-                             blk, j, post)
+            j[rows] += has_mask.long()
+            # the pipeline's check_block_should_continue: a filling call ends the block if it was the S-th; a
+            # post-mask call if it edited nothing (always, editing off) or was the (max_post_steps + 1)-th
+            done = torch.where(has_mask, j[rows] >= S, ~edit.any(1) | (post[rows] > self.max_post_steps))
+            self._next_block(torch.zeros_like(blk, dtype=torch.bool).index_fill_(0, rows[done], True), blk, j, post)
         return z, nfe.to(torch.float64)
+
+    def _proposals(self, loo: LeaveOneOutRows, z: torch.Tensor, zb: torch.Tensor, bb: torch.Tensor, pos: torch.Tensor,
+                   masked: torch.Tensor, nfe: torch.Tensor, tok_u: StepUniforms,
+                   edit_on: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """One call's proposals x^ and confidences [R, L] at the block positions ``pos`` of rows ``bb``: drawn at
+        masked positions and at revealed ones that can be edited; any other revealed position keeps its token."""
+        bf, pf = bb.reshape(-1), pos.reshape(-1)
+        feat, row = loo.rows(z, bf, pf)
+        drawn = masked.reshape(-1)
+        if edit_on:
+            drawn = drawn | (feat["cmax"][row] > self.editing_threshold)
+        at = flat_nonzero(drawn)
+        x0 = zb.reshape(-1).clone()
+        x0[at] = draw_stored(feat, row[at], tok_u.at(nfe.index_select(0, bf[at]), bf[at], pf[at]))
+        conf = feat["law"][row, x0]
+        if "sum" in feat:
+            conf = conf / feat["sum"][row]
+        return x0.view_as(zb), conf.view_as(zb)
 
     @staticmethod
     def _next_block(which: torch.Tensor, blk: torch.Tensor, j: torch.Tensor, post: torch.Tensor) -> None:

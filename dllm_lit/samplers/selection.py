@@ -44,18 +44,26 @@ def rank_positions(scores: torch.Tensor, tie_rule: str = "lowest", tie_keys: tor
     raise ValueError(f"tie_rule must be one of {TIE_RULES}, got {tie_rule!r}")
 
 
-def topk_stable_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Bool [B, n]: the set :func:`topk_stable` selects (k largest per row, ties -> lower column), without a full sort.
+def topk_stable_mask(scores: torch.Tensor, k: int | torch.Tensor) -> torch.Tensor:
+    """Bool [B, n]: the set :func:`topk_stable` selects (k largest per row, ties -> lower column), without a full sort;
+    ``k`` an int or a LongTensor [B] of per-row counts in [1, n] (rows holding NaN are not supported).
 
     The k-th largest value v_k (a partial selection) splits each row: every score > v_k is taken,
     then the leftmost scores == v_k until k are taken.
     """
-    if k <= 0:
-        return torch.zeros_like(scores, dtype=torch.bool)
-    thr = torch.topk(scores, k, dim=1).values[:, -1:]
+    if isinstance(k, torch.Tensor):
+        if k.numel() == 0:
+            return torch.zeros_like(scores, dtype=torch.bool)
+        kk = k.view(-1, 1)
+        thr = torch.topk(scores, int(k.max()), dim=1).values.gather(1, kk - 1)
+    else:
+        if k <= 0:
+            return torch.zeros_like(scores, dtype=torch.bool)
+        kk = k
+        thr = torch.topk(scores, k, dim=1).values[:, -1:]
     above = scores > thr
     tie = scores == thr
-    need = k - above.sum(1, keepdim=True)
+    need = kk - above.sum(1, keepdim=True)
     return above | (tie & (tie.cumsum(1) <= need))
 
 

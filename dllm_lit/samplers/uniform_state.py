@@ -64,12 +64,13 @@ def leave_one_out_chunks(denoiser: Denoiser, z: torch.Tensor,
                          channel: EvidenceChannel) -> Iterator[tuple[slice, torch.Tensor]]:
     """p(x_i = v | z_{-i}) under ``channel`` from one evaluation of the whole batch, handed out per cache-sized
     chunk of rows (:func:`~dllm_lit.samplers.draws.row_chunks`): (rows, x float64 [n, T, V]), x =
-    exp(log_posterior).  Work done on each chunk that is row-wise gives the numbers of the whole batch at once.
-    A denoiser that does not answer the channel leave-one-out is refused in one line."""
+    :meth:`Denoiser.posterior` (the exact oracles' float64 probabilities themselves).  Work done on each chunk that
+    is row-wise gives the numbers of the whole batch at once.  A denoiser that does not answer the channel
+    leave-one-out is refused in one line."""
     check_channel(denoiser, channel)
-    lp = denoiser.log_posterior(z, channel, leave_one_out=True)
-    for sl in row_chunks(z.shape[0], z.shape[1] * lp.shape[-1], z.device):
-        yield sl, lp[sl].to(torch.float64, copy=True).exp_()  # never writes into the denoiser's tensor
+    x = denoiser.posterior(z, channel, leave_one_out=True)
+    for sl in row_chunks(z.shape[0], z.shape[1] * x.shape[-1], z.device):
+        yield sl, x[sl].to(torch.float64)  # the laws never write into x
 
 
 def step_draw(denoiser: Denoiser, z: torch.Tensor, channel: EvidenceChannel,
@@ -110,9 +111,10 @@ def uniform_reverse_step(x0: torch.Tensor, zt: torch.Tensor, alpha_s: float, alp
     idx = zt.unsqueeze(-1)
     xz = x0.gather(-1, idx)
     # off z_t the e_zt terms are +0 (exact), so the sum reduces to its last two terms with the same roundings
-    num = (alpha_s - alpha_t) * x0 + c
+    # (in place: the same operations in the same order as (alpha_s - alpha_t) * x0 + c, one buffer)
+    num = torch.mul(x0, alpha_s - alpha_t).add_(c)
     num.scatter_(-1, idx, alpha_t * V * xz + (a_ts - alpha_t) + (alpha_s - alpha_t) * xz + c)
-    return num / (alpha_t * V * xz + (1 - alpha_t))
+    return num.div_(alpha_t * V * xz + (1 - alpha_t))
 
 
 def uniform_forward(law: torch.Tensor, alpha: float) -> torch.Tensor:
