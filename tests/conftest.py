@@ -2,9 +2,18 @@
 from __future__ import annotations
 
 import itertools
+import os
 
-import pytest
-import torch
+# One intra-op thread for the whole session (and the processes tests start), unless OMP_NUM_THREADS says otherwise:
+# the tests' tensors are tiny, and on a busy 2-core machine the thread pool's spinning cost 4x the CPU time
+# (tests/test_dream.py: 36 -> 8.6 CPU s).  Results never depend on it; the tests that check that set threads
+# themselves (test_cli_errors, test_oracle_cache).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 from dllm_lit.denoisers import Denoiser, OracleDenoiser
 from dllm_lit.markov import MarkovChain

@@ -42,6 +42,7 @@ def test_ddp_matches_single_process(tmp_path) -> None:
     assert one == (tmp_path / "two" / "samples.txt").read_text()
 
 
+@pytest.mark.slow  # a second two-process run (16 CPU s); test_ddp_matches_single_process runs the DDP path by default
 def test_idle_process_when_fewer_items_than_processes(tmp_path) -> None:
     """One work item for two processes: the idle process takes a placeholder item; results equal one process."""
     small = dict(num_sequences=6, seq_len=16, chunk_size=8, steps=(4,), reference=False, num_text_examples=0)
