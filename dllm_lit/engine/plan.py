@@ -96,7 +96,7 @@ def row_label(sampler: "Sampler") -> str:
         parts.append(f"{key}={text}")
     den = settings.get("denoiser")
     if isinstance(den, dict) and den.get("denoiser") not in (None, "oracle", "hmm_oracle"):  # the exact oracles
-        ident = den.get("model_name_or_path") or den.get("denoiser")
+        ident = den.get("model_name_or_path") or den.get("path") or den.get("denoiser")
         parts.append(f"denoiser={str(ident).rstrip('/').rsplit('/', 1)[-1]}")
     return f"{name}[{','.join(parts)}]" if parts else name
 

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import yaml
 
+from dllm_lit.cli_messages import missing_module_hint
 from dllm_lit.conformance import Conformance, goodness_of_fit, law_dof, samples_for_tv, two_sample
 from dllm_lit.markov import MarkovChain
 
@@ -131,7 +132,7 @@ def build_sampler(spec: str, field: str = "--sampler"):
     try:
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"{field}: cannot import {block['class_path']!r} ({exc})") from None
+        raise ValueError(f"{field}: cannot import {block['class_path']!r} ({exc}){missing_module_hint(str(exc))}") from None
     return cls(**(block.get("init_args") or {}))
 
 

@@ -264,7 +264,8 @@ class ResultsWriter(Callback):
             return out
         self.release_output()
         # the process that writes the files (launcher rank, set from env) locks the folder
-        self._store = RunStore.claim(out, writes=getattr(rank_zero_only, "rank", 0) == 0)
+        self._store = RunStore.claim(out, writes=getattr(rank_zero_only, "rank", 0) == 0,
+                                     field="results.output_dir" if self.output_dir else "trainer.default_root_dir")
         return out
 
     def release_output(self) -> None:
