@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import lightning as L
+import pytest
 import torch.distributed as dist
 
 from dllm_lit.data import MarkovDataModule
