@@ -74,6 +74,9 @@ class ExternalSampler(Sampler):
         name: the results rows' name (default ``external_<function or pipeline name>``).
     """
 
+    #: options the row label leaves out: the function is in the name, the argument names are bookkeeping
+    label_skip = ("generate", "pipeline", "length_kwarg", "steps_kwarg", "mask_kwarg", "name")
+
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 8, generate: str | None = None,
                  pipeline: str | None = None, scheduler: str | None = None,
                  scheduler_kwargs: dict[str, Any] | None = None, kwargs: dict[str, Any] | None = None,
