@@ -23,7 +23,8 @@ log = logging.getLogger("dllm_lit")
 _QUIET_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed",
                   "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.distributed")
 _QUIET_WARNINGS = (r".*isinstance\(treespec, LeafSpec\).*", r".*does not have many workers.*",
-                   r".*predict_dataloader.*num_workers.*", r".*LightningCLI's args parameter is intended.*")
+                   r".*predict_dataloader.*num_workers.*", r".*LightningCLI's args parameter is intended.*",
+                   r".*Total length of `DataLoader` across ranks is zero.*")  # a resumed run with every row kept
 
 
 def configure() -> None:

@@ -94,3 +94,25 @@ def test_external_rows_have_short_labels_and_figures_fit(tmp_path) -> None:
             plt.Axes.legend = real
     assert paths and seen and all(len(t) <= LEGEND_CHARS for texts in seen for t in texts)
     assert any(t.endswith(": plug-in KL") for texts in seen for t in texts)  # the kind of line survives the cut
+
+
+def test_a_resumed_run_names_the_rows_it_kept_without_a_dataloader_warning(tmp_path, recwarn) -> None:
+    import logging
+
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logging.getLogger("dllm_lit").addHandler(handler)
+    argv = ["predict", "--config", "configs/mdlm.yaml", "--model.steps", "[4]", "--data.num_sequences", "4",
+            "--data.seq_len", "8", "--trainer.default_root_dir", str(tmp_path), "--results.figures", "false",
+            "--trainer.enable_progress_bar", "false"]
+    try:
+        main(argv)
+        assert not any(line.startswith("resume:") for line in lines)
+        recwarn.clear()
+        main(argv)
+    finally:
+        logging.getLogger("dllm_lit").removeHandler(handler)
+    assert any(f"resume: kept 2 of 2 rows of {tmp_path} with these settings (ar@ar, mdlm@4); sampling none" in line
+               for line in lines)
+    assert not [w for w in recwarn if "DataLoader" in str(w.message)]
