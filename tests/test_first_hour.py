@@ -116,3 +116,12 @@ def test_a_resumed_run_names_the_rows_it_kept_without_a_dataloader_warning(tmp_p
     assert any(f"resume: kept 2 of 2 rows of {tmp_path} with these settings (ar@ar, mdlm@4); sampling none" in line
                for line in lines)
     assert not [w for w in recwarn if "DataLoader" in str(w.message)]
+
+
+def test_fit_progress_shows_a_real_epoch_count(monkeypatch) -> None:
+    """Lightning's bar prints "Epoch i/{max_epochs - 1}": max_epochs -1 (max_steps alone) printed "Epoch 0/-2"."""
+    from dllm_lit.cli import DllmCLI
+
+    monkeypatch.setattr("sys.argv", ["cli.py"])
+    cli = DllmCLI(args=["fit", "--config", str(REPO / "configs/train_denoiser.yaml")], run=False)
+    assert cli.trainer.max_epochs == 1 and cli.trainer.max_steps == 4000
