@@ -123,5 +123,5 @@ def test_fit_progress_shows_a_real_epoch_count(monkeypatch) -> None:
     from dllm_lit.cli import DllmCLI
 
     monkeypatch.setattr("sys.argv", ["cli.py"])
-    cli = DllmCLI(args=["fit", "--config", str(REPO / "configs/train_denoiser.yaml")], run=False)
+    cli = DllmCLI(args=["--config", str(REPO / "configs/train_denoiser.yaml")], run=False)
     assert cli.trainer.max_epochs == 1 and cli.trainer.max_steps == 4000
