@@ -61,7 +61,7 @@ def test_missing_cuda_is_named(tmp_path, capsys) -> None:
 
 def test_real_command_line(tmp_path) -> None:
     """The same through the real entry point in a subprocess: exit 2, one line, no traceback, no files."""
-    for extra, message in (CASES[0], CASES[4]):
+    for extra, message in (CASES[0],):  # one case: a fresh process costs 6 CPU s; the others run in-process above
         proc = subprocess.run([sys.executable, "cli.py", "predict", "--config", "configs/remdm_conf.yaml", *SMALL,
                                "--trainer.default_root_dir", str(tmp_path), *extra],
                               cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -370,7 +370,7 @@ def test_nfe(case: str, steps: int) -> None:
     if reason in (NO_DENOISER, EXTERNAL, BATCHED_VERIFY, BLOCKS_TOO_LONG):
         pytest.skip(f"{case} is exempt from nfe: {reason}")
     chain = CHAINS["sparse_teleport"]
-    for i in range(5):
+    for i in range(3):
         counting = CountingDenoiser(OracleDenoiser(chain))
         s = _sampler(case, chain, counting)
         _, nfe = s.generate_with_nfe(torch.tensor([i]), T, steps, SEED)
