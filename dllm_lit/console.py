@@ -67,7 +67,7 @@ LABEL_WIDTH = 32
 COLUMNS: tuple[tuple[str, Any], ...] = (
     ("sampler", lambda r: _label(r)),
     ("steps", lambda r: "-" if r.get("steps") is None else str(r["steps"])),
-    ("NFE", lambda r: _num(r.get("nfe"))),
+    ("NFE", lambda r: "-" if r.get("nfe") is None else f"{r['nfe']:.0f}" if r["nfe"] >= 100 else _num(r["nfe"])),
     ("seq KL >= (95%)", lambda r: _num(_floor0((r.get("seq_kl_lower_ci") or [None])[0]))),
     ("seq KL <= [95% CI]", lambda r: _with_ci(r, "seq_kl_upper")),
     ("kl_excess [95% CI]", lambda r: _with_ci(r, "kl_excess")),

@@ -16,6 +16,7 @@ def test_columns_are_the_quoted_numbers() -> None:
     assert lines[1].split() == ["mdlm", "8", "8", "0.055", "0.293", "[0.234,", "0.375]", "0.221", "[0.157,", "0.284]",
                                 "0.245"]
     assert lines[2:] == LEGEND.splitlines() and all(len(line) <= 120 for line in lines)
+    assert summary([dict(ROW, nfe=1025.0)]).splitlines()[1].split()[2] == "1025"  # not 1.02e+03
 
 
 def test_missing_upper_end_negative_bound_and_long_labels() -> None:
