@@ -9,7 +9,8 @@ there is tested or the classification below fails.  Each is run in a scratch fol
 * ``wire``: parsed, instantiated and wired (:func:`dllm_lit.engine.connect`) exactly as printed - every check
   that can refuse the run has run - but not sampled (minutes as printed);
 * ``parse``: parsed and instantiated only, where wiring needs the network or a minutes-long table build;
-* ``small``: the printed command plus size overrides (its own run as printed takes minutes).
+* ``small``: the printed command plus size overrides (its own run as printed takes minutes);
+* ``script``: a Python script, compiled (its run is a slow test).
 
 A README command that needs a placeholder filled in (``<name>``) or is not this package's (``wandb``,
 ``pytest``, benchmark scripts, which ``tests/test_benchmarks_smoke.py`` covers) is listed in ``SKIPPED``.
@@ -47,6 +48,9 @@ CASES: list[tuple[str, str, list[str]]] = [
       "--sampler.init_args.steps", "[4]"]),
     ("sweep sweeps/", "small", ["--dry-run"]),
     ("python cli.py --help", "run", []),
+    ("python cli.py conform --help", "run", []),
+    ("report outputs/sweeps/paper_grid --out reports/paper_grid", "run", []),  # on the tiny run the scratch folder holds
+    ("python examples/diffusers_llada2.py", "script", []),  # compiled here; run by tests/test_examples_documented.py (slow)
     ("--config examples/llada_external.yaml", "wire", []),
     ("conform --sampler examples/llada_conform.yaml", "small", ["--samples", "2000"]),
     ("--config configs/data/kth_order.yaml", "wire", []),
@@ -88,6 +92,9 @@ def scratch(tmp_path_factory) -> Path:
     for name in ("configs", "sweeps", "examples"):
         (root / name).symlink_to(REPO / name)
     (root / "book.txt").write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    main(["predict", "--config", str(REPO / "configs/mdlm.yaml"), "--model.steps", "[2]", "--data.num_sequences", "4",
+          "--data.seq_len", "8", "--results.figures", "false", "--trainer.enable_progress_bar", "false",
+          "--trainer.default_root_dir", str(root / "outputs/sweeps/paper_grid/mdlm-steps2")])  # a run to report on
     ch = synthetic_chain(30, 5, eps=1e-4, seed=4)
     torch.save({"nbr_idx": ch.nbr_idx, "nbr_prob": ch.nbr_prob.float(), "nu": ch.nu.float(), "eps": 1e-4,
                 "pi": ch.stationary.float()}, root / "gt.pt")
@@ -133,6 +140,10 @@ def test_readme_command_as_printed(command: str, scratch: Path, monkeypatch) -> 
     monkeypatch.chdir(scratch)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("sys.argv", ["cli.py"])  # LightningCLI warns when pytest's own arguments are present
+    if mode == "script":
+        path = REPO / shlex.split(command)[1]
+        compile(path.read_text(), str(path), "exec")
+        return
     argv = _argv(command)
     if mode in ("wire", "parse"):
         _wire(argv, instantiate_only=mode == "parse")
