@@ -27,6 +27,19 @@ _QUIET_WARNINGS = (r".*isinstance\(treespec, LeafSpec\).*", r".*does not have ma
                    r".*Total length of `DataLoader` across ranks is zero.*")  # a resumed run with every row kept
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to the current ``sys.stderr`` (not the one at configuration): a redirected or captured stderr
+    receives the progress lines too."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def configure() -> None:
     """Quiet Lightning, show dllm_lit's own progress lines (idempotent)."""
     if not os.environ.get("DLLM_LIT_VERBOSE"):
@@ -35,7 +48,7 @@ def configure() -> None:
         for pattern in _QUIET_WARNINGS:
             warnings.filterwarnings("ignore", message=pattern)
     if not any(getattr(h, "_dllm_lit", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("[dllm_lit] %(message)s"))
         handler._dllm_lit = True  # type: ignore[attr-defined]
         log.addHandler(handler)

@@ -22,6 +22,7 @@ def test_oracle_benchmark_runs() -> None:
     assert diff < 1e-5  # the baseline and the oracle compute the same posterior
 
 
+@pytest.mark.slow  # 7 CPU s; test_oracle_benchmark_runs keeps a benchmark script in the default suite
 def test_grid_benchmark_runs() -> None:
     """The grid script end to end at its smallest, one process: two configs (the six paper configs and the units in
     two workers: the slow variants below)."""

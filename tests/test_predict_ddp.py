@@ -21,7 +21,7 @@ def _run(out, devices: int, num_sequences: int = 20, seq_len: int = 24, chunk_si
          steps: tuple[int, ...] = (2, 6), reference: bool = True, num_text_examples: int = 2) -> list[dict]:
     dm = MarkovDataModule(num_sequences=num_sequences, seq_len=seq_len, chunk_size=chunk_size, seed=3)
     writer = ResultsWriter(output_dir=str(out), bootstrap_resamples=10, figures=False, num_text_examples=num_text_examples)
-    kwargs = dict(strategy="ddp_spawn", devices=devices) if devices > 1 else dict(devices=1)
+    kwargs = dict(strategy="ddp_fork", devices=devices) if devices > 1 else dict(devices=1)  # fork: no re-imports
     trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False,
                         enable_model_summary=False, **kwargs)
     predict(MDLM(steps=list(steps)), dm, writer, trainer=trainer, reference=reference)
