@@ -189,6 +189,22 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO]
 """
 
 
+def test_bundled_data_is_read_without_importlib_resources(monkeypatch) -> None:
+    """The in-process half of the test below: the bundled counts load from the package's files, never through
+    ``importlib.resources.files`` (a MultiplexedPath when the top level is a namespace package)."""
+    import importlib.resources
+
+    from dllm_lit.corpus import char_ngrams, charlevel
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("importlib.resources.files was called")
+
+    monkeypatch.setattr(importlib.resources, "files", refuse)
+    assert charlevel._english_resource().is_file()
+    assert char_ngrams.load_english_ngram_counts(2).shape == (27 ** 2, 27)
+
+
+@pytest.mark.slow  # a fresh interpreter (6 CPU s); the in-process half runs by default
 def test_readme_python_snippet_runs_from_a_clones_parent_folder(tmp_path) -> None:
     """README's Python snippet, pasted into ``python`` in the folder that holds the clone (named ``dllm_lit``):
     the clone is then a namespace package ``dllm_lit`` and the editable install serves the modules; the bundled
