@@ -45,6 +45,8 @@ verbs:
              python cli.py report outputs/sweeps/paper_grid --out reports/paper_grid
   decompose  split a learned denoiser's error from its sampler's error
              python cli.py decompose --config configs/decompose.yaml
+  conform    does a sampler (yours too) follow a rule's exact law? chi-square goodness of fit on a tiny chain
+             python cli.py conform --help     (its examples, and every named law with its options)
 
 Every sampler has a config in configs/; docs/README.md describes samplers, metrics and the oracle."""
 

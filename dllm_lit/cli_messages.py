@@ -10,7 +10,7 @@ import importlib
 import inspect
 import re
 
-__all__ = ["condense_parser_error"]
+__all__ = ["condense_parser_error", "missing_module_hint"]
 
 _TYPE_WORDS = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string",
                "list": "a list", "dict": "a mapping"}
@@ -42,6 +42,16 @@ def _classes_in(class_path: str) -> list[str]:
                if inspect.isclass(c) and not issubclass(c, BaseException) and not inspect.isabstract(c)}
     bases = {c for c in classes.values() for other in classes.values() if other is not c and issubclass(other, c)}
     return sorted(n for n, c in classes.items() if c not in bases)
+
+
+def missing_module_hint(message: str) -> str:
+    """For "No module named 'x'" (a user's own module that is not importable): where Python looks, and how to
+    put it there; '' for any other message."""
+    m = re.search(r"No module named '([^'.]+)", message)
+    if not m:
+        return ""
+    return (f" - Python did not find {m.group(1)}.py on its module path: run from the folder that holds it with "
+            f"PYTHONPATH=. (or PYTHONPATH=<that folder>), or pip install -e your package")
 
 
 def condense_parser_error(message: str) -> str:
@@ -95,4 +105,4 @@ def condense_parser_error(message: str) -> str:
     if kinds:
         return f"{field or 'value'} must be {' or '.join(dict.fromkeys(kinds))}" + (f", got {shown!r}" if shown else "")
     text = "; ".join(details[:2]) if details else message.strip().splitlines()[0]
-    return f"{where}{text}"
+    return f"{where}{text}{missing_module_hint(text)}"

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
-__all__ = ["Conformance", "goodness_of_fit", "two_sample", "detectable_tv", "sequence_counts", "assert_conforms"]
+__all__ = ["Conformance", "goodness_of_fit", "two_sample", "detectable_tv", "samples_for_tv", "law_dof",
+           "sequence_counts", "assert_conforms"]
 
 MIN_EXPECTED = 5.0
 POWER = 0.8
@@ -72,6 +74,36 @@ def detectable_tv(n: float, dof: int, alpha: float = 0.01, power: float = POWER)
     return 0.5 * math.sqrt(hi / n)
 
 
+def law_dof(law: torch.Tensor, n: float) -> int:
+    """The degrees of freedom :func:`goodness_of_fit` will have at N = ``n`` against ``law``: the outcomes with an
+    expected count of at least 5, plus one pooled cell for the rest (if it has mass), minus one."""
+    exp = law.double() * n
+    big = int((exp >= MIN_EXPECTED).sum())
+    pooled = bool((exp[exp < MIN_EXPECTED] > 0).any())
+    return max(big + int(pooled) - 1, 1)
+
+
+def samples_for_tv(target_tv: float, dof_at: Callable[[float], int], alpha: float = 0.01, power: float = POWER,
+                   pairs: bool = False) -> int:
+    """The smallest N (to 1 %) at which :func:`detectable_tv` is at most ``target_tv``; ``dof_at(n)`` gives the
+    test's degrees of freedom at N = n.  ``pairs``: two samples of N each (effective size N / 2)."""
+    if not 0 < target_tv < 1:
+        raise ValueError(f"the target TV must lie in (0, 1), got {target_tv}")
+
+    def ok(n: float) -> bool:
+        return detectable_tv(n / 2 if pairs else n, dof_at(n), alpha, power) <= target_tv
+
+    lo, hi = 1.0, 100.0
+    while not ok(hi):
+        lo, hi = hi, hi * 2
+        if hi > 1e10:
+            raise ValueError(f"no N up to 1e10 detects TV {target_tv}")
+    while hi > 1.01 * lo:
+        mid = (lo * hi) ** 0.5
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return int(math.ceil(hi))
+
+
 @dataclass
 class Conformance:
     """The outcome of a conformance test (see the module docstring); ``str()`` is the printed report."""
@@ -87,6 +119,8 @@ class Conformance:
     over: list[tuple[tuple[int, ...], float, float]] = field(default_factory=list)
     under: list[tuple[tuple[int, ...], float, float]] = field(default_factory=list)
     reference: str = "exact law"
+    #: lines printed before the verdict (e.g. conform's dtype-sensitivity note)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -96,7 +130,8 @@ class Conformance:
         if self.passed:
             return (f"CONFORMS: p = {self.p_value:.3g} > {self.alpha:g}; at N = {self.n} this test detects, with "
                     f"probability {POWER:g}, any law at TV >= {self.detectable_tv:.3g} from the {self.reference}")
-        return f"DIFFERS: p = {self.p_value:.3g} <= {self.alpha:g} (TV {self.tv:.3g} from the {self.reference})"
+        return (f"DIFFERS: p = {self.p_value:.3g} <= {self.alpha:g} (TV {self.tv:.3g} from the {self.reference}; at "
+                f"N = {self.n} this test detects TV >= {self.detectable_tv:.3g})")
 
     def __str__(self) -> str:
         lines = [f"chi-square {self.statistic:.2f}, dof {self.dof}, p-value {self.p_value:.3g}, "
@@ -104,6 +139,7 @@ class Conformance:
         for title, rows in (("most over-sampled", self.over), ("most under-sampled", self.under)):
             lines.append(f"{title} (sequence: sampled vs {self.reference}):")
             lines += [f"  {' '.join(map(str, s))}: {o:.4f} vs {e:.4f}" for s, o, e in rows]
+        lines += self.notes
         lines.append(self.verdict())
         return "\n".join(lines)
 

@@ -3,7 +3,7 @@
 :func:`configure` silences Lightning's start-up chatter (accelerator availability, the logger
 advertisement, known third-party deprecation warnings) and routes dllm_lit's own progress lines
 (``logging.getLogger("dllm_lit")``: chain builds, where results went) to stderr as ``[dllm_lit] ...``.
-Set ``DLLM_LIT_VERBOSE=1`` to keep Lightning's messages.  :func:`summary` formats the end-of-run table.
+Set ``DLLM_LIT_VERBOSE=1`` to keep Lightning's messages.  :func:`summary` formats the end-of-run table: the numbers README says to quote.
 """
 from __future__ import annotations
 
@@ -23,7 +23,21 @@ log = logging.getLogger("dllm_lit")
 _QUIET_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed",
                   "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.distributed")
 _QUIET_WARNINGS = (r".*isinstance\(treespec, LeafSpec\).*", r".*does not have many workers.*",
-                   r".*predict_dataloader.*num_workers.*", r".*LightningCLI's args parameter is intended.*")
+                   r".*predict_dataloader.*num_workers.*", r".*LightningCLI's args parameter is intended.*",
+                   r".*Total length of `DataLoader` across ranks is zero.*")  # a resumed run with every row kept
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to the current ``sys.stderr`` (not the one at configuration): a redirected or captured stderr
+    receives the progress lines too."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
 
 
 def configure() -> None:
@@ -34,7 +48,7 @@ def configure() -> None:
         for pattern in _QUIET_WARNINGS:
             warnings.filterwarnings("ignore", message=pattern)
     if not any(getattr(h, "_dllm_lit", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("[dllm_lit] %(message)s"))
         handler._dllm_lit = True  # type: ignore[attr-defined]
         log.addHandler(handler)
@@ -50,13 +64,50 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def summary(rows: Sequence[dict[str, Any]], keys: Sequence[str] = ("kl", "nll", "entropy", "div3")) -> str:
-    """A plain-text table: one line per row (sampler, steps, then ``keys`` that any row has)."""
-    keys = [k for k in keys if any(k in r for r in rows)]
-    header = ["sampler", "steps", *keys]
-    table = [[_cell(r.get("sampler")), "AR" if r.get("steps") is None else str(r.get("steps")),
-              *(_cell(r.get(k)) for k in keys)] for r in rows]
+def _num(v: Any) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"
+
+
+def _with_ci(row: dict[str, Any], key: str) -> str:
+    ci = row.get(f"{key}_ci")
+    return _num(row.get(key)) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci else "")
+
+
+#: longest sampler label printed (the full label is in metrics.json)
+LABEL_WIDTH = 32
+
+#: the columns of the end-of-run table: (header, cell of a row) - the numbers README says to quote
+COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("sampler", lambda r: _label(r)),
+    ("steps", lambda r: "-" if r.get("steps") is None else str(r["steps"])),
+    ("NFE", lambda r: "-" if r.get("nfe") is None else f"{r['nfe']:.0f}" if r["nfe"] >= 100 else _num(r["nfe"])),
+    ("seq KL >= (95%)", lambda r: _num(_floor0((r.get("seq_kl_lower_ci") or [None])[0]))),
+    ("seq KL <= [95% CI]", lambda r: _with_ci(r, "seq_kl_upper")),
+    ("kl_excess [95% CI]", lambda r: _with_ci(r, "kl_excess")),
+    ("kl", lambda r: _num(r.get("kl"))),
+)
+
+#: the line under the table: what the columns are and where the rest is
+LEGEND = ("nats per token. Quote the sequence-KL bracket [seq KL >=, seq KL <=]: a certified 95% lower bound and the\n"
+          "upper end (- where the order depends on the tokens); kl_excess: transition KL minus that of exact samples\n"
+          "(an estimate); kl: the paper's plug-in KL, to compare rows of one run. All columns: metrics.csv, docs/metrics.md")
+
+
+def _floor0(v: Any) -> Any:
+    """KL >= 0 always: a negative lower bound is replaced by the trivial one."""
+    return None if v is None else max(0.0, float(v))
+
+
+def _label(row: dict[str, Any]) -> str:
+    text = str(row.get("label") or row.get("sampler") or "-")
+    return text if len(text) <= LABEL_WIDTH else text[:LABEL_WIDTH - 3] + "..."
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> str:
+    """The end-of-run table: one line per row with :data:`COLUMNS`, then :data:`LEGEND`."""
+    header = [h for h, _ in COLUMNS]
+    table = [[cell(r) for _, cell in COLUMNS] for r in rows]
     widths = [max(len(h), *(len(t[i]) for t in table)) if table else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(t, widths)) for t in table]
-    return "\n".join(lines)
+    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))]
+    lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(t, widths))) for t in table]
+    return "\n".join(lines + [LEGEND])

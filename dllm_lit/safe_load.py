@@ -27,5 +27,9 @@ def load_failure(path: str | Path, exc: BaseException, weights_only: bool = True
     if unsafe:
         shown = ", ".join(unsafe[:3]) + (f" and {len(unsafe) - 3} more" if len(unsafe) > 3 else "")
         return f"it holds objects a weights-only load refuses ({shown}), and unpickling them could run code"
-    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    text = str(exc)
+    if "WeightsUnpickler error:" in text:  # torch's essay (its advice is to load with weights_only=False): the reason
+        text = text.split("WeightsUnpickler error:", 1)[1]
+        text = text.split("Check the documentation of torch.load", 1)[0]
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return f"not a readable torch file ({type(exc).__name__}{': ' + first[:200] if first else ''})"

@@ -2,9 +2,18 @@
 from __future__ import annotations
 
 import itertools
+import os
 
-import pytest
-import torch
+# One intra-op thread for the whole session (and the processes tests start), unless OMP_NUM_THREADS says otherwise:
+# the tests' tensors are tiny, and on a busy 2-core machine the thread pool's spinning cost 4x the CPU time
+# (tests/test_dream.py: 36 -> 8.6 CPU s).  Results never depend on it; the tests that check that set threads
+# themselves (test_cli_errors, test_oracle_cache).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 from dllm_lit.denoisers import Denoiser, OracleDenoiser
 from dllm_lit.markov import MarkovChain
@@ -120,3 +129,43 @@ class CountingDenoiser(GenericDenoiser):
         for b in self.calls:
             n[b] += 1
         return n
+
+
+# ---- CPU time per test: `python -m pytest -q --cpu-durations 30` lists the 30 costliest tests by CPU seconds
+# (this process's user + system time plus that of the child processes a test waited for), and the total.
+# Wall-clock `--durations` means little on a shared machine; this is the figure README states for the suite.
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="list the N tests that cost the most CPU seconds (0: all), and the suite's total")
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+_CPU_COST: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if item.config.getoption("--cpu-durations") is None:
+        yield
+        return
+    start = _cpu_seconds()
+    yield
+    _CPU_COST[item.nodeid] = _cpu_seconds() - start
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    n = config.getoption("--cpu-durations")
+    if n is None or not _CPU_COST:
+        return
+    ranked = sorted(_CPU_COST.items(), key=lambda kv: -kv[1])
+    terminalreporter.section("CPU seconds per test (own + waited-for children)")
+    for nodeid, sec in ranked[: n or None]:
+        terminalreporter.write_line(f"{sec:8.2f}  {nodeid}")
+    terminalreporter.write_line(f"{sum(_CPU_COST.values()):8.1f}  in {len(_CPU_COST)} tests; "
+                                f"{_cpu_seconds():.1f} CPU s for the whole process (collection and imports included)")

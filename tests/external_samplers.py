@@ -51,3 +51,20 @@ def raises_at_four_steps(model, prompt, gen_length, steps, mask_id):
         p = torch.softmax(model(x).logits[:, i].double(), -1)
         x[:, i] = torch.multinomial(p, 1)[:, 0]
     return x
+
+
+def plain_generate(model, prompt, gen_length, steps, mask_id):
+    """A user's plain LLaDA-style loop: ``torch.softmax(model(x).logits, -1)``, a multinomial draw per position,
+    then the ``k`` most confident masked positions (``torch.topk``) commit; ``k`` = LLaDA's even split, the
+    remainder first (one block, temperature 1)."""
+    B = prompt.shape[0]
+    x = torch.cat([prompt, torch.full((B, gen_length), mask_id, dtype=torch.long)], 1)
+    counts = [gen_length // steps + (i < gen_length % steps) for i in range(steps)]
+    for k in counts:
+        masked = x == mask_id
+        p = torch.softmax(model(x).logits, -1)
+        x0 = torch.multinomial(p.view(-1, p.shape[-1]), 1).view(x.shape)
+        conf = torch.where(masked, torch.gather(p, -1, x0[..., None])[..., 0], -torch.inf)
+        pick = torch.topk(conf, k, dim=-1).indices
+        x.scatter_(1, pick, x0.gather(1, pick))
+    return x

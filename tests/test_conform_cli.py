@@ -61,3 +61,19 @@ def test_pytest_helper_and_power() -> None:
         samples = torch.stack([codes // 9, codes // 3 % 3, codes % 3], 1)
         hits += goodness_of_fit(samples, law).p_value <= 0.01
     assert hits >= 14  # power >= 0.8 claimed (seeded draws: a fixed outcome; at power 0.8 fewer than 14 hits has probability 0.09)
+
+
+def _help_examples() -> list[list[str]]:
+    import shlex
+
+    from dllm_lit.experiments import conform
+
+    text = conform.__doc__.replace("\\\n", " ")
+    return [shlex.split(line.strip())[3:] for line in text.splitlines() if line.strip().startswith("python cli.py conform")]
+
+
+@pytest.mark.parametrize("argv", _help_examples())
+def test_every_help_example_runs(argv, capsys) -> None:
+    """`cli.py conform --help` opens with these examples: each runs (here at N = 1500) and conforms."""
+    assert main(argv + ["--samples", "1500"]) == 0, argv
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("CONFORMS")

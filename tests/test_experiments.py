@@ -65,7 +65,23 @@ def test_report_never_mixes_chains_or_lengths(tmp_path: Path, capsys) -> None:
     assert "different chains, N or T" in err and "N10-T12" in err and "N10-T14" in err and "--group" in err
     assert not (tmp_path / "rep").exists()
     assert report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "rep"), "--group"]) == 0
-    assert sorted(p.name.split("-", 1)[1] for p in (tmp_path / "rep").iterdir()) == ["N10-T12", "N10-T14"]
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == ["T12", "T14"]  # named by what differs
+
+
+def test_group_folders_are_named_by_the_swept_value() -> None:
+    """report --group names each folder by what differs between the groups (a swept source option such as rho),
+    falling back to the chain fingerprint only where nothing else tells two groups apart."""
+    from collections import OrderedDict
+
+    def group(fp, rho, n=64, t=32):
+        src = {"class_path": "dllm_lit.sources.SwitchingChains", "init_args": {"rho": rho, "topics": 2}}
+        return (fp, n, t), [{"meta": {"chain": {"fingerprint": fp, "source": src}, "num_sequences": n, "seq_len": t}}]
+
+    groups = OrderedDict([group("aa" * 32, 0.5), group("bb" * 32, 0.9), group("cc" * 32, 0.9, t=64)])
+    names = report.group_names(groups)
+    assert list(names.values()) == ["rho=0.5-T32", "rho=0.9-T32", "rho=0.9-T64"]
+    twins = OrderedDict([group("aa" * 32, 0.5), group("bb" * 32, 0.5)])
+    assert list(report.group_names(twins).values()) == [f"{c * 8}-N64-T32" for c in ("a", "b")]
 
 
 def test_figures_read_plain_steps_and_handle_runs_without_steps(tmp_path: Path) -> None:

@@ -262,3 +262,15 @@ def test_fit_with_two_ddp_processes(tmp_path) -> None:
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "checkpoints" / "last.ckpt").exists() and (tmp_path / "hf_denoiser" / "config.json").exists()
+
+
+def test_learned_row_label_names_the_checkpoint(trained: Path) -> None:
+    """A learned denoiser's row is never labelled like the oracle's: its label (printed at the end of a run) names
+    the checkpoint file (issue 40)."""
+    from dllm_lit.console import summary
+    from dllm_lit.engine.plan import row_label
+
+    sampler = MDLM(CheckpointDenoiser(str(trained / "checkpoints" / "last.ckpt")), steps=8)
+    assert row_label(sampler) == "mdlm[denoiser=last.ckpt]" and row_label(MDLM(steps=8)) == "mdlm"
+    assert summary([{"sampler": "mdlm", "label": row_label(sampler), "steps": 8}]).splitlines()[1].startswith(
+        "mdlm[denoiser=last.ckpt]")

@@ -350,8 +350,8 @@ def test_remdm_fast_step_equals_direct_step(name: str, kwargs: dict, monkeypatch
     chain = _chains()[name]
     sampler = ReMDM(OracleDenoiser(chain), **kwargs)
     sampler.connect(chain)
-    idx = torch.arange(24) + 3
-    refs = {(T, steps): _remdm_direct(sampler, idx, T, steps, 9) for T, steps in ((40, 8), (64, 64), (30, 200))}
+    idx = torch.arange(8) + 3
+    refs = {(T, steps): _remdm_direct(sampler, idx, T, steps, 9) for T, steps in ((40, 8), (64, 64), (30, 40))}
     calls = {"memo": 0, "distinct": 0}
     slots, distinct_rows = NeighbourhoodRows.slots, LocalDenoiser.distinct_rows
 
@@ -455,10 +455,10 @@ def _oracle(name: str) -> tuple[MarkovChain, OracleDenoiser]:
 def test_modern_fast_paths_equal_the_direct_step(name, kind) -> None:
     """The fast paths of the modern rules (use_cache: ranking before drawing, proposals only where a bound reaches
     the cut, compact columns, KL rows only where a neighbour changed) give the draws and NFE of the direct step
-    (use_cache False: every proposal drawn, every row recomputed), at step counts below, at and above T."""
+    (use_cache False: every proposal drawn, every row recomputed), at step counts below and above T."""
     chain, oracle = _oracle(name)
     T = 32
-    for steps in (4, 32, 48):
+    for steps in (4, 48):  # below T (several per step) and above it (steps that commit nothing)
         s = _modern(oracle, kind)
         s.connect(chain)
         out = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import lightning as L
+import pytest
 import torch.distributed as dist
 
 from dllm_lit.data import MarkovDataModule
@@ -20,7 +21,7 @@ def _run(out, devices: int, num_sequences: int = 20, seq_len: int = 24, chunk_si
          steps: tuple[int, ...] = (2, 6), reference: bool = True, num_text_examples: int = 2) -> list[dict]:
     dm = MarkovDataModule(num_sequences=num_sequences, seq_len=seq_len, chunk_size=chunk_size, seed=3)
     writer = ResultsWriter(output_dir=str(out), bootstrap_resamples=10, figures=False, num_text_examples=num_text_examples)
-    kwargs = dict(strategy="ddp_spawn", devices=devices) if devices > 1 else dict(devices=1)
+    kwargs = dict(strategy="ddp_fork", devices=devices) if devices > 1 else dict(devices=1)  # fork: no re-imports
     trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False,
                         enable_model_summary=False, **kwargs)
     predict(MDLM(steps=list(steps)), dm, writer, trainer=trainer, reference=reference)
@@ -42,6 +43,7 @@ def test_ddp_matches_single_process(tmp_path) -> None:
     assert one == (tmp_path / "two" / "samples.txt").read_text()
 
 
+@pytest.mark.slow  # a second two-process run (16 CPU s); test_ddp_matches_single_process runs the DDP path by default
 def test_idle_process_when_fewer_items_than_processes(tmp_path) -> None:
     """One work item for two processes: the idle process takes a placeholder item; results equal one process."""
     small = dict(num_sequences=6, seq_len=16, chunk_size=8, steps=(4,), reference=False, num_text_examples=0)

@@ -9,7 +9,8 @@ there is tested or the classification below fails.  Each is run in a scratch fol
 * ``wire``: parsed, instantiated and wired (:func:`dllm_lit.engine.connect`) exactly as printed - every check
   that can refuse the run has run - but not sampled (minutes as printed);
 * ``parse``: parsed and instantiated only, where wiring needs the network or a minutes-long table build;
-* ``small``: the printed command plus size overrides (its own run as printed takes minutes).
+* ``small``: the printed command plus size overrides (its own run as printed takes minutes);
+* ``script``: a Python script, compiled (its run is a slow test).
 
 A README command that needs a placeholder filled in (``<name>``) or is not this package's (``wandb``,
 ``pytest``, benchmark scripts, which ``tests/test_benchmarks_smoke.py`` covers) is listed in ``SKIPPED``.
@@ -47,6 +48,9 @@ CASES: list[tuple[str, str, list[str]]] = [
       "--sampler.init_args.steps", "[4]"]),
     ("sweep sweeps/", "small", ["--dry-run"]),
     ("python cli.py --help", "run", []),
+    ("python cli.py conform --help", "run", []),
+    ("report outputs/sweeps/paper_grid --out reports/paper_grid", "run", []),  # on the tiny run the scratch folder holds
+    ("python examples/diffusers_llada2.py", "script", []),  # compiled here; run by tests/test_examples_documented.py (slow)
     ("--config examples/llada_external.yaml", "wire", []),
     ("conform --sampler examples/llada_conform.yaml", "small", ["--samples", "2000"]),
     ("--config configs/data/kth_order.yaml", "wire", []),
@@ -88,6 +92,9 @@ def scratch(tmp_path_factory) -> Path:
     for name in ("configs", "sweeps", "examples"):
         (root / name).symlink_to(REPO / name)
     (root / "book.txt").write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    main(["predict", "--config", str(REPO / "configs/mdlm.yaml"), "--model.steps", "[2]", "--data.num_sequences", "4",
+          "--data.seq_len", "8", "--results.figures", "false", "--trainer.enable_progress_bar", "false",
+          "--trainer.default_root_dir", str(root / "outputs/sweeps/paper_grid/mdlm-steps2")])  # a run to report on
     ch = synthetic_chain(30, 5, eps=1e-4, seed=4)
     torch.save({"nbr_idx": ch.nbr_idx, "nbr_prob": ch.nbr_prob.float(), "nu": ch.nu.float(), "eps": 1e-4,
                 "pi": ch.stationary.float()}, root / "gt.pt")
@@ -133,6 +140,10 @@ def test_readme_command_as_printed(command: str, scratch: Path, monkeypatch) -> 
     monkeypatch.chdir(scratch)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("sys.argv", ["cli.py"])  # LightningCLI warns when pytest's own arguments are present
+    if mode == "script":
+        path = REPO / shlex.split(command)[1]
+        compile(path.read_text(), str(path), "exec")
+        return
     argv = _argv(command)
     if mode in ("wire", "parse"):
         _wire(argv, instantiate_only=mode == "parse")
@@ -160,3 +171,53 @@ def test_old_swap_command_is_refused_before_touching_outputs(scratch: Path, monk
     assert len(err) == 1 and "reads at most 128 positions" in err[0] and "data.seq_len=1024" in err[0]
     assert (out / "metrics.json").read_text() == "previous results"
     assert sorted(p.name for p in out.iterdir()) == ["metrics.json"]
+
+
+#: what ``pip install -e`` adds: a finder after the path finder that maps dllm_lit.* to this checkout
+EDITABLE_FINDER = """
+import importlib.machinery, sys
+from pathlib import Path
+REPO = Path({repo!r})
+class Editable:
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname.split(".")[0] != "dllm_lit":
+            return None
+        return importlib.machinery.PathFinder.find_spec(fullname, [str(REPO.joinpath(*fullname.split(".")[:-1]))])
+sys.meta_path.insert(sys.meta_path.index(importlib.machinery.PathFinder) + 1, Editable)
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO]
+"""
+
+
+def test_bundled_data_is_read_without_importlib_resources(monkeypatch) -> None:
+    """The in-process half of the test below: the bundled counts load from the package's files, never through
+    ``importlib.resources.files`` (a MultiplexedPath when the top level is a namespace package)."""
+    import importlib.resources
+
+    from dllm_lit.corpus import char_ngrams, charlevel
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("importlib.resources.files was called")
+
+    monkeypatch.setattr(importlib.resources, "files", refuse)
+    assert charlevel._english_resource().is_file()
+    assert char_ngrams.load_english_ngram_counts(2).shape == (27 ** 2, 27)
+
+
+@pytest.mark.slow  # a fresh interpreter (6 CPU s); the in-process half runs by default
+def test_readme_python_snippet_runs_from_a_clones_parent_folder(tmp_path) -> None:
+    """README's Python snippet, pasted into ``python`` in the folder that holds the clone (named ``dllm_lit``):
+    the clone is then a namespace package ``dllm_lit`` and the editable install serves the modules; the bundled
+    data must still load (it was read through ``importlib.resources.files("dllm_lit")``: a MultiplexedPath)."""
+    import os
+    import subprocess
+    import sys
+
+    snippet = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)[0]
+    (tmp_path / "dllm_lit").mkdir()  # the clone's folder, seen from its parent
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = EDITABLE_FINDER.format(repo=str(REPO)) + snippet
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.split()[-1]) >= 0  # the snippet prints the KL

@@ -184,6 +184,7 @@ def test_nan_scores_are_refused(chains) -> None:
             nan(den).connect(chain).sample(2, 16, 4, seed=0)
 
 
+@pytest.mark.slow  # a fresh process (7 CPU s); the three paths are compared in-process above
 def test_rule_engine_benchmark_runs() -> None:
     """benchmarks/rule_engine.py at a tiny size: the three paths agree (it exits non-zero otherwise)."""
     import os

@@ -280,7 +280,8 @@ def test_every_exported_sampler_and_config_is_a_case() -> None:
 
 
 @pytest.mark.parametrize("case, steps",
-                         [(c, n) for c in sorted(CASES) for n in CHUNK_STEPS + CHUNK_STEPS_EXTRA.get(c, ())])
+                         [pytest.param(c, n, marks=[pytest.mark.slow] if n == T else [])  # one token per step: slow
+                          for c in sorted(CASES) for n in CHUNK_STEPS + CHUNK_STEPS_EXTRA.get(c, ())])
 def test_chunks(case: str, steps: int) -> None:
     """Batch, chunk and process invariance: results depend only on (seed, sequence index).  Work items are runs of
     consecutive indices (AR requires it), served to processes in any order: pieces are run out of order."""
@@ -370,7 +371,7 @@ def test_nfe(case: str, steps: int) -> None:
     if reason in (NO_DENOISER, EXTERNAL, BATCHED_VERIFY, BLOCKS_TOO_LONG):
         pytest.skip(f"{case} is exempt from nfe: {reason}")
     chain = CHAINS["sparse_teleport"]
-    for i in range(5):
+    for i in range(2):
         counting = CountingDenoiser(OracleDenoiser(chain))
         s = _sampler(case, chain, counting)
         _, nfe = s.generate_with_nfe(torch.tensor([i]), T, steps, SEED)

@@ -32,6 +32,7 @@ def test_bad_run_settings_fail_before_sampling(tmp_path, capsys, extra, message)
     assert not (out / "metrics.json").exists()
 
 
+@pytest.mark.slow  # a fresh process (6 CPU s); in-process: tests/test_first_hour.py (an output folder that is a file)
 def test_unwritable_output_dir_is_one_line_from_a_real_process(tmp_path) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("")

@@ -9,7 +9,6 @@ built by ``scripts/build_english_ngram_counts.py`` from the same text as the big
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import numpy as np
 import torch
 
 from dllm_lit import checks
-from dllm_lit.corpus.charlevel import TEXT8_ALPHABET, TEXT8_VOCAB_SIZE, _normalised_id_stream
+from dllm_lit.corpus.charlevel import RESOURCES, TEXT8_ALPHABET, TEXT8_VOCAB_SIZE, _normalised_id_stream
 
 __all__ = ["count_char_ngrams", "ngram_counts_payload", "load_char_ngram_counts", "load_english_ngram_counts",
            "NGRAM_FORMAT"]
@@ -72,5 +71,5 @@ def load_english_ngram_counts(order: int) -> torch.Tensor:
     """The bundled order-2 or order-3 English counts (same text as the bundled bigram table)."""
     k = checks.choice("order (bundled English counts)", order, (2, 3))
     name = f"english_char_order{k}.json"
-    text = resources.files("dllm_lit.resources").joinpath(name).read_text(encoding="utf-8")
+    text = (RESOURCES / name).read_text(encoding="utf-8")
     return _from_payload(json.loads(text), name)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -352,9 +351,14 @@ def load_char_bigram_counts(path: str | Path) -> torch.Tensor:
     return _validate_payload(payload, str(path))
 
 
+#: the package's bundled data, found from this file: ``resources.files("dllm_lit")`` gives a MultiplexedPath when a
+#: folder named ``dllm_lit`` (a clone) in the working directory makes the top level a namespace package
+RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+
+
 def _english_resource() -> Any:
-    """The bundled count file as an :mod:`importlib.resources` Traversable."""
-    return resources.files("dllm_lit").joinpath(*_ENGLISH_RESOURCE)
+    """The bundled count file (a :class:`~pathlib.Path`, an :mod:`importlib.resources` Traversable)."""
+    return RESOURCES.joinpath(*_ENGLISH_RESOURCE[1:])
 
 
 def _english_resource_payload() -> tuple[dict[str, Any], str]:

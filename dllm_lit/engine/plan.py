@@ -76,19 +76,24 @@ def _short(value: Any) -> str:
     return str(value)
 
 
+def _empty(value: Any) -> bool:
+    return value is None or value == {} or value == [] or value == ""
+
+
 def row_label(sampler: "Sampler") -> str:
     """The sampler's name plus ``[option=value,...]`` for every option that differs from the class defaults.
 
-    Options already spelled in the name (``remdm_loop`` for variant loop, ``ar_beta2`` for beta 2)
-    are left out; a denoiser other than the exact oracle adds ``denoiser=<model or class>``.
+    Options already spelled in the name (``remdm_loop`` for variant loop, ``ar_beta2`` for beta 2), those a sampler
+    lists in ``label_skip`` and empty values where the default is empty too are left out; a denoiser other than the exact oracle adds ``denoiser=<model or class>``.
     """
     name = sampler.name
     tokens = set(name.split("_"))
     settings = sampler_settings(sampler)
     defaults = _default_settings(type(sampler))
     parts = []
+    skip = ("class", "steps", "denoiser", "chain", "code", *getattr(sampler, "label_skip", ()))
     for key, value in settings.items():
-        if key in ("class", "steps", "denoiser", "chain", "code") or key not in defaults or defaults[key] == value:
+        if key in skip or key not in defaults or defaults[key] == value or (_empty(value) and _empty(defaults[key])):
             continue
         text = _short(value)
         if text in tokens or f"{key}{text}" in tokens:
@@ -96,7 +101,7 @@ def row_label(sampler: "Sampler") -> str:
         parts.append(f"{key}={text}")
     den = settings.get("denoiser")
     if isinstance(den, dict) and den.get("denoiser") not in (None, "oracle", "hmm_oracle"):  # the exact oracles
-        ident = den.get("model_name_or_path") or den.get("denoiser")
+        ident = den.get("model_name_or_path") or den.get("path") or den.get("denoiser")
         parts.append(f"denoiser={str(ident).rstrip('/').rsplit('/', 1)[-1]}")
     return f"{name}[{','.join(parts)}]" if parts else name
 

@@ -1,17 +1,20 @@
 """``python cli.py conform``: does a sampler follow a rule's exact law (or another sampler's) on a tiny chain?
 
-    python cli.py conform --sampler examples/llada_external.yaml --law llada \\
-        --law-options '{temperature: 1.0, prompt_len: 1}' --chain generic --seq-len 4 --steps 3 --samples 20000
-    python cli.py conform --sampler examples/llada_external.yaml --against configs/llada.yaml --steps 4
+    python cli.py conform --sampler examples/llada_conform.yaml --law llada \\
+        --law-options '{temperature: 1.0, prompt_len: 1}' --chain generic --seq-len 4
+    python cli.py conform --sampler configs/fhs.yaml --against configs/ar.yaml --seq-len 3 --target-tv 0.02
 
 ``--sampler`` / ``--against``: a config file with a ``model:`` block (any shipped config, or one naming
 ``dllm_lit.samplers.ExternalSampler`` and the user's function), or that block inline as YAML.  The samples are
 drawn with seed ``--seed`` (``--against`` with seed + 1) on the chain ``--chain``: ``tiny`` (V = 3, with exact
 ties: P(a, a) > 0 and an impossible transition), ``generic`` (V = 3, a random kernel: tie-free given a prompt
 token), ``order2`` / ``hmm`` (V = 3 worlds beyond first order: an order-2 context chain, a 4-state hidden HMM;
-random rows, tie-free given a prompt token) or a kernel as a YAML list of rows.  The report (dllm_lit.conformance) gives chi-square, dof, p-value,
-TV, the most over- and under-sampled sequences, the verdict and the power; the exit status is 0 when the
-sampler conforms, 1 when it differs, 2 for bad input.
+random rows, tie-free given a prompt token) or a kernel as a YAML list of rows.  The report
+(dllm_lit.conformance) gives chi-square, dof, p-value, TV, the most over- and under-sampled sequences, the
+verdict and the power (the TV the test detects); N is
+``--samples``, or by default the smallest N whose test detects ``--target-tv`` (0.01).  Where two positions'
+probabilities are equal or closer than float32 resolves, a ``dtype-sensitive`` line says in how many states
+(:func:`confidence_ties`).  The exit status is 0 when the sampler conforms, 1 when it differs, 2 for bad input.
 """
 from __future__ import annotations
 
@@ -25,10 +28,12 @@ from typing import Any
 import torch
 import yaml
 
-from dllm_lit.conformance import Conformance, goodness_of_fit, two_sample
+from dllm_lit.cli_messages import missing_module_hint
+from dllm_lit.conformance import Conformance, goodness_of_fit, law_dof, samples_for_tv, two_sample
 from dllm_lit.markov import HMMWorld, MarkovChain
 
-__all__ = ["main", "build_sampler", "named_chain", "CHAINS", "law_options", "law_help", "resolve_law_options"]
+__all__ = ["main", "build_sampler", "named_chain", "CHAINS", "law_options", "law_help", "resolve_law_options",
+           "confidence_ties", "TARGET_TV"]
 
 #: the chains offered by name (V = 3), and the worlds beyond first order
 CHAINS = ("tiny", "generic", "order2", "hmm")
@@ -37,6 +42,13 @@ WORLDS = ("order2", "hmm")
 LAWS_WITH_STEPS = ("mdlm", "mdlm_paper", "block_mdlm", "llada", "maskgit", "klass", "dream", "dream_origin",
                    "pc_sampler", "sedd")
 TINY = [[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]]
+#: the default N detects any law at this TV from the reference (probability 0.8, level alpha); a float32 oracle
+#: model moved LLaDA's law on the generic chain by TV 0.0156, which N = 20000 (TV 0.024) did not detect
+TARGET_TV = 0.01
+#: laws that never rank probabilities of different positions (ties and near-ties cannot move them)
+UNRANKED_LAWS = ("chain", "mdlm", "mdlm_paper", "block_mdlm", "dream_origin", "sedd")
+#: probabilities closer than this (relative) are near-ties: float32 (eps 1.2e-7) and a softmax's few ulps blur them
+NEAR_TIE = 1e-6
 
 
 def named_chain(spec: str) -> MarkovChain | HMMWorld:
@@ -138,8 +150,43 @@ def build_sampler(spec: str, field: str = "--sampler"):
     try:
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"{field}: cannot import {block['class_path']!r} ({exc})") from None
+        raise ValueError(f"{field}: cannot import {block['class_path']!r} ({exc}){missing_module_hint(str(exc))}") from None
     return cls(**(block.get("init_args") or {}))
+
+
+def confidence_ties(chain: MarkovChain, T: int, prompt_len: int = 0, max_states: int = 2**16) -> tuple[int, int, int] | None:
+    """(states, tied, near): over every evidence state of length T with the first ``prompt_len`` tokens revealed
+    and at least two masked positions, the states of positive probability, those in which two masked positions
+    have probabilities equal to :data:`~dllm_lit.exact.TIE_DECIMALS` decimals (an exact tie: a tie rule decides),
+    and those in which two are closer than :data:`NEAR_TIE` (relative) without being tied (rounding decides in
+    float32).  Exact float64 posteriors (forward-backward); None when (V + 1)^T exceeds ``max_states``."""
+    from dllm_lit.denoisers.forward_backward import forward_backward_posterior
+    from dllm_lit.exact import TIE_DECIMALS
+
+    V, M = chain.vocab_size, chain.mask_id
+    if (V + 1) ** T > max_states:
+        return None
+    grid = torch.cartesian_prod(*[torch.arange(V if t < prompt_len else V + 1) for t in range(T)]).view(-1, T)
+    masked = grid == M
+    grid = grid[masked.sum(1) >= 2]
+    if grid.numel() == 0:
+        return 0, 0, 0
+    ev = torch.where((grid == M)[..., None], 1.0, torch.nn.functional.one_hot(grid.clamp(max=V - 1), V).double())
+    mass = chain.stationary[None] * ev[:, 0]
+    for t in range(1, T):  # p(z) > 0: the evidence is possible
+        mass = (mass @ chain.kernel) * ev[:, t]
+    possible = mass.sum(1) > 0
+    post = forward_backward_posterior(chain, grid)  # [S, T, V]
+    masked = (grid == M)[..., None].expand_as(post)
+    vals = torch.where(masked & (post > 0), post, torch.nan).flatten(1)  # [S, T V]
+    pos = torch.arange(T).repeat_interleave(V)
+    a, b = vals[:, :, None], vals[:, None, :]
+    other = pos[:, None] != pos[None, :]
+    scale = 10.0 ** TIE_DECIMALS
+    tie = ((a * scale).round() == (b * scale).round()) & other
+    near = ((a - b).abs() <= NEAR_TIE * torch.maximum(a, b)) & other & ~tie
+    return (int(possible.sum()), int((tie.flatten(1).any(1) & possible).sum()),
+            int((near.flatten(1).any(1) & possible).sum()))
 
 
 def _draw(sampler, chain: MarkovChain, n: int, T: int, steps: int, seed: int, chunk: int) -> torch.Tensor:
@@ -149,24 +196,56 @@ def _draw(sampler, chain: MarkovChain, n: int, T: int, steps: int, seed: int, ch
                       for i in range(0, n, chunk)])
 
 
+def _samples(ns: argparse.Namespace, law: torch.Tensor | None, chain: MarkovChain) -> int:
+    """``--samples``, or the smallest N whose test detects ``--target-tv`` (two samples: N each, the degrees of
+    freedom estimated from the chain's own law)."""
+    if ns.samples is not None:
+        return ns.samples
+    from dllm_lit.exact import chain_law
+
+    ref = law if law is not None else chain_law(chain, ns.seq_len)
+    return samples_for_tv(ns.target_tv, lambda n: law_dof(ref, n), ns.alpha, pairs=law is None)
+
+
+def _dtype_note(ns: argparse.Namespace, chain: MarkovChain, sampler, options: dict[str, Any]) -> list[str]:
+    """The dtype-sensitivity line (:func:`confidence_ties`), or nothing for a law that ranks no probabilities."""
+    if ns.law in UNRANKED_LAWS or options.get("remasking") == "random":
+        return []
+    prompt = int(options.get("prompt_len", getattr(sampler, "prompt_length", 0) or 0))
+    got = confidence_ties(chain, ns.seq_len, prompt)
+    if got is None or got[1] + got[2] == 0:
+        return []
+    states, tied, near = got
+    return [f"dtype-sensitive: in {tied} of the {states} evidence states with >= 2 masked positions two positions' "
+            f"probabilities are equal, in {near} closer than {NEAR_TIE:g} (relative): code that ranks float32 "
+            f"confidences decides these by rounding, not by its tie rule (the oracle model's logits are float64 by "
+            f"default; a softmax can still move an exact tie by 1 ulp, docs/oracle_model.md)"]
+
+
 def run(ns: argparse.Namespace) -> Conformance:
     from dllm_lit.exact import LAWS
 
     chain = named_chain(ns.chain)
     sampler = build_sampler(ns.sampler)
     steps = sampler.steps_grid[0] if ns.steps is None else ns.steps
+    options: dict[str, Any] = {}
+    law = None
     if ns.law is not None:
         options = resolve_law_options(ns.law, ns.law_options, steps)
         try:
             law = LAWS[ns.law](chain, ns.seq_len, **options)
         except TypeError as exc:
             raise ValueError(f"--law-options do not fit the {ns.law} law: {exc}") from None
-    x = _draw(sampler, chain, ns.samples, ns.seq_len, steps, ns.seed, ns.chunk)
-    if ns.law is not None:
-        return goodness_of_fit(x, law, ns.alpha, reference=f"exact {ns.law} law")
-    other = build_sampler(ns.against, "--against")
-    y = _draw(other, chain, ns.samples, ns.seq_len, steps, ns.seed + 1, ns.chunk)
-    return two_sample(x, y, chain.vocab_size, ns.alpha, reference=getattr(other, "name", "reference sampler"))
+    n = _samples(ns, law, chain)
+    x = _draw(sampler, chain, n, ns.seq_len, steps, ns.seed, ns.chunk)
+    if law is not None:
+        res = goodness_of_fit(x, law, ns.alpha, reference=f"exact {ns.law} law")
+    else:
+        other = build_sampler(ns.against, "--against")
+        y = _draw(other, chain, n, ns.seq_len, steps, ns.seed + 1, ns.chunk)
+        res = two_sample(x, y, chain.vocab_size, ns.alpha, reference=getattr(other, "name", "reference sampler"))
+    res.notes = _dtype_note(ns, chain, sampler, options)
+    return res
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,18 +261,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chain", default="tiny", help="tiny, generic, order2, hmm, or a kernel as a YAML list of rows")
     ap.add_argument("--seq-len", type=int, default=4, help="T (V^T outcomes; at most 2^24)")
     ap.add_argument("--steps", type=int, default=None, help="steps (default: the sampler's first steps value)")
-    ap.add_argument("--samples", type=int, default=20000, help="N samples per sampler")
+    ap.add_argument("--samples", type=int, default=None,
+                    help="N samples per sampler (default: the smallest N whose test detects --target-tv)")
+    ap.add_argument("--target-tv", type=float, default=TARGET_TV,
+                    help=f"choose N so that the test detects, with probability 0.8, any law at this total-variation "
+                         f"distance from the reference (default {TARGET_TV}; ignored with --samples)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--alpha", type=float, default=0.01, help="level of the test")
     ap.add_argument("--chunk", type=int, default=4000, help="sequences per work item")
     ns = ap.parse_args(argv)
     for name in ("seq_len", "samples", "chunk"):
-        if getattr(ns, name) < 1:
+        if getattr(ns, name) is not None and getattr(ns, name) < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(ns, name)}", file=sys.stderr)
             return 2
-    if not 0 < ns.alpha < 1:
-        print(f"error: --alpha must lie in (0, 1), got {ns.alpha}", file=sys.stderr)
-        return 2
+    for name in ("alpha", "target_tv"):
+        if not 0 < getattr(ns, name) < 1:
+            print(f"error: --{name.replace('_', '-')} must lie in (0, 1), got {getattr(ns, name)}", file=sys.stderr)
+            return 2
     try:
         res = run(ns)
     except (ValueError, OSError, yaml.YAMLError) as exc:

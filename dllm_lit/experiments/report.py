@@ -25,15 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import warnings
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from pathlib import Path
 from typing import Any
 
 from dllm_lit.atomic import atomic_write_text
 
-__all__ = ["collect_runs", "group_runs", "combine_rows", "aggregate_seeds", "markdown_table", "theory_table",
+__all__ = ["collect_runs", "group_runs", "group_names", "combine_rows", "aggregate_seeds", "markdown_table", "theory_table",
            "latex_table", "varying_options", "write_report", "main"]
 
 #: extra keys (beyond the registry's figure keys) drawn in option-sweep figures when present
@@ -75,6 +76,37 @@ def run_group(meta: dict[str, Any]) -> tuple[Any, Any, Any]:
 def group_name(key: tuple[Any, Any, Any]) -> str:
     fp, n, t = key
     return "unknown-run" if fp is None else f"{str(fp)[:8]}-N{n}-T{t}"
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping flattened to ``{"init_args.rho": 0.9, ...}``."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_leaves(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def group_names(groups: "OrderedDict[tuple, list[dict[str, Any]]]") -> dict[tuple, str]:
+    """A folder name per group from what differs between the groups: the chain source's options (``rho=0.9``,
+    the source class), N and T; the chain fingerprint only where nothing else tells two groups apart."""
+    described = {}
+    for key, rs in groups.items():
+        meta = rs[0]["meta"]
+        leaves = _leaves((meta.get("chain") or {}).get("source") or {})
+        leaves = {k.rsplit(".", 1)[-1] if k.startswith("init_args.") else k: v for k, v in leaves.items()}
+        leaves.update({"N": key[1], "T": key[2]})
+        described[key] = leaves
+    fields = dict.fromkeys(f for d in described.values() for f in d)
+    differing = [f for f in fields if len({repr(d.get(f)) for d in described.values()}) > 1]
+    names = {}
+    for key, d in described.items():
+        parts = [f"{f}{d.get(f)}" if f in ("N", "T") else
+                 (str(d.get(f)).rsplit(".", 1)[-1] if f == "class_path" else f"{f}={d.get(f)}") for f in differing]
+        names[key] = re.sub(r"[^\w.=+-]+", "_", "-".join(parts)) or group_name(key)
+    counts = Counter(names.values())
+    return {k: (f"{n}-{group_name(k)}" if counts[n] > 1 else n) for k, n in names.items()}
 
 
 def group_runs(runs: list[dict[str, Any]]) -> "OrderedDict[tuple, list[dict[str, Any]]]":
@@ -390,10 +422,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the runs have different chains, N or T and are not combined ({desc}); "
               "pass --group for one report per group, or name runs of one group", file=sys.stderr)
         return 2
+    names = group_names(groups)
     for key, rs in groups.items():
-        target = out / group_name(key) if len(groups) > 1 else out
+        target = out / names[key] if len(groups) > 1 else out
         files = write_report(rs, target, formats)
-        print(f"{group_name(key)}: {len(rs)} run(s) -> {target} ({len(files)} files)", file=sys.stderr)
+        print(f"{names[key]} ({group_name(key)}): {len(rs)} run(s) -> {target} ({len(files)} files)", file=sys.stderr)
     return 0
 
 

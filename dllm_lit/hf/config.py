@@ -33,7 +33,9 @@ class OracleConfig(PretrainedConfig):
         logit_shift: 0, or 1 for Dream-style models whose logits at position i predict token i + 1.
         revealed: "self" (a revealed position's logits are a point mass on its token, the SUBS convention) or
             "leave_one_out" (p(x_i | every other revealed token it may attend to)).
-        logits_dtype: "float32" (default) or "float64".
+        logits_dtype: "float64" (default: the float64 oracle's rows, whose exact ties a float64 softmax keeps) or
+            "float32" (a float32 softmax breaks ties between positions by rounding, which moved LLaDA's law by
+            TV 0.016 on a V = 3 chain; docs/oracle_model.md).
         exact_ties: float32 logits in which mathematically equal probabilities are bit-equal (rows computed in
             float64, rounded to float32; :mod:`dllm_lit.hf.ties`).
         tie_jitter: sigma > 0 adds sigma N(0, 1) to every finite logit (seeded by ``tie_jitter_seed``): ties
@@ -47,7 +49,7 @@ class OracleConfig(PretrainedConfig):
     model_type = "dllm_lit_oracle"
 
     def __init__(self, chain_vocab_size: int = 2, chain_top_k: int = 2, chain_fingerprint: str | None = None,
-                 logit_shift: int = 0, revealed: str = "self", logits_dtype: str = "float32",
+                 logit_shift: int = 0, revealed: str = "self", logits_dtype: str = "float64",
                  exact_ties: bool = True, tie_jitter: float = 0.0, tie_jitter_seed: int = 0,
                  mixing_tol: float = 1e-8, world_kind: str = "chain", world_states: int = 0, world_order: int = 0,
                  **kwargs: Any) -> None:

@@ -66,16 +66,33 @@ def save_figure(fig, path: Path, formats: Iterable[str] = ("png",)) -> list[Path
     return out
 
 
+#: longest legend entry (a row label can be long: every non-default option); the full label is in metrics.json
+LEGEND_CHARS = 44
+
+
+def _legend_text(text: str) -> str:
+    """``text`` cut to :data:`LEGEND_CHARS` (keeping a ``: suffix`` such as ``: plug-in KL``) so legends fit."""
+    if len(text) <= LEGEND_CHARS:
+        return text
+    head, sep, tail = text.rpartition(": ")
+    if not sep or len(tail) > 30:
+        head, tail, sep = text, "", ""
+    room = LEGEND_CHARS - len(sep) - len(tail) - 3
+    return head[:room] + "..." + sep + tail
+
+
 def finish_figure(fig, ax, path: Path, formats: Iterable[str], caption: str = "", legend_outside: bool = False) -> list[Path]:
     """Grid, legend (inside, or right of the axes with ``legend_outside``) and the run caption (bottom right),
     then :func:`save_figure`."""
     if caption:
         fig.text(0.99, 0.005, caption, fontsize=6, ha="right", va="bottom", color="0.35")
     ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    labels = [_legend_text(t) for t in labels]
     if legend_outside:
-        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        ax.legend(handles, labels, fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     else:
-        ax.legend(fontsize=7)
+        ax.legend(handles, labels, fontsize=7)
     fig.tight_layout(rect=(0, 0.03 if caption else 0, 1, 1))
     return save_figure(fig, path, formats)
 

@@ -87,10 +87,13 @@ class RunStore:
         self.out, self._lock = Path(out), lock
 
     @classmethod
-    def claim(cls, out: str | Path, writes: bool = True) -> "RunStore":
-        """Check ``out`` is writable; lock it and remove leftovers when this process ``writes`` (rank zero)."""
+    def claim(cls, out: str | Path, writes: bool = True, field: str = "results.output_dir") -> "RunStore":
+        """Check ``out`` is writable; lock it and remove leftovers when this process ``writes`` (rank zero).
+        ``field`` is the option the folder came from (named in the error)."""
         out = Path(out)
         problem = None
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"{field} {str(out)!r} is a file, not a folder: give another {field}")
         try:
             out.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".write-check.", dir=out)
@@ -99,7 +102,7 @@ class RunStore:
         except OSError as exc:
             problem = exc.strerror or str(exc)
         if problem is not None:  # raised outside the handler: the message is the one line the CLI shows
-            raise ValueError(f"results.output_dir {str(out)!r} is not writable ({problem})")
+            raise ValueError(f"{field} {str(out)!r} is not writable ({problem})")
         if not writes:
             return cls(out)
         store = cls(out, lock_output_folder(out))

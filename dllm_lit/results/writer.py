@@ -240,10 +240,15 @@ class ResultsWriter(Callback):
             del self._kept[ref]
         plan.done = set(self._kept)
         if self._kept:
-            from lightning.pytorch.utilities import rank_zero_info
+            from lightning.pytorch.utilities import rank_zero_only
 
-            rank_zero_info(f"{self.out}: {len(self._kept)} of {len(plan.rows)} rows are already complete for these "
-                           "settings; sampling the others")
+            from dllm_lit.console import log
+
+            kept = ", ".join(plan.rows[i].key for i in sorted(self._kept))
+            left = len(plan.rows) - len(self._kept)
+            rank_zero_only(log.info)(f"resume: kept {len(self._kept)} of {len(plan.rows)} rows of {self.out} with these "
+                                     f"settings ({kept}); sampling {left or 'none'}"
+                                     + ("" if left else " (--results.resume false starts afresh)"))
         self.meta = self.build_meta(complete=False)
         logger_export.log_run_config(trainer.loggers, self.meta, {r.key: s for r, s in zip(plan.rows, self._settings)})
         if not plan.pending_work():  # every row is on disk: predict will not start its loop
@@ -264,7 +269,8 @@ class ResultsWriter(Callback):
             return out
         self.release_output()
         # the process that writes the files (launcher rank, set from env) locks the folder
-        self._store = RunStore.claim(out, writes=getattr(rank_zero_only, "rank", 0) == 0)
+        self._store = RunStore.claim(out, writes=getattr(rank_zero_only, "rank", 0) == 0,
+                                     field="results.output_dir" if self.output_dir else "trainer.default_root_dir")
         return out
 
     def release_output(self) -> None:

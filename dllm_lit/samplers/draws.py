@@ -171,7 +171,7 @@ class StepUniforms:
     """
 
     def __init__(self, seed: int, indices: torch.Tensor, steps: int, stream: int = rng.Stream.TOKEN) -> None:
-        self.keys = rng.mix64(rng.sequence_keys(seed, indices, stream) ^ int(steps))
+        self.keys = rng.mix64(rng.sequence_keys(seed, indices, stream) ^ int(steps or 0))  # None: a rule that ignores steps
 
     def rows(self, sl: slice) -> "StepUniforms":
         """The same uniforms for the sequences ``sl`` of the batch only."""

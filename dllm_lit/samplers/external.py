@@ -53,7 +53,10 @@ def resolve(field: str, path: str) -> Any:
         for part in name.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"{field}: cannot import {path!r} ({type(exc).__name__}: {exc}); give 'package.module:name'") from None
+        from dllm_lit.cli_messages import missing_module_hint
+
+        raise ValueError(f"{field}: cannot import {path!r} ({type(exc).__name__}: {exc}); give 'package.module:name'"
+                         f"{missing_module_hint(str(exc))}") from None
     return obj
 
 
@@ -71,6 +74,9 @@ class ExternalSampler(Sampler):
         model_options: :class:`~dllm_lit.hf.OracleConfig` options (``revealed``, ``logit_shift``, ...).
         name: the results rows' name (default ``external_<function or pipeline name>``).
     """
+
+    #: options the row label leaves out: the function is in the name, the argument names are bookkeeping
+    label_skip = ("generate", "pipeline", "length_kwarg", "steps_kwarg", "mask_kwarg", "name")
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 8, generate: str | None = None,
                  pipeline: str | None = None, scheduler: str | None = None,

@@ -61,6 +61,8 @@ class RuleSampler(Sampler):
     no_log_q_reason = "the commit order depends on the scores of the drawn proposals"
     #: reuse posterior rows between steps where the provider can (exact: False recomputes them, same draws)
     use_cache: bool = True
+    #: False for a rule whose counts ignore ``steps`` (one row, steps "-", NFE from its counts; ``counts(n, None)``)
+    uses_steps: bool = True
 
     # ------------------------------------------------------------------ the rule
     def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
@@ -122,18 +124,27 @@ class RuleSampler(Sampler):
         return torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
 
     # ------------------------------------------------------------------ what the engine derives from it
-    def schedule(self, seq_len: int, steps: int) -> tuple[list[tuple[int, int]], list[list[int]]]:
-        """The blocks and, per block, its commit counts (``steps`` split evenly over the blocks)."""
+    def rows(self) -> list:
+        """One row per steps value; one row without steps for a rule that ignores them (``uses_steps`` False)."""
+        if self.uses_steps:
+            return super().rows()
+        from dllm_lit.engine.plan import Row
+
+        return [Row(self.name, None, self)]
+
+    def schedule(self, seq_len: int, steps: int | None) -> tuple[list[tuple[int, int]], list[list[int]]]:
+        """The blocks and, per block, its commit counts (``steps`` split evenly over the blocks; None for a rule
+        that ignores them)."""
         blocks = self.blocks(seq_len)
-        S = steps // len(blocks) if blocks else 0
+        S = None if steps is None else steps // len(blocks) if blocks else 0
         return blocks, [self.counts(hi - lo, S) for lo, hi in blocks]
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
         """``steps`` divides into the blocks and the counts commit every position of each block."""
         blocks = self.blocks(seq_len)
-        if steps is None or self.adaptive:  # adaptive: steps only keys the randomness
+        if self.adaptive or (steps is None and self.uses_steps):  # adaptive: steps only keys the randomness
             return
-        if blocks and steps % len(blocks):
+        if steps is not None and blocks and steps % len(blocks):
             raise ValueError(f"steps={steps} must be divisible by the number of blocks ({len(blocks)}) "
                              f"for seq_len={seq_len}")
         for (lo, hi), c in zip(*self.schedule(seq_len, steps)):
@@ -146,7 +157,7 @@ class RuleSampler(Sampler):
 
     def nfe(self, seq_len: int, steps: int | None) -> float | None:
         """Steps that commit at least one token (adaptive rules: None, counted per sequence by the run)."""
-        if steps is None or self.adaptive:
+        if (steps is None and self.uses_steps) or self.adaptive:
             return None
         return float(sum(1 for c in self.schedule(seq_len, steps)[1] for k in c if k > 0))
 
@@ -160,6 +171,8 @@ class RuleSampler(Sampler):
         """Samples and the denoiser evaluations of each sequence (float64 [B])."""
         from dllm_lit.samplers.providers import decode_rule
 
+        if not self.uses_steps:
+            steps = None  # counts(n, None); the uniforms are keyed by step 0
         if log_q is not None and self.log_q_reason(steps) is not None:
             raise ValueError(f"{type(self).__name__} records no log q: {self.log_q_reason(steps)}")
         x = self.initial_state(indices, seq_len, seed, log_q=log_q)
