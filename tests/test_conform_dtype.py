@@ -86,6 +86,17 @@ def test_tie_counts_match_exact_enumeration() -> None:
     assert confidence_ties(chain, 12, 0) is None  # (V + 1)^T above the bound: not computed
 
 
+def test_tie_counts_in_worlds_beyond_first_order() -> None:
+    """The dtype note reads the world's own posterior in order-2 and HMM worlds: the possible states with >= 2
+    masked positions are counted (every evidence state is possible there), and their posteriors have no exact tie."""
+    for name in ("order2", "hmm"):
+        world = named_chain(name)
+        M, T = world.vocab_size, 3
+        states = [z for z in itertools.product(range(M + 1), repeat=T) if z[0] != M and sum(t == M for t in z) >= 2]
+        states_n, tied, _ = confidence_ties(world, T, 1)
+        assert states_n == len(states) and tied == 0
+
+
 def test_default_n_detects_the_target_tv() -> None:
     law = llada_law(named_chain("generic"), 4, 3, temperature=1.0, prompt_len=1)
     n = samples_for_tv(TARGET_TV, lambda m: law_dof(law, m))

@@ -154,12 +154,14 @@ def build_sampler(spec: str, field: str = "--sampler"):
     return cls(**(block.get("init_args") or {}))
 
 
-def confidence_ties(chain: MarkovChain, T: int, prompt_len: int = 0, max_states: int = 2**16) -> tuple[int, int, int] | None:
+def confidence_ties(chain: MarkovChain | HMMWorld, T: int, prompt_len: int = 0,
+                    max_states: int = 2**16) -> tuple[int, int, int] | None:
     """(states, tied, near): over every evidence state of length T with the first ``prompt_len`` tokens revealed
     and at least two masked positions, the states of positive probability, those in which two masked positions
     have probabilities equal to :data:`~dllm_lit.exact.TIE_DECIMALS` decimals (an exact tie: a tie rule decides),
     and those in which two are closer than :data:`NEAR_TIE` (relative) without being tied (rounding decides in
-    float32).  Exact float64 posteriors (forward-backward); None when (V + 1)^T exceeds ``max_states``."""
+    float32).  Exact float64 posteriors (forward-backward, in a chain or a world beyond first order); None when
+    (V + 1)^T exceeds ``max_states``."""
     from dllm_lit.denoisers.forward_backward import forward_backward_posterior
     from dllm_lit.exact import TIE_DECIMALS
 
@@ -171,12 +173,21 @@ def confidence_ties(chain: MarkovChain, T: int, prompt_len: int = 0, max_states:
     grid = grid[masked.sum(1) >= 2]
     if grid.numel() == 0:
         return 0, 0, 0
-    ev = torch.where((grid == M)[..., None], 1.0, torch.nn.functional.one_hot(grid.clamp(max=V - 1), V).double())
-    mass = chain.stationary[None] * ev[:, 0]
-    for t in range(1, T):  # p(z) > 0: the evidence is possible
-        mass = (mass @ chain.kernel) * ev[:, t]
-    possible = mass.sum(1) > 0
-    post = forward_backward_posterior(chain, grid)  # [S, T, V]
+    if isinstance(chain, MarkovChain):
+        ev = torch.where((grid == M)[..., None], 1.0, torch.nn.functional.one_hot(grid.clamp(max=V - 1), V).double())
+        mass = chain.stationary[None] * ev[:, 0]
+        for t in range(1, T):  # p(z) > 0: the evidence is possible
+            mass = (mass @ chain.kernel) * ev[:, t]
+        possible = mass.sum(1) > 0
+        post = forward_backward_posterior(chain, grid)  # [S, T, V]
+    else:  # a world beyond first order: its exact posterior of the possible states (dllm_lit.markov.world_api)
+        from dllm_lit.markov.world_api import exact_world
+
+        world = exact_world(chain)
+        possible = torch.isfinite(world.log_evidence(grid))
+        post = torch.zeros(grid.shape[0], T, V, dtype=torch.float64)
+        if bool(possible.any()):
+            post[possible] = world.posterior(grid[possible])
     masked = (grid == M)[..., None].expand_as(post)
     vals = torch.where(masked & (post > 0), post, torch.nan).flatten(1)  # [S, T V]
     pos = torch.arange(T).repeat_interleave(V)
