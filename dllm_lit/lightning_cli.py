@@ -17,6 +17,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from dllm_lit import console
 from dllm_lit.cli_messages import condense_parser_error
+from dllm_lit.config_classes import documented_class
 from dllm_lit.data.datamodule import MarkovDataModule
 from dllm_lit.engine.budget import check_steps_count, count_list_values
 from dllm_lit.engine.process_group import watch_peers
@@ -40,7 +41,7 @@ class DllmParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None):
         if not self.exit_on_error or os.environ.get("DLLM_LIT_TRACEBACK"):
             return super().error(message, ex)
-        sys.stderr.write(f"error: {condense_parser_error(message)}\n(run with --help for every option)\n")
+        sys.stderr.write(f"error: {condense_parser_error(message)} (run with --help for every option)\n")
         self.exit(2)
 
 
@@ -92,7 +93,8 @@ class DllmCLI(LightningCLI):
         check_environment(cfg)
 
     def before_instantiate_classes(self) -> None:
-        """Default output directory when ``trainer.default_root_dir`` is unset: ``outputs/<config name>``.
+        """Refuse a model class the verb does not document (:mod:`dllm_lit.config_classes`), then the default
+        output directory when ``trainer.default_root_dir`` is unset: ``outputs/<config name>``.
 
         The config name is the first ``--config`` file's name, plus ``_<name>`` of each further one
         (``--config configs/mdlm.yaml --config configs/data/synthetic.yaml``: ``outputs/mdlm_synthetic``), so
@@ -100,6 +102,9 @@ class DllmCLI(LightningCLI):
         """
         cfg = self.config.get(self.subcommand) if self.subcommand else self.config
         trainer, model = cfg.get("trainer"), cfg.get("model")
+        kind = {"predict": "sampler", "fit": "training"}.get(self.subcommand)
+        if kind is not None and model is not None:  # only the class the verb documents is built (nothing runs)
+            documented_class(model.get("class_path"), kind, "model.class_path")
         if trainer is None or model is None or trainer.get("default_root_dir") is not None:
             return
         configs = [os.path.splitext(os.path.basename(str(getattr(c, "relative", c))))[0] for c in cfg.get("config") or []]

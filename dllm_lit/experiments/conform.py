@@ -15,7 +15,6 @@ sampler conforms, 1 when it differs, 2 for bad input.
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect
 import sys
 from pathlib import Path
@@ -116,13 +115,9 @@ def _model_block(spec: str, field: str) -> dict[str, Any]:
 
 def build_sampler(spec: str, field: str = "--sampler"):
     """The sampler a config's ``model:`` block describes (class path and init args)."""
-    block = _model_block(spec, field)
-    module, _, name = block["class_path"].rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"{field}: cannot import {block['class_path']!r} ({exc})") from None
-    return cls(**(block.get("init_args") or {}))
+    from dllm_lit.config_classes import instantiate
+
+    return instantiate(_model_block(spec, field), "sampler", field)  # a sampler class only: nothing else runs
 
 
 def _draw(sampler, chain: MarkovChain, n: int, T: int, steps: int, seed: int, chunk: int) -> torch.Tensor:
