@@ -10,12 +10,17 @@ import importlib
 import inspect
 import re
 
-__all__ = ["condense_parser_error"]
+__all__ = ["condense_parser_error", "one_line"]
 
 _TYPE_WORDS = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string",
                "list": "a list", "dict": "a mapping"}
 _SKIP_PREFIXES = ("Does not validate against", "Subtypes:", "Errors:", "Given value type:", "Expected a path but",
                   "Expected a <class 'NoneType'>", "Not a valid subclass", "Import path")
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message as the one line the command line prints: its first non-empty line (or its type)."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
 def _options_of(class_path: str | None) -> list[str]:

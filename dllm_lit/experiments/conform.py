@@ -120,11 +120,16 @@ def build_sampler(spec: str, field: str = "--sampler"):
     return instantiate(_model_block(spec, field), "sampler", field)  # a sampler class only: nothing else runs
 
 
-def _draw(sampler, chain: MarkovChain, n: int, T: int, steps: int, seed: int, chunk: int) -> torch.Tensor:
-    sampler.connect(chain)
-    sampler.check_run(T, steps)
-    return torch.cat([sampler.generate(torch.arange(i, min(i + chunk, n)), T, steps, seed)
-                      for i in range(0, n, chunk)])
+def _draw(sampler, chain: MarkovChain, n: int, T: int, steps: int, seed: int, chunk: int,
+          timeout: float | None = None) -> torch.Tensor:
+    from dllm_lit.user_code import user_code
+
+    # the sampler may be the user's code: a SystemExit in it, or a draw past --timeout, is one line (exit 2)
+    with user_code(f"the sampler {getattr(sampler, 'name', type(sampler).__name__)}", timeout, "--timeout"):
+        sampler.connect(chain)
+        sampler.check_run(T, steps)
+        return torch.cat([sampler.generate(torch.arange(i, min(i + chunk, n)), T, steps, seed)
+                          for i in range(0, n, chunk)])
 
 
 def run(ns: argparse.Namespace) -> Conformance:
@@ -139,11 +144,11 @@ def run(ns: argparse.Namespace) -> Conformance:
             law = LAWS[ns.law](chain, ns.seq_len, **options)
         except TypeError as exc:
             raise ValueError(f"--law-options do not fit the {ns.law} law: {exc}") from None
-    x = _draw(sampler, chain, ns.samples, ns.seq_len, steps, ns.seed, ns.chunk)
+    x = _draw(sampler, chain, ns.samples, ns.seq_len, steps, ns.seed, ns.chunk, ns.timeout)
     if ns.law is not None:
         return goodness_of_fit(x, law, ns.alpha, reference=f"exact {ns.law} law")
     other = build_sampler(ns.against, "--against")
-    y = _draw(other, chain, ns.samples, ns.seq_len, steps, ns.seed + 1, ns.chunk)
+    y = _draw(other, chain, ns.samples, ns.seq_len, steps, ns.seed + 1, ns.chunk, ns.timeout)
     return two_sample(x, y, chain.vocab_size, ns.alpha, reference=getattr(other, "name", "reference sampler"))
 
 
@@ -164,11 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--alpha", type=float, default=0.01, help="level of the test")
     ap.add_argument("--chunk", type=int, default=4000, help="sequences per work item")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds each sampler may take to draw its samples (default: no limit)")
     ns = ap.parse_args(argv)
     for name in ("seq_len", "samples", "chunk"):
         if getattr(ns, name) < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(ns, name)}", file=sys.stderr)
             return 2
+    if ns.timeout is not None and not 0 < ns.timeout < float("inf"):
+        print(f"error: --timeout must be a number of seconds > 0, got {ns.timeout}", file=sys.stderr)
+        return 2
     if not 0 < ns.alpha < 1:
         print(f"error: --alpha must lie in (0, 1), got {ns.alpha}", file=sys.stderr)
         return 2
