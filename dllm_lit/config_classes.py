@@ -21,7 +21,7 @@ __all__ = ["KINDS", "documented_class", "instantiate", "class_path_of"]
 KINDS: dict[str, tuple[str, str, str]] = {
     "sampler": ("dllm_lit.samplers.base", "Sampler", "a sampler (a subclass of dllm_lit.samplers.Sampler)"),
     "training": ("dllm_lit.training.module", "DenoiserTraining",
-                 "the denoiser training module dllm_lit.training.DenoiserTraining"),
+                 "dllm_lit.training.DenoiserTraining (fit trains a denoiser; run samplers with predict)"),
     "source": ("dllm_lit.sources.base", "ChainSource", "a chain source (a subclass of dllm_lit.sources.ChainSource)"),
 }
 #: where a bare class name (``MDLM``) is looked up, per kind (the CLI accepts a sampler by its class name)

@@ -21,7 +21,8 @@ log = logging.getLogger("dllm_lit")
 
 #: Lightning / PyTorch messages that say nothing about a dllm_lit run
 _QUIET_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed",
-                  "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.distributed")
+                  "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.distributed",
+                  "lightning.pytorch.trainer.connectors.signal_connector")  # "Received SIGTERM": the run says it
 _QUIET_WARNINGS = (r".*isinstance\(treespec, LeafSpec\).*", r".*does not have many workers.*",
                    r".*predict_dataloader.*num_workers.*", r".*LightningCLI's args parameter is intended.*")
 
