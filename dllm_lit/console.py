@@ -27,8 +27,21 @@ _QUIET_WARNINGS = (r".*isinstance\(treespec, LeafSpec\).*", r".*does not have ma
                    r".*predict_dataloader.*num_workers.*", r".*LightningCLI's args parameter is intended.*")
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _one_line_warning(message: Any, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
+    """dllm_lit's own warnings as one line (``warning: <message>``); others as the format found at configure."""
+    if os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep):
+        return f"warning: {message}\n"
+    return _one_line_warning.previous(message, category, filename, lineno, line)  # type: ignore[attr-defined]
+
+
 def configure() -> None:
-    """Quiet Lightning, show dllm_lit's own progress lines (idempotent)."""
+    """Quiet Lightning, show dllm_lit's own progress lines and warnings as one line each (idempotent)."""
+    if warnings.formatwarning is not _one_line_warning:
+        _one_line_warning.previous = warnings.formatwarning  # type: ignore[attr-defined]
+        warnings.formatwarning = _one_line_warning
     if not os.environ.get("DLLM_LIT_VERBOSE"):
         for name in _QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
