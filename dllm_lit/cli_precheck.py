@@ -42,16 +42,16 @@ _HELP = ("-h", "--help", "--print_config")
 
 
 def _options(args: list[str]) -> list[tuple[str, str | None]]:
-    """``[(key, value)]`` of ``--key value`` / ``--key=value`` (value None for a trailing option)."""
+    """``[(key, value)]`` of ``--key value`` / ``--key=value`` (value None for an option without one)."""
     out, i = [], 0
     while i < len(args):
         arg = "--config" if str(args[i]) == "-c" else str(args[i])  # LightningCLI's short form of --config
         if not arg.startswith("--"):
             raise ValueError(f"unexpected argument {arg!r} (options are --group.option value)")
         key, eq, value = arg[2:].partition("=")
-        if not eq:
-            value = str(args[i + 1]) if i + 1 < len(args) else None
-            i += 1
+        if not eq:  # the next argument is the value, unless it is an option itself (a flag: the parser decides)
+            value = str(args[i + 1]) if i + 1 < len(args) and not str(args[i + 1]).startswith("--") else None
+            i += value is not None
         out.append((key, value))
         i += 1
     return out
@@ -128,7 +128,7 @@ def precheck(verb: str, args: list[str]) -> None:
             raise ValueError(f"unknown option --{key} for {verb}{hint}; options are --<group>.<option> with group one "
                              f"of {', '.join(g for g in groups if g not in ('config', 'print_config'))}, or --config")
         if value is None:
-            raise ValueError(f"--{key} needs a value")
+            continue
         name = key.rsplit(".", 1)[-1]
         if name in SIZES and key in (f"data.{name}", f"data.init_args.{name}"):
             _check_size(f"data.{name}", _yaml_value(value))
