@@ -105,27 +105,22 @@ def build_direct(config: str, args: argparse.Namespace, out: str, steps: list[in
     """:func:`build` without the CLI (for machines without ``jsonargparse``): the sampler from the config's model
     block, the data module with the English or the synthetic chain's source, the writer with the same switches,
     a quiet single-device Trainer.  Same settings, so the same samples and metrics."""
-    import importlib
-
     import lightning as L
     import yaml
 
+    from dllm_lit.config_classes import instantiate
     from dllm_lit.data import MarkovDataModule
     from dllm_lit.results import ResultsWriter
-
-    def instantiate(block: dict):
-        module, name = block["class_path"].rsplit(".", 1)
-        return getattr(importlib.import_module(module), name)(**(block.get("init_args") or {}))
 
     model = yaml.safe_load(Path(config).read_text())["model"]
     init = dict(model.get("init_args") or {})
     if has_steps(config):
         init["steps"] = steps
-    sampler = instantiate({"class_path": model["class_path"], "init_args": init})
+    sampler = instantiate({"class_path": model["class_path"], "init_args": init}, "sampler", f"{config}: model")
     source = None
     if args.synthetic:
         source = instantiate(yaml.safe_load((ROOT / "configs" / "data" / "synthetic.yaml").read_text())
-                             ["data"]["init_args"]["source"])
+                             ["data"]["init_args"]["source"], "source", "configs/data/synthetic.yaml: data.source")
     datamodule = MarkovDataModule(source=source, num_sequences=args.num_sequences, seq_len=args.seq_len,
                                   chunk_size=args.chunk_size, seed=args.seed)
     L.seed_everything(args.seed, verbose=False)

@@ -107,10 +107,9 @@ def posterior(args: argparse.Namespace) -> None:
 
 
 def calls(args: argparse.Namespace) -> None:
-    import importlib
-
     import yaml
 
+    from dllm_lit.config_classes import documented_class
     from dllm_lit.denoisers.oracle import OracleDenoiser
     from dllm_lit.sources.english import english_char_chain
 
@@ -129,9 +128,8 @@ def calls(args: argparse.Namespace) -> None:
     saved = {}
     for cfg in args.configs:
         spec = yaml.safe_load(Path(cfg).read_text())["model"]
-        module, name = spec["class_path"].rsplit(".", 1)
         options = {k: v for k, v in spec.get("init_args", {}).items() if k != "steps"}
-        sampler = getattr(importlib.import_module(module), name)(den, **options)
+        sampler = documented_class(spec["class_path"], "sampler", f"{cfg}: model.class_path")(den, **options)
         sampler.sample(2, 16, 2, seed=0)  # compiles the kernel outside the timing
         for steps in args.steps:
             count[0] = 0

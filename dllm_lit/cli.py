@@ -21,14 +21,51 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Any
 
+from dllm_lit.cli_precheck import GROUPS, refused
 from dllm_lit.experiments import COMMANDS
-# the LightningCLI of predict / fit, and names this module has always offered
-from dllm_lit.lightning_cli import (DEFAULT_SEED, SWITCHABLE, USER_ERRORS, DllmCLI, DllmParser, RunStopped,  # noqa: F401
-                                    check_environment, check_steps_arguments, exit_on_user_error,
-                                    reset_switched_classes, run)
+from dllm_lit.results.signal_guard import RunStopped
 
-__all__ = ["DllmCLI", "main", "console_main", "RunStopped", "DEFAULT_SEED"]
+__all__ = ["DllmCLI", "main", "console_main", "RunStopped", "DEFAULT_SEED", "trap_startup_signals"]
+
+#: names of :mod:`dllm_lit.lightning_cli` this module has always offered, loaded on first use: importing this
+#: module (``cli.py``) loads no heavy library, so a bad command line is refused in a fraction of a second
+_LIGHTNING_NAMES = ("DEFAULT_SEED", "SWITCHABLE", "USER_ERRORS", "DllmCLI", "DllmParser", "check_environment",
+                    "check_steps_arguments", "exit_on_user_error", "reset_switched_classes", "run")
+#: the line a signal during start-up prints (nothing is written before the run's rows start)
+STARTUP_LINE = "stopped: interrupted by {name} during start-up, before any row was sampled"
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LIGHTNING_NAMES:
+        from dllm_lit import lightning_cli
+
+        return getattr(lightning_cli, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _stopped_while_loading(signum: int, frame: Any) -> None:
+    """SIGINT / SIGTERM while the libraries load or the run is wired: one line, exit 128 + signal at once.
+
+    A handler that exits rather than an exception: an import or a parser that catches broad exceptions could
+    swallow one, and the run would then go on as if no signal had come."""
+    sys.stderr.write(STARTUP_LINE.format(name=signal.Signals(signum).name) + "\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+def trap_startup_signals() -> None:
+    """From the first line of ``cli.py``: SIGINT and SIGTERM end the start-up with one line (the run's own
+    handlers, :mod:`dllm_lit.results.signal_guard`, take over while rows are sampled)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stopped_while_loading)
+
+
+def _libraries_loaded() -> None:
+    """After the heavy imports, Ctrl-C raises KeyboardInterrupt again (:func:`console_main` makes it one line)."""
+    if signal.getsignal(signal.SIGINT) is _stopped_while_loading:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 #: ``cli.py --help``: every verb, one line each (``cli.py <verb> --help`` gives its options)
@@ -52,7 +89,8 @@ Every sampler has a config in configs/; docs/README.md describes samplers, metri
 
 
 def main(args=None) -> DllmCLI:
-    """Run the CLI; bad settings end with ``error: <message naming the field>`` and exit status 2.
+    """Run the CLI; bad settings end with ``error: <message naming the field>`` and exit status 2 (what the
+    command line alone shows, :mod:`dllm_lit.cli_precheck`, before the libraries load).
 
     Set ``DLLM_LIT_TRACEBACK=1`` to see the full traceback instead.
     """
@@ -60,11 +98,20 @@ def main(args=None) -> DllmCLI:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         raise SystemExit(0 if argv else 2)
-    if argv and argv[0] in COMMANDS:  # sweep / report / decompose: dllm_lit.experiments
+    if argv[0] in COMMANDS:  # sweep / report / conform / decompose: dllm_lit.experiments
         code = COMMANDS[argv[0]](argv[1:])
         if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):  # a stopped sweep: no slow teardown (below)
             _exit_now(code)
         raise SystemExit(code)
+    if argv[0] not in GROUPS:
+        print(f"error: unknown verb {argv[0]!r}; one of {', '.join([*GROUPS, *COMMANDS])} (python cli.py --help)",
+              file=sys.stderr)
+        raise SystemExit(2)
+    if refused(argv[0], argv[1:]):  # the command line and the config files alone, before the libraries load
+        raise SystemExit(2)
+    from dllm_lit.lightning_cli import run
+
+    _libraries_loaded()
     return run(args)
 
 
@@ -79,10 +126,14 @@ def console_main() -> None:
     try:
         main()
     except KeyboardInterrupt:
-        print("stopped: interrupted by SIGINT during start-up, before any row was sampled", file=sys.stderr)
+        print(STARTUP_LINE.format(name="SIGINT"), file=sys.stderr)
         _exit_now(128 + signal.SIGINT)
     except RunStopped as exc:
         _exit_now(int(exc.code))
+    finally:  # the run is over: a signal now ends the process the ordinary way
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) is _stopped_while_loading:
+                signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
 
 
 def _exit_now(code: int) -> None:

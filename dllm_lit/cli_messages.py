@@ -10,12 +10,17 @@ import importlib
 import inspect
 import re
 
-__all__ = ["condense_parser_error", "missing_module_hint"]
+__all__ = ["condense_parser_error", "missing_module_hint", "one_line"]
 
 _TYPE_WORDS = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string",
                "list": "a list", "dict": "a mapping"}
 _SKIP_PREFIXES = ("Does not validate against", "Subtypes:", "Errors:", "Given value type:", "Expected a path but",
                   "Expected a <class 'NoneType'>", "Not a valid subclass", "Import path")
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message as the one line the command line prints: its first non-empty line (or its type)."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
 def _options_of(class_path: str | None) -> list[str]:
@@ -60,9 +65,14 @@ def condense_parser_error(message: str) -> str:
     class_path: str | None = None
     given: str | None = None
     details: list[str] = []
+    not_subclass: tuple[str, str] | None = None
     for raw in message.splitlines():
         line = raw.strip()
         if not line:
+            continue
+        m = re.match(r"(?:- )?Import path (\S+) does not correspond to a subclass of (\w+)", line)
+        if m:
+            not_subclass = not_subclass or (m.group(1), m.group(2))
             continue
         m = re.match(r'(?:- )?Parser key "([^"]+)":?$', line)
         if m:
@@ -81,6 +91,10 @@ def condense_parser_error(message: str) -> str:
     field = ".".join(keys) if keys else None
     where = f"{field}: " if field else ""
     shown = given if given is not None and not given.startswith(("NestedArg", "Namespace", "{")) else None
+    if not_subclass is not None:  # a class_path naming a function or another library's class
+        return (f"{field + '.class_path' if field else 'class_path'}: {not_subclass[0]!r} is not a {not_subclass[1]} "
+                "subclass; only the classes this entry point documents are accepted (a config never runs other "
+                "code), nothing was run")
 
     for d in details:
         m = re.match(r"Option '([^']+)' is not accepted", d)

@@ -21,7 +21,8 @@ log = logging.getLogger("dllm_lit")
 
 #: Lightning / PyTorch messages that say nothing about a dllm_lit run
 _QUIET_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed",
-                  "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.distributed")
+                  "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.distributed",
+                  "lightning.pytorch.trainer.connectors.signal_connector")  # "Received SIGTERM": the run says it
 _QUIET_WARNINGS = (r".*isinstance\(treespec, LeafSpec\).*", r".*does not have many workers.*",
                    r".*predict_dataloader.*num_workers.*", r".*LightningCLI's args parameter is intended.*",
                    r".*Total length of `DataLoader` across ranks is zero.*")  # a resumed run with every row kept
@@ -40,8 +41,21 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _one_line_warning(message: Any, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
+    """dllm_lit's own warnings as one line (``warning: <message>``); others as the format found at configure."""
+    if os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep):
+        return f"warning: {message}\n"
+    return _one_line_warning.previous(message, category, filename, lineno, line)  # type: ignore[attr-defined]
+
+
 def configure() -> None:
-    """Quiet Lightning, show dllm_lit's own progress lines (idempotent)."""
+    """Quiet Lightning, show dllm_lit's own progress lines and warnings as one line each (idempotent)."""
+    if warnings.formatwarning is not _one_line_warning:
+        _one_line_warning.previous = warnings.formatwarning  # type: ignore[attr-defined]
+        warnings.formatwarning = _one_line_warning
     if not os.environ.get("DLLM_LIT_VERBOSE"):
         for name in _QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)

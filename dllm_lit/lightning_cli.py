@@ -7,7 +7,6 @@ the experiments never import the command-line dispatcher.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import warnings
 
@@ -16,12 +15,14 @@ import torch
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from dllm_lit import console
-from dllm_lit.cli_messages import condense_parser_error
+from dllm_lit.cli_messages import condense_parser_error, one_line
+from dllm_lit.cli_precheck import GROUPS, check_seed, check_steps_arguments, precheck
+from dllm_lit.config_classes import documented_class
 from dllm_lit.data.datamodule import MarkovDataModule
-from dllm_lit.engine.budget import check_steps_count, count_list_values
 from dllm_lit.engine.process_group import watch_peers
 from dllm_lit.engine.threads import sampling_threads
 from dllm_lit.engine.wiring import connect, connect_training
+from dllm_lit.results.signal_guard import RunStopped
 from dllm_lit.results.writer import ResultsWriter, RunInterrupted
 from dllm_lit.samplers import load_all
 from dllm_lit.samplers.base import Sampler
@@ -40,7 +41,7 @@ class DllmParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None):
         if not self.exit_on_error or os.environ.get("DLLM_LIT_TRACEBACK"):
             return super().error(message, ex)
-        sys.stderr.write(f"error: {condense_parser_error(message)}\n(run with --help for every option)\n")
+        sys.stderr.write(f"error: {condense_parser_error(message)} (run with --help for every option)\n")
         self.exit(2)
 
 
@@ -86,13 +87,17 @@ class DllmCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the settings that would otherwise fail deep inside Lightning or torch."""
         args = sys.argv[1:] if args is None else args
-        check_steps_arguments(args)
+        if isinstance(args, (list, tuple)) and args and str(args[0]) in GROUPS:
+            precheck(str(args[0]), list(args[1:]))  # what the argument list and config files alone refuse
+        else:
+            check_steps_arguments(args)
         super().parse_arguments(parser, reset_switched_classes(args))
         cfg = self.config.get(self.config.get("subcommand")) if self.config.get("subcommand") else self.config
         check_environment(cfg)
 
     def before_instantiate_classes(self) -> None:
-        """Default output directory when ``trainer.default_root_dir`` is unset: ``outputs/<config name>``.
+        """Refuse a model class the verb does not document (:mod:`dllm_lit.config_classes`), then the default
+        output directory when ``trainer.default_root_dir`` is unset: ``outputs/<config name>``.
 
         The config name is the first ``--config`` file's name, plus ``_<name>`` of each further one
         (``--config configs/mdlm.yaml --config configs/data/synthetic.yaml``: ``outputs/mdlm_synthetic``), so
@@ -100,6 +105,9 @@ class DllmCLI(LightningCLI):
         """
         cfg = self.config.get(self.subcommand) if self.subcommand else self.config
         trainer, model = cfg.get("trainer"), cfg.get("model")
+        kind = {"predict": "sampler", "fit": "training"}.get(self.subcommand)
+        if kind is not None and model is not None:  # only the class the verb documents is built (nothing runs)
+            documented_class(model.get("class_path"), kind, "model.class_path")
         if trainer is None or model is None or trainer.get("default_root_dir") is not None:
             return
         configs = [os.path.splitext(os.path.basename(str(getattr(c, "relative", c))))[0] for c in cfg.get("config") or []]
@@ -183,31 +191,12 @@ def reset_switched_classes(args):
     return out
 
 
-def check_steps_arguments(args) -> None:
-    """A steps list longer than :data:`~dllm_lit.engine.budget.MAX_STEP_VALUES`, on the command line or as a
-    ``steps: [...]`` list in a ``--config`` file, is refused before parsing (parsing a million-entry list
-    alone took minutes and most of a GB)."""
-    if not isinstance(args, (list, tuple)):
-        return
-    for i, arg in enumerate(args):
-        key, eq, value = str(arg).partition("=")
-        value = value if eq else (str(args[i + 1]) if i + 1 < len(args) else "")
-        if key in ("--model.steps", "--model.init_args.steps"):
-            check_steps_count(key.lstrip("-"), count_list_values(value))
-        elif key == "--config" and os.path.isfile(value):
-            with open(value, errors="replace") as fh:
-                for found in re.finditer(r"\bsteps:\s*(\[[^\]]*\])", fh.read()):
-                    check_steps_count(f"steps in {value}", count_list_values(found.group(1)))
-
-
 def check_environment(cfg) -> None:
     """Settings the machine cannot honour, as one ValueError naming the field (before anything runs)."""
     sampling_threads()  # DLLM_LIT_THREADS, if set, must be valid
     if cfg is None:
         return
-    seed = cfg.get("seed_everything")
-    if not isinstance(seed, bool) and seed is not None and not (isinstance(seed, int) and 0 <= seed < 2**32):
-        raise ValueError(f"seed_everything must be an integer in [0, 4294967295] or true/false, got {seed!r}")
+    check_seed(cfg.get("seed_everything"))
     trainer = cfg.get("trainer") or {}
     accelerator = trainer.get("accelerator")
     if isinstance(accelerator, str) and accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
@@ -256,9 +245,6 @@ def run(args=None) -> DllmCLI:
         raise RunStopped(128 + exc.signum) from None
 
 
-class RunStopped(SystemExit):
-    """The exit of a run stopped by SIGINT / SIGTERM after its finished rows were committed."""
-
 def exit_on_user_error(fn, *args, **kwargs):
     """``fn(*args, **kwargs)``; an input error ends with ``error: <message>`` and exit status 2 (see :func:`main`)."""
     try:
@@ -267,5 +253,5 @@ def exit_on_user_error(fn, *args, **kwargs):
         cause = _user_error(exc)
         if cause is None or os.environ.get("DLLM_LIT_TRACEBACK"):
             raise
-        print(f"error: {cause}", file=sys.stderr)
+        print(f"error: {one_line(cause)}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from dllm_lit.samplers import MDLM
 from examples import llada_generate
 
 
@@ -68,3 +69,28 @@ def plain_generate(model, prompt, gen_length, steps, mask_id):
         pick = torch.topk(conf, k, dim=-1).indices
         x.scatter_(1, pick, x0.gather(1, pick))
     return x
+
+
+def exits(model, prompt, gen_length, steps, mask_id):
+    """A user's sampler that ends the process as if it had succeeded."""
+    raise SystemExit(0)
+
+
+def hangs(model, prompt, gen_length, steps, mask_id):
+    """A user's sampler that never returns, and swallows every ordinary exception on its way."""
+    import time
+
+    while True:
+        try:
+            time.sleep(0.05)
+        except Exception:  # noqa: BLE001 - the misbehaviour under test
+            pass
+
+
+class ExitingMDLM(MDLM):
+    """A user's own sampler class whose draw raises SystemExit(0)."""
+
+    sampler_name = "exiting_mdlm"
+
+    def generate_with_stats(self, indices, seq_len, steps, seed):
+        raise SystemExit(0)

@@ -89,7 +89,7 @@ def test_bad_settings_give_one_clear_line(tmp_path, capsys) -> None:
 
     cases = [
         (["--config", "configs/remdm_conf.yaml", "--model.top_p", "1.5"], "top_p must be a number in (0, 1]"),
-        (["--config", "configs/mdlm.yaml", "--data.seq_len", "1"], "seq_len must be an integer >= 2"),
+        (["--config", "configs/mdlm.yaml", "--data.seq_len", "1"], "data.seq_len must be an integer >= 2"),
         (["--config", "configs/llada.yaml", "--model.block_length", "100"], "block_length=100 must divide"),
     ]
     for extra, message in cases:

@@ -76,3 +76,30 @@ def test_release_process_group_only_for_lightning_launched_ddp(tmp_path, monkeyp
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@pytest.mark.slow  # three 2-process launches: about 40 CPU s
+def test_ddp_commits_each_row_as_it_finishes_and_resumes_identically(tmp_path, monkeypatch) -> None:
+    """A 2-process run that fails in its last row has its finished rows on disk (it had none before: DDP committed
+    at the end); the rerun keeps them and ends with the rows of an uninterrupted single-process run."""
+    from slow_sampler import SlowMDLM
+
+    def run(out, devices: int) -> None:
+        dm = MarkovDataModule(num_sequences=8, seq_len=12, chunk_size=2, seed=3)
+        writer = ResultsWriter(output_dir=str(out), bootstrap_resamples=0, figures=False, num_text_examples=0)
+        kwargs = dict(strategy="ddp_spawn", devices=devices) if devices > 1 else dict(devices=1)
+        trainer = L.Trainer(accelerator="cpu", callbacks=[writer], logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, **kwargs)
+        predict(SlowMDLM(steps=[2, 4, 8]), dm, writer, trainer=trainer)
+
+    monkeypatch.setenv("DLLM_TEST_FAIL_STEPS", "8")
+    with pytest.raises(Exception, match="test failure at steps=8"):
+        run(tmp_path / "two", 2)
+    partial = json.loads((tmp_path / "two" / "metrics.json").read_text())
+    assert [(r["label"], r["steps"]) for r in partial["rows"]] == [("ar", None), ("slow_mdlm", 2), ("slow_mdlm", 4)]
+    assert partial["meta"]["complete"] is False
+    monkeypatch.delenv("DLLM_TEST_FAIL_STEPS")
+    run(tmp_path / "two", 2)
+    run(tmp_path / "one", 1)
+    resumed = json.loads((tmp_path / "two" / "metrics.json").read_text())["rows"]
+    assert resumed[:3] == partial["rows"] and resumed == json.loads((tmp_path / "one" / "metrics.json").read_text())["rows"]

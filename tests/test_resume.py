@@ -94,7 +94,7 @@ def test_another_run_into_the_same_folder_leaves_no_stale_files(tmp_path: Path) 
     _run(out, MDLM(steps=[2]), figures=True)
     assert (out / "samples.pt").exists() and (out / "figures" / "kl_vs_steps.png").exists()
     with pytest.warns(UserWarning, match=r"another run's results.*removed metrics.json, metrics.csv, samples.pt, "
-                                         r"samples.txt, \d+ figure"):
+                                         r"samples.txt, seals.json, \d+ figure"):
         _run(out, MDLM(steps=[2]), t=20, save_samples=False, num_text_examples=0)
     assert not (out / "samples.pt").exists() and not (out / "samples.txt").exists()
     assert not list((out / "figures").iterdir())
@@ -112,7 +112,7 @@ def test_result_files_respect_the_umask(tmp_path: Path) -> None:
     try:
         writer_out = tmp_path / "run"
         _run(writer_out, MDLM(steps=[2]))
-        for name in ("metrics.json", "metrics.csv", "samples.pt", "samples.txt"):
+        for name in ("metrics.json", "metrics.csv", "samples.pt", "samples.txt", "seals.json"):
             assert (writer_out / name).stat().st_mode & 0o777 == 0o644, name
     finally:
         os.umask(old)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -272,8 +273,10 @@ class HFDenoiser(LearnedDenoiser):
 
 
 def load_masked_lm(name: str, trust_remote_code: bool = False):
-    """``AutoModelForMaskedLM.from_pretrained(name)`` with one-line errors naming the problem."""
+    """``AutoModelForMaskedLM.from_pretrained(name)`` with one-line errors naming the problem (transformers' load
+    report and progress bars are silenced: a weight file of other shapes is one line naming a tensor)."""
     from transformers import AutoConfig, AutoModelForMaskedLM
+    from transformers.utils import logging as hf_logging
 
     prefix = f"cannot load the denoiser checkpoint {name!r}"
     if _looks_like_path(name) and not os.path.isdir(os.path.expanduser(name)):
@@ -284,6 +287,9 @@ def load_masked_lm(name: str, trust_remote_code: bool = False):
         raise DenoiserLoadError(
             f"{prefix}: {_first_line(exc)}. Without network access, download it beforehand (HF cache, then "
             "set HF_HUB_OFFLINE=1) or pass a local directory.") from None
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         return AutoModelForMaskedLM.from_pretrained(name, trust_remote_code=trust_remote_code)
     except ValueError as exc:
@@ -291,8 +297,48 @@ def load_masked_lm(name: str, trust_remote_code: bool = False):
             raise DenoiserLoadError(f"{prefix}: it is not a masked language model ({type(config).__name__} has no "
                                     "AutoModelForMaskedLM class; a denoiser needs a bidirectional masked LM)") from None
         raise DenoiserLoadError(f"{prefix}: {_first_line(exc)}") from None
-    except OSError as exc:
-        raise DenoiserLoadError(f"{prefix}: {_first_line(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - an unpicklable or damaged weight file, shapes that do not fit
+        raise DenoiserLoadError(f"{prefix}: {_weights_problem(name, config, exc)}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _weights_problem(name: str, config: Any, exc: BaseException) -> str:
+    """Why the weights of ``name`` did not load, in one line: the refused pickle's globals, or a tensor whose
+    shape its config does not describe, or the error's first line."""
+    from dllm_lit.safe_load import load_failure
+
+    pickled = os.path.join(os.path.expanduser(name), "pytorch_model.bin")
+    if os.path.isfile(pickled) and (isinstance(exc, pickle.UnpicklingError) or "weights only" in str(exc).lower()):
+        return f"pytorch_model.bin: {load_failure(pickled, exc)}"
+    if "mismatched_sizes" in str(exc):
+        detail = _first_mismatch(name, config)
+        return "its weights do not have the shapes its config.json describes" + (f" ({detail})" if detail else "")
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def _first_mismatch(name: str, config: Any) -> str:
+    """``<tensor>: file [..] vs config [..]`` for the first tensor of ``name``'s safetensors files whose shape
+    differs from the model its config builds (on the meta device: no memory); "" when none is found."""
+    try:
+        from pathlib import Path
+
+        from safetensors import safe_open
+        from transformers import AutoModelForMaskedLM
+
+        with torch.device("meta"):
+            expected = {k: list(v.shape) for k, v in AutoModelForMaskedLM.from_config(config).state_dict().items()}
+        for file in sorted(Path(os.path.expanduser(name)).glob("*.safetensors")):
+            with safe_open(str(file), "pt") as fh:
+                for key in fh.keys():
+                    shape = list(fh.get_slice(key).get_shape())
+                    if key in expected and shape != expected[key]:
+                        return f"{key}: file {shape} vs config {expected[key]}"
+    except Exception:  # noqa: BLE001 - a best-effort detail of a message already being raised
+        return ""
+    return ""
 
 
 def _first_line(exc: BaseException) -> str:

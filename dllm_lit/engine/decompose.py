@@ -223,11 +223,11 @@ def _figure(table: dict[str, Any], path: Path) -> None:
 def main(args: list[str] | None = None) -> dict[str, Any]:
     """``python cli.py decompose --config configs/decompose.yaml [--data.seq_len 64] ...`` (or ``python -m
     dllm_lit.engine.decompose``)."""
-    from jsonargparse import ArgumentParser
+    from dllm_lit.config_classes import documented_class
+    from dllm_lit.lightning_cli import DEFAULT_SEED, DllmParser, exit_on_user_error
 
-    from dllm_lit.lightning_cli import DEFAULT_SEED, exit_on_user_error
-
-    parser = ArgumentParser(prog="cli.py decompose", description=__doc__.split("\n\n")[0])
+    # the CLI's parser: a bad option or a class that is not a sampler is refused in one line
+    parser = DllmParser(prog="cli.py decompose", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", action="config")
     parser.add_subclass_arguments(Sampler, "sampler", required=True)
     parser.add_class_arguments(MarkovDataModule, "data")
@@ -239,6 +239,7 @@ def main(args: list[str] | None = None) -> dict[str, Any]:
 
     def run() -> dict[str, Any]:
         cfg = parser.parse_args(args)
+        documented_class(cfg.sampler.class_path, "sampler", "sampler.class_path")  # before anything is built
         if cfg.data.seed is None:
             cfg.data.seed = cfg.seed_everything
         init = parser.instantiate_classes(cfg)

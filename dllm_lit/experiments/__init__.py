@@ -31,6 +31,10 @@ def _conform(argv: list[str]) -> int:
 
 
 def _decompose(argv: list[str]) -> int:
+    from dllm_lit.cli_precheck import refused
+
+    if refused("decompose", argv):  # a missing or unsafe config file, a bad size: before the libraries load
+        return 2
     from dllm_lit.engine.decompose import main
 
     main(argv)

@@ -19,7 +19,6 @@ probabilities are equal or closer than float32 resolves, a ``dtype-sensitive`` l
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect
 import sys
 from pathlib import Path
@@ -28,7 +27,6 @@ from typing import Any
 import torch
 import yaml
 
-from dllm_lit.cli_messages import missing_module_hint
 from dllm_lit.conformance import Conformance, goodness_of_fit, law_dof, samples_for_tv, two_sample
 from dllm_lit.markov import HMMWorld, MarkovChain
 
@@ -145,13 +143,9 @@ def _model_block(spec: str, field: str) -> dict[str, Any]:
 
 def build_sampler(spec: str, field: str = "--sampler"):
     """The sampler a config's ``model:`` block describes (class path and init args)."""
-    block = _model_block(spec, field)
-    module, _, name = block["class_path"].rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"{field}: cannot import {block['class_path']!r} ({exc}){missing_module_hint(str(exc))}") from None
-    return cls(**(block.get("init_args") or {}))
+    from dllm_lit.config_classes import instantiate
+
+    return instantiate(_model_block(spec, field), "sampler", field)  # a sampler class only: nothing else runs
 
 
 def confidence_ties(chain: MarkovChain | HMMWorld, T: int, prompt_len: int = 0,
@@ -200,11 +194,16 @@ def confidence_ties(chain: MarkovChain | HMMWorld, T: int, prompt_len: int = 0,
             int((near.flatten(1).any(1) & possible).sum()))
 
 
-def _draw(sampler, chain: MarkovChain, n: int, T: int, steps: int, seed: int, chunk: int) -> torch.Tensor:
-    sampler.connect(chain)
-    sampler.check_run(T, steps)
-    return torch.cat([sampler.generate(torch.arange(i, min(i + chunk, n)), T, steps, seed)
-                      for i in range(0, n, chunk)])
+def _draw(sampler, chain: MarkovChain, n: int, T: int, steps: int, seed: int, chunk: int,
+          timeout: float | None = None) -> torch.Tensor:
+    from dllm_lit.user_code import user_code
+
+    # the sampler may be the user's code: a SystemExit in it, or a draw past --timeout, is one line (exit 2)
+    with user_code(f"the sampler {getattr(sampler, 'name', type(sampler).__name__)}", timeout, "--timeout"):
+        sampler.connect(chain)
+        sampler.check_run(T, steps)
+        return torch.cat([sampler.generate(torch.arange(i, min(i + chunk, n)), T, steps, seed)
+                          for i in range(0, n, chunk)])
 
 
 def _samples(ns: argparse.Namespace, law: torch.Tensor | None, chain: MarkovChain) -> int:
@@ -248,12 +247,12 @@ def run(ns: argparse.Namespace) -> Conformance:
         except TypeError as exc:
             raise ValueError(f"--law-options do not fit the {ns.law} law: {exc}") from None
     n = _samples(ns, law, chain)
-    x = _draw(sampler, chain, n, ns.seq_len, steps, ns.seed, ns.chunk)
+    x = _draw(sampler, chain, n, ns.seq_len, steps, ns.seed, ns.chunk, ns.timeout)
     if law is not None:
         res = goodness_of_fit(x, law, ns.alpha, reference=f"exact {ns.law} law")
     else:
         other = build_sampler(ns.against, "--against")
-        y = _draw(other, chain, n, ns.seq_len, steps, ns.seed + 1, ns.chunk)
+        y = _draw(other, chain, n, ns.seq_len, steps, ns.seed + 1, ns.chunk, ns.timeout)
         res = two_sample(x, y, chain.vocab_size, ns.alpha, reference=getattr(other, "name", "reference sampler"))
     res.notes = _dtype_note(ns, chain, sampler, options)
     return res
@@ -280,11 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--alpha", type=float, default=0.01, help="level of the test")
     ap.add_argument("--chunk", type=int, default=4000, help="sequences per work item")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds each sampler may take to draw its samples (default: no limit)")
     ns = ap.parse_args(argv)
     for name in ("seq_len", "samples", "chunk"):
         if getattr(ns, name) is not None and getattr(ns, name) < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(ns, name)}", file=sys.stderr)
             return 2
+    if ns.timeout is not None and not 0 < ns.timeout < float("inf"):
+        print(f"error: --timeout must be a number of seconds > 0, got {ns.timeout}", file=sys.stderr)
+        return 2
     for name in ("alpha", "target_tv"):
         if not 0 < getattr(ns, name) < 1:
             print(f"error: --{name.replace('_', '-')} must lie in (0, 1), got {getattr(ns, name)}", file=sys.stderr)

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from dllm_lit.config_files import read_yaml, yaml_problem
 from dllm_lit.workers import GRACE_SECONDS, die_with_parent, end_processes
 
 __all__ = ["load_sweep", "grid_points", "point_argv", "main"]
@@ -43,7 +44,9 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"sweep file not found: {path}")
-    spec = yaml.safe_load(path.read_text()) or {}
+    spec = read_yaml(path, "sweep file") or {}
+    if not isinstance(spec, dict):
+        raise ValueError(f"{path}: a sweep file is a mapping with method and parameters")
     if spec.get("method", "grid") != "grid":
         raise ValueError(f"{path}: the local runner runs grid sweeps only (method: {spec.get('method')!r})")
     params = spec.get("parameters")
@@ -59,7 +62,10 @@ def _parse_override(text: str) -> tuple[str, list[Any]]:
     key, eq, value = text.partition("=")
     if not eq or not key:
         raise ValueError(f"--set takes key=value or key=v1,v2 (e.g. num_sequences=64), got {text!r}")
-    values = [yaml.safe_load(v) for v in value.split(",")] if not value.startswith("[") else yaml.safe_load(value)
+    try:
+        values = [yaml.safe_load(v) for v in value.split(",")] if not value.startswith("[") else yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--set {key}: not plain YAML ({yaml_problem(exc)})") from None
     return key, values
 
 
@@ -77,6 +83,34 @@ def grid_points(spec: dict[str, Any], overrides: list[str] = ()) -> list[dict[st
 def point_argv(point: dict[str, Any]) -> list[str]:
     """``--key=value`` arguments, as a W&B agent passes them (None values are left out)."""
     return [f"--{k}={v}" for k, v in point.items() if v is not None]
+
+
+def _sampler_class(pns: argparse.Namespace) -> tuple[str, str | None]:
+    """Where a point's ``model`` class comes from and its class path (its config files, then its options)."""
+    where, path = "", None
+    for field in ("config", "data_config"):
+        file = getattr(pns, field)
+        data = read_yaml(file, f"--{field}") if file else None
+        model = data.get("model") if isinstance(data, dict) else None
+        if isinstance(model, (str, dict)):
+            where, path = f"{file}: model.class_path", model if isinstance(model, str) else model.get("class_path", path)
+    for key, value in pns.extra:
+        if key in ("model", "model.class_path") and not str(value).lstrip().startswith("{"):
+            where, path = f"--{key}", value
+    return where, path
+
+
+def check_points(points: list[argparse.Namespace]) -> None:
+    """Every point's files exist and are plain YAML, and its ``model`` is a sampler class (:mod:`dllm_lit.config_classes`):
+    a bad point is refused in one line before any point runs."""
+    from dllm_lit.config_classes import documented_class
+
+    checked: set[str] = set()
+    for pns in points:
+        where, path = _sampler_class(pns)
+        if path is not None and path not in checked:
+            documented_class(path, "sampler", where)
+            checked.add(path)
 
 
 def _finished(out_dir: Path, params: dict[str, Any]) -> bool:
@@ -133,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     from dllm_lit.experiments.point import parse, point_name, point_params
 
     name = Path(ns.sweep).stem
-    jobs = []
+    jobs, parsed = [], []
     for p in points:
         p = dict(p)
         if ns.output_root is not None:
@@ -148,9 +182,16 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit:
             print(f"error: bad point {p}", file=sys.stderr)
             return 2
+        parsed.append(pns)
         out_dir = Path(pns.output_root) / point_name(pns)
         jobs.append((point_name(pns), out_dir, point_params(pns), point_argv(p)))
     names = [j[0] for j in jobs]
+    if not ns.dry_run:
+        try:
+            check_points(parsed)
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         print(f"error: points with the same folder name {dupes}: a swept parameter does not reach the name",

@@ -46,11 +46,9 @@ def collect(paths: list[str], option: str) -> list[dict[str, Any]]:
 
 
 def _world(meta: dict[str, Any]):
-    import importlib
+    from dllm_lit.config_classes import instantiate
 
-    src = _source(meta)
-    module, name = src["class_path"].rsplit(".", 1)
-    return getattr(importlib.import_module(module), name)(**src["init_args"]).build()
+    return instantiate(_source(meta), "source", "meta.chain.source").build()  # a chain source class only
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         runs = collect(ns.runs, ns.option)
+        worlds: dict[float, Any] = {}  # built first: a source that is not a chain source is refused before any write
+        for run in runs:
+            if run["value"] not in worlds:
+                worlds[run["value"]] = _world(run["meta"])
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -73,11 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "figures").mkdir(parents=True, exist_ok=True)
     series: dict[tuple[str, Any], dict[float, dict[str, Any]]] = defaultdict(dict)
     samples: dict[tuple[str, Any], dict[float, torch.Tensor]] = defaultdict(dict)
-    worlds: dict[float, Any] = {}
     for run in runs:
         v = run["value"]
-        if v not in worlds:
-            worlds[v] = _world(run["meta"])
         saved = {}
         pt = Path(run["path"]).parent / "samples.pt" if Path(run["path"]).is_file() else Path(run["path"]) / "samples.pt"
         if pt.is_file():

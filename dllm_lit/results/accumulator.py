@@ -4,7 +4,8 @@ Every metric is wrapped with its bootstrap interval (:class:`~dllm_lit.metrics.b
 resample weights drawn from the run's seed); metrics that are compared with the reference row
 (``MetricSpec.pairs_with_reference``) are paired with it.  Samples and the denoiser evaluations (NFE) of every
 sequence are kept by index until the row is finished; a finished row is one ``metrics.json`` row and its samples
-``[N, T]`` in index order (gathered over processes in a multi-process run, where finishing is collective).
+``[N, T]`` in index order (gathered over processes in a multi-process run, where finishing is collective: every
+process finishes a row once it has run its own items of it, :meth:`MetricAccumulator.finished_here`).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class MetricAccumulator:
         contexts: what each spec's ``build`` reads (one per spec).
         resamples, confidence: of the bootstrap intervals (0 resamples: no interval).
         decoder: the chain's text decoder (for metrics that read texts).
-        distributed: rows are finished collectively at the end, not as they fill up.
+        distributed: rows are finished collectively, as each process runs past them (:meth:`finished_here`).
     """
 
     def __init__(self, plan: RunPlan, specs: Sequence[MetricSpec], contexts: Sequence[MetricContext],
@@ -76,6 +77,16 @@ class MetricAccumulator:
                                if nfe is None else nfe.to(torch.float64).reshape(-1)))
         self._count[row] += len(index)
         return not self.distributed and self._count[row] >= self.plan.num_sequences
+
+    def finished_here(self, row: int, start: int, world: int) -> list[int]:
+        """Multi-process: the pending rows all of whose work items this process has run, once it has run the item
+        of ``row`` that starts at sequence ``start``.  Items are dealt round robin (``WorkShards``): this process's
+        next item is ``world`` items further on, so every row that ends before it is done here, and each process
+        finishes the rows in plan order (each :meth:`finish` is a collective)."""
+        pending = [i for i in range(len(self.plan.rows)) if i not in self.plan.done]
+        per_row = -(-self.plan.num_sequences // self.plan.chunk_size)
+        k = pending.index(row) * per_row + start // self.plan.chunk_size
+        return [i for p, i in enumerate(pending) if (p + 1) * per_row <= k + world]
 
     def _gather(self, chunks: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor | None:
         if self.distributed and dist.is_available() and dist.is_initialized():

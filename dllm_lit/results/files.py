@@ -5,7 +5,10 @@
 - ``metrics.csv`` - the same rows, intervals as ``<key>_ci_low`` / ``<key>_ci_high`` columns, settings as JSON;
 - ``samples.pt`` - {"format": "dllm_lit.samples", "version": 1, "rows": [{sampler, label, steps, seed,
   samples: uint8/int16 [N, T]}]};
-- ``samples.txt`` - a few decoded samples per row.
+- ``samples.txt`` - a few decoded samples per row;
+- ``seals.json`` - per committed row, SHA-256 digests of its values (as ``metrics.json`` holds them) and of its
+  samples (dtype, shape, bytes), written before ``metrics.json``: a resume keeps a row only when both still
+  match (:func:`row_seals`).  An unkeyed digest: it detects a changed file (integrity), not who changed it.
 """
 from __future__ import annotations
 
@@ -18,18 +21,21 @@ from typing import Any
 import torch
 
 from dllm_lit.atomic import atomic_torch_save, atomic_write_text
+from dllm_lit.hashing import sha256_tensors, sha256_text
 
 __all__ = ["FIGURE_FORMATS", "METRICS_FORMAT", "METRICS_VERSION", "RESULT_FILES", "ROW_HEAD", "SAMPLES_FORMAT",
-           "load_metrics", "row_title", "write_metrics", "write_samples"]
+           "SEALS_FORMAT", "load_metrics", "read_seals", "row_seals", "seal_holds", "row_title", "write_metrics", "write_samples",
+           "write_seals"]
 
 SAMPLES_FORMAT = "dllm_lit.samples"
+SEALS_FORMAT = "dllm_lit.seals"
 METRICS_FORMAT = "dllm_lit.metrics"
 METRICS_VERSION = 2
 FIGURE_FORMATS = ("png", "pdf", "svg")
 #: row fields the writer itself adds around the registry's keys
 ROW_HEAD = ("sampler", "label", "steps", "seed", "nfe", "nfe_std", "settings")
 #: the files a run writes beside its figures
-RESULT_FILES = ("metrics.json", "metrics.csv", "samples.pt", "samples.txt")
+RESULT_FILES = ("metrics.json", "metrics.csv", "samples.pt", "samples.txt", "seals.json")
 
 
 def load_metrics(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -95,3 +101,36 @@ def write_samples(rows: list[dict[str, Any]], samples: list[torch.Tensor | None]
             texts = decoder.decode_batch(x[:num_text_examples].long())
             parts.append(f"=== {row_title(r)} ===\n" + "\n".join(f"[{i}] {t}" for i, t in enumerate(texts)))
         atomic_write_text(out / "samples.txt", "\n\n".join(parts) + "\n")
+
+
+def _seal_key(row: dict[str, Any]) -> str:
+    return f"{row['label']}@{row['steps']}"
+
+
+def row_seals(row: dict[str, Any], samples: torch.Tensor | None) -> dict[str, str | None]:
+    """``{"values": <SHA-256 of the row as metrics.json stores it>, "samples": <SHA-256 of its samples> or None}``."""
+    as_stored = json.dumps(json.loads(json.dumps(row)), sort_keys=True, separators=(",", ":"))  # NaN stays NaN
+    return {"values": sha256_text(as_stored),
+            "samples": sha256_tensors([("samples", samples)]) if samples is not None else None}
+
+
+def write_seals(rows: list[dict[str, Any]], samples: list[torch.Tensor | None], out: Path) -> None:
+    """``seals.json``: the seals of every committed row (samples sealed only when they are saved)."""
+    seals = {_seal_key(r): row_seals(r, x) for r, x in zip(rows, samples)}
+    atomic_write_text(out / "seals.json", json.dumps({"format": SEALS_FORMAT, "version": 1, "rows": seals},
+                                                     indent=1, sort_keys=True) + "\n")
+
+
+def read_seals(out: Path) -> dict[str, dict[str, Any]]:
+    """The seals in ``out/seals.json`` by row (``{}`` when the file is missing or unreadable: no row is sealed)."""
+    try:
+        data = json.loads((Path(out) / "seals.json").read_text())
+        return {str(k): dict(v) for k, v in data["rows"].items()} if data.get("format") == SEALS_FORMAT else {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def seal_holds(seals: dict[str, dict[str, Any]], row: dict[str, Any], samples: torch.Tensor | None) -> bool:
+    """Whether ``row`` (and its samples, when given) are what was sealed when the row was committed."""
+    found, now = seals.get(_seal_key(row)) or {}, row_seals(row, samples)
+    return found.get("values") == now["values"] and (samples is None or found.get("samples") == now["samples"])

@@ -19,7 +19,7 @@ __all__ = ["LOCK_NAME", "lock_output_folder", "unlock_output_folder", "remove_le
 
 LOCK_NAME = ".dllm_lit.lock"
 #: the files of a run folder written through atomic_write (figures: any name in figures/)
-_WRITTEN = ("metrics.json", "metrics.csv", "samples.pt", "samples.txt")
+_WRITTEN = ("metrics.json", "metrics.csv", "samples.pt", "samples.txt", "seals.json")
 
 
 def lock_output_folder(folder: Path) -> IO[str] | None:

@@ -7,8 +7,9 @@ options dataclass included, so a configurable metric is part of it without any l
 Within the run, a row is kept when its label, steps and settings (sampler options, denoiser, code
 digest) are those of the plan's row and its samples are on disk.
 
-**Commit.**  Samples first, then ``metrics.json`` (the commit record), each file atomically: a row is
-on disk exactly when ``metrics.json`` lists it.
+**Commit.**  Samples first, then their seals (``seals.json``: SHA-256 of each row's values and samples), then
+``metrics.json`` (the commit record), each file atomically: a row is on disk exactly when ``metrics.json``
+lists it, and it is kept on resume only while its seal holds (a changed value or sample is computed again).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import torch
 
 from dllm_lit.engine.plan import RunPlan, jsonable
 from dllm_lit.results.files import (FIGURE_FORMATS, METRICS_FORMAT, METRICS_VERSION, RESULT_FILES, load_metrics,
-                                    write_metrics, write_samples)
+                                    read_seals, seal_holds, write_metrics, write_samples, write_seals)
 from dllm_lit.results.output_folder import lock_output_folder, remove_leftovers, unlock_output_folder
 
 __all__ = ["RunStore", "package_info", "run_key", "run_meta"]
@@ -148,7 +149,8 @@ class RunStore:
             except Exception:
                 samples = {}
         by_id = {(r.get("label"), r.get("steps")): r for r in rows}
-        kept, recoded = {}, []
+        seals = read_seals(self.out)
+        kept, recoded, broken = {}, [], []
         for i, (label, plan_row, want) in enumerate(zip(labels, plan.rows, settings)):
             row = by_id.get((label, plan_row.steps))
             if row is not None and _without_code(row.get("settings")) == _without_code(want) \
@@ -159,11 +161,17 @@ class RunStore:
             x = samples.get((label, plan_row.steps))
             if with_samples and (x is None or tuple(x.shape) != (plan.num_sequences, plan.seq_len)):
                 continue
+            if not seal_holds(seals, row, x if with_samples else None):
+                broken.append(plan_row.key)
+                continue
             kept[i] = (row, x)
         if recoded:
             warnings.warn(f"{self.out}: the code of the sampler or denoiser changed since row(s) {', '.join(recoded)} "
                           "were computed (settings[\"code\"]); they are computed again", stacklevel=2)
-        stale = len(rows) - len(kept) - len(recoded)
+        if broken:
+            warnings.warn(f"{self.out}: row(s) {', '.join(broken)} fail their seal (seals.json: metrics.json or "
+                          "samples.pt changed since they were committed); they are computed again", stacklevel=2)
+        stale = len(rows) - len(kept) - len(recoded) - len(broken)
         if stale > 0:
             warnings.warn(f"{self.out}: {stale} row(s) on disk are not part of this run or have other settings; "
                           "they are replaced", stacklevel=2)
@@ -195,6 +203,8 @@ class RunStore:
     def commit(self, rows: list[dict[str, Any]], samples: list[torch.Tensor | None], meta: dict[str, Any],
                save_samples: bool, decoder: Any = None, num_text_examples: int = 0,
                default_keys: tuple[str, ...] = ()) -> None:
-        """Samples first (samples.pt, samples.txt), then metrics.json and metrics.csv: the commit record."""
+        """Samples first (samples.pt, samples.txt), their seals (seals.json), then metrics.json and metrics.csv:
+        the commit record."""
         write_samples(rows, samples, self.out, save=save_samples, decoder=decoder, num_text_examples=num_text_examples)
+        write_seals(rows, [x if save_samples else None for x in samples], self.out)
         write_metrics(rows, self.out, meta=meta, default_keys=default_keys)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["RunInterrupted", "SignalGuard"]
+__all__ = ["RunInterrupted", "RunStopped", "SignalGuard"]
 
 
 class RunInterrupted(Exception):
@@ -24,6 +24,10 @@ class RunInterrupted(Exception):
         where = f" in {output_dir}" if output_dir else ""
         super().__init__(f"interrupted by {name}: {done} of {total} rows are complete{where}; "
                          "rerun the same command to finish the others")
+
+
+class RunStopped(SystemExit):
+    """The exit of a run stopped by SIGINT / SIGTERM after its finished rows were committed (status 128 + signal)."""
 
 
 class SignalGuard:

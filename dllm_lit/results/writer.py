@@ -19,13 +19,13 @@ version and commit, whether it is ``complete``), ``metrics.csv``, ``samples.pt``
 sampler's defaults (e.g. ``remdm_conf[top_p=1]``), ``settings`` are the sampler's options (denoiser
 included), ``nfe`` / ``nfe_std`` the mean and standard deviation of the denoiser evaluations.
 
-**Row by row, resumable.**  In a single-process run a row is committed (samples first, then
+**Row by row, resumable.**  A row is committed (samples first, then
 ``metrics.json``) as soon as its N sequences are done, in plan order.  A rerun into the same
 directory keeps every row already on disk whose settings are the same (sampler options, N, T,
 seed, chain fingerprint, metric options) and samples only the others (:attr:`RunPlan.done`).
 SIGINT and SIGTERM stop the run within a draw or two, never in the middle of a commit, and end
-with :class:`RunInterrupted`; every committed row stays on disk.  (A multi-process run commits
-its rows at the end.)
+with :class:`RunInterrupted`; every committed row stays on disk.  A multi-process run commits the same
+way from rank 0: each process finishes a row (collectively) as soon as it has run its own items of it.
 """
 from __future__ import annotations
 
@@ -281,7 +281,7 @@ class ResultsWriter(Callback):
 
     # ------------------------------------------------------------------ signals and teardown
     def _interrupted(self, signum: int) -> RunInterrupted:
-        done = len(self.rows) if not self._distributed else 0
+        done = len(self.rows)  # rank 0 commits each row as it is finished, in a multi-process run too
         return RunInterrupted(signum, done, len(self.plan.rows), str(self.out))
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -321,10 +321,23 @@ class ResultsWriter(Callback):
         if self._accumulator.update(row, outputs):
             self._finished[row] = self._accumulator.finish(row, self._labels[row], self._settings[row])
             self._advance(trainer)
+        elif self._distributed:  # every process finishes (collectively) the rows it has run past; rank 0 commits
+            start = int(outputs["index"][0]) if len(outputs["index"]) else 0
+            self._finish_rows(trainer, self._accumulator.finished_here(row, start, trainer.world_size))
+
+    def _finish_rows(self, trainer: L.Trainer, rows: list[int]) -> None:
+        """Finish each of ``rows`` not finished yet, in plan order, and commit what follows the committed rows."""
+        todo = [i for i in rows if i not in self._closed]
+        for i in todo:
+            self._finished[i] = self._accumulator.finish(i, self._labels[i], self._settings[i])
+            self._closed.add(i)
+        if todo:
+            self._advance(trainer)
 
     # ------------------------------------------------------------------ commit order
     def _start_commits(self) -> None:
         self._finished: dict[int, tuple[dict[str, Any], torch.Tensor | None]] = {}
+        self._closed: set[int] = set()  # rows finished (a multi-process run finishes each one once)
         self._committed: list[tuple[dict[str, Any], torch.Tensor | None]] = []
         self.rows = []
 
@@ -351,11 +364,8 @@ class ResultsWriter(Callback):
 
     # ------------------------------------------------------------------ end of predict
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._distributed:  # collectives: every process computes every pending row in order
-            for i in range(len(self.plan.rows)):
-                if i not in self.plan.done:
-                    self._finished[i] = self._accumulator.finish(i, self._labels[i], self._settings[i])
-            self._advance(trainer)
+        if self._distributed:  # the rows this process had no item of after its last one (collectives, in order)
+            self._finish_rows(trainer, [i for i in range(len(self.plan.rows)) if i not in self.plan.done])
         missing = [self._labels[i] for i in range(len(self.plan.rows)) if i not in self.plan.done and
                    i >= len(self._committed)]
         if missing:

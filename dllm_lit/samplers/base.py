@@ -25,6 +25,7 @@ from dllm_lit.engine.budget import check_steps_count
 from dllm_lit.engine.plan import Row
 from dllm_lit.engine.process_group import release_process_group
 from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.user_code import user_code
 
 if TYPE_CHECKING:
     from dllm_lit.engine.plan import RunPlan
@@ -243,7 +244,8 @@ class Sampler(L.LightningModule, ABC):
             return {"row": -1, "index": batch["index"], "samples": empty, "nfe": torch.zeros(0, dtype=torch.float64)}
         row = self.plan.rows[int(batch["row"])]
         idx = batch["index"].to(self.device)
-        x, stats = row.sampler.generate_with_stats(idx, int(batch["seq_len"]), row.steps, int(batch["seed"]))
+        with user_code(f"the sampler {row.name}"):  # a SystemExit in a user's sampler class ends nothing silently
+            x, stats = row.sampler.generate_with_stats(idx, int(batch["seq_len"]), row.steps, int(batch["seed"]))
         stats = {k: v.cpu() for k, v in stats.items()}
         return {"row": int(batch["row"]), "index": idx.cpu(), "samples": x.to(compact_dtype(self.vocab_size)).cpu(),
                 "nfe": stats["nfe"], "stats": stats}

@@ -10,8 +10,9 @@
   ``input_ids=prompt``, ``output_type="seq"`` and the same injected options; its ``.sequences`` are the result.
 
 The result must be an integer tensor [B, T] (or [B, T - P] without the prompt) of chain ids: shape, dtype, id
-range and left-over mask ids are checked, and any failure - including an exception inside the user's code -
-ends with one line naming the function (:class:`ExternalSamplerError`); rows finished before it stay on disk.
+range and left-over mask ids are checked, and any failure - including an exception inside the user's code, a
+``SystemExit`` it raises or a call past ``timeout`` seconds - ends with one line naming the function
+(:class:`ExternalSamplerError`); rows finished before it stay on disk.
 
 Randomness: the user's code draws from torch's global RNG (and CUDA's), seeded for each work item from (seed,
 steps, first sequence index of the item).  So, unlike the native samplers, a sequence's sample depends on the
@@ -33,6 +34,7 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
+from dllm_lit.user_code import user_code
 
 __all__ = ["ExternalSampler", "ExternalSamplerError", "resolve"]
 
@@ -73,6 +75,9 @@ class ExternalSampler(Sampler):
         prompt_length: P >= 0 prompt tokens (an exact chain prefix) per sequence.
         model_options: :class:`~dllm_lit.hf.OracleConfig` options (``revealed``, ``logit_shift``, ...).
         name: the results rows' name (default ``external_<function or pipeline name>``).
+        timeout: seconds one call of the user's code may take (None: no limit); past it the run ends with one
+            line, as it does when that code raises ``SystemExit`` or ``KeyboardInterrupt``
+            (:mod:`dllm_lit.user_code`).
     """
 
     #: options the row label leaves out: the function is in the name, the argument names are bookkeeping
@@ -82,7 +87,8 @@ class ExternalSampler(Sampler):
                  pipeline: str | None = None, scheduler: str | None = None,
                  scheduler_kwargs: dict[str, Any] | None = None, kwargs: dict[str, Any] | None = None,
                  length_kwarg: str | None = None, steps_kwarg: str | None = None, mask_kwarg: str | None = None,
-                 prompt_length: int = 0, model_options: dict[str, Any] | None = None, name: str | None = None) -> None:
+                 prompt_length: int = 0, model_options: dict[str, Any] | None = None, name: str | None = None,
+                 timeout: float | None = None) -> None:
         super().__init__(None, steps)
         if denoiser is not None:
             raise ValueError("denoiser must be null for ExternalSampler: it runs the user's code on the exact "
@@ -112,6 +118,7 @@ class ExternalSampler(Sampler):
         self.sampler_name = name if name is not None else f"external_{self.label}"
         self.model = None
         self.name_option = name
+        self.timeout = checks.optional_real("timeout", timeout, 0.0, low_open=True)
 
     #: the prompt [P] of every sequence (a prompted run sets it with prompt_length = P); None: drawn (Stream.PROMPT)
     given_prompt: torch.Tensor | None = None
@@ -124,6 +131,7 @@ class ExternalSampler(Sampler):
         """The constructor options (the row settings: resume refuses rows of another function or options)."""
         out = super().settings()
         out["generate"], out["name"] = self.generate_path, self.name_option
+        del out["timeout"]  # a time limit changes no sample
         return out
 
     def connect(self, chain, cache_dir=None) -> "ExternalSampler":
@@ -211,7 +219,7 @@ class ExternalSampler(Sampler):
         devices = [self.device] if self.device.type == "cuda" else []
         calls = self.model.calls
         who = self.generate_path or self.pipeline
-        with torch.random.fork_rng(devices=devices):
+        with torch.random.fork_rng(devices=devices), user_code(who, self.timeout, "timeout", ExternalSamplerError):
             s = self._item_seed(indices, steps, seed)
             torch.manual_seed(s)
             self.model.set_jitter_seed(s)
