@@ -7,7 +7,6 @@ the experiments never import the command-line dispatcher.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import warnings
 
@@ -18,7 +17,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from dllm_lit import console
 from dllm_lit.cli_messages import condense_parser_error
 from dllm_lit.data.datamodule import MarkovDataModule
-from dllm_lit.engine.budget import check_steps_count, count_list_values
+from dllm_lit.engine.budget import check_config_arguments
 from dllm_lit.engine.process_group import watch_peers
 from dllm_lit.engine.threads import sampling_threads
 from dllm_lit.engine.wiring import connect, connect_training
@@ -184,20 +183,12 @@ def reset_switched_classes(args):
 
 
 def check_steps_arguments(args) -> None:
-    """A steps list longer than :data:`~dllm_lit.engine.budget.MAX_STEP_VALUES`, on the command line or as a
-    ``steps: [...]`` list in a ``--config`` file, is refused before parsing (parsing a million-entry list
-    alone took minutes and most of a GB)."""
-    if not isinstance(args, (list, tuple)):
-        return
-    for i, arg in enumerate(args):
-        key, eq, value = str(arg).partition("=")
-        value = value if eq else (str(args[i + 1]) if i + 1 < len(args) else "")
-        if key in ("--model.steps", "--model.init_args.steps"):
-            check_steps_count(key.lstrip("-"), count_list_values(value))
-        elif key == "--config" and os.path.isfile(value):
-            with open(value, errors="replace") as fh:
-                for found in re.finditer(r"\bsteps:\s*(\[[^\]]*\])", fh.read()):
-                    check_steps_count(f"steps in {value}", count_list_values(found.group(1)))
+    """Sizes the parser must not see (:func:`~dllm_lit.engine.budget.check_config_arguments`): a value or config file
+    over 256 KiB, or a steps list longer than :data:`~dllm_lit.engine.budget.MAX_STEP_VALUES`, on the command line
+    or in a config file (flow or block YAML), is refused before parsing (parsing a million-entry list alone took
+    minutes and most of a GB)."""
+    if isinstance(args, (list, tuple)):
+        check_config_arguments(args)
 
 
 def check_environment(cfg) -> None:

@@ -46,6 +46,7 @@ from typing import IO
 import torch
 
 from dllm_lit.atomic import atomic_write, atomic_write_text
+from dllm_lit.engine.budget import check_memory
 from dllm_lit.hashing import canonical_json, sha256_text
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.markov.mixing import certification_depth, second_eigenvalue_modulus
@@ -364,6 +365,8 @@ def load_or_build(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, d
     """
     V = chain.vocab_size
     itemsize = torch.finfo(dtype).bits // 8
+    check_memory("vocab_size", V, (3 * 8 + 2 * itemsize) * float(V) ** 2,
+                 "the exact oracle (the dense V x V float64 kernel, two powers being multiplied, one table block)")
     limit = depth_limit(chain, max_cache_bytes, dtype, mixing_tol)
     if cache_dir is None or 2 * V * V * itemsize * 2 < DISK_CACHE_MIN_BYTES:
         return _build(chain, mixing_tol, limit, dtype)
