@@ -31,7 +31,7 @@ import numpy as np
 
 from dllm_lit.engine.budget import check_memory, check_setup_time
 
-__all__ = ["pair_information", "information_curve", "total_correlation", "dual_total_correlation",
+__all__ = ["pair_information", "segment_pair_information", "information_curve", "total_correlation", "dual_total_correlation",
            "ChainInformation", "check_curve_size"]
 
 #: the information curve's peak memory (bytes) and CPU time (seconds) per entry of its L x L tables
@@ -62,12 +62,26 @@ def _entropy(p: np.ndarray) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def pair_information(chain: Any, max_distance: int) -> np.ndarray:
+#: ||pi P - pi||_1 above which ``pi`` of a (kernel, pi) pair is not invariant (the chain's own tolerance)
+INVARIANCE_TOL = 1e-8
+
+
+def pair_information(chain: Any, max_distance: int, length: int | None = None) -> np.ndarray:
     """g[d] = I(X_0; X_d) in nats for d = 0..max_distance (g[0] = H(pi)); float64 [max_distance + 1].
 
     ``chain``: a MarkovChain or (kernel, pi).  Powers are iterated in float64 until the chi-square
-    bound on g falls below :data:`CHI2_STOP` (then g = 0)."""
+    bound on g falls below :data:`CHI2_STOP` (then g = 0).
+
+    A (kernel, mu0) pair whose mu0 is not invariant is the chain started from mu0: I(X_a; X_{a+d}) then depends
+    on a, and with ``length`` (the segment 0..L-1) g[d] is its average over the L - d pairs of the segment,
+    :func:`segment_pair_information`; without ``length`` it is refused."""
     P, pi = _kernel_and_pi(chain)
+    resid = float(np.abs(pi @ P - pi).sum())
+    if resid > INVARIANCE_TOL:
+        if length is None:
+            raise ValueError(f"pi is not invariant under the kernel (||pi P - pi||_1 = {resid:.3g} > "
+                             f"{INVARIANCE_TOL:g}): pass length=L for the chain started from it, or its stationary law")
+        return segment_pair_information(P, pi, int(length), int(max_distance))
     check_memory("max_distance", int(max_distance), 8.0 * (int(max_distance) + 1), "the pair information")
     g = np.zeros(int(max_distance) + 1)
     g[0] = _entropy(pi)
@@ -83,6 +97,33 @@ def pair_information(chain: Any, max_distance: int) -> np.ndarray:
         if chi2 < CHI2_STOP:
             break
     return g
+
+
+def segment_pair_information(P: np.ndarray, mu0: np.ndarray, length: int, max_distance: int) -> np.ndarray:
+    """h[d] = (1 / (L - d)) sum_{a=0}^{L-1-d} I(X_a; X_{a+d}) for the chain X_0 ~ mu0, X_{t+1} ~ P(X_t, .) over a
+    segment of L positions (d = 0..max_distance; h[d] = 0 for d >= L; h[0] the mean entropy), float64.
+
+    The Markov identity I(X_i; X_a, X_b) = I(X_a; X_i) + I(X_i; X_b) - I(X_a; X_b) (a < i < b) holds for any initial
+    law, and the probability that a uniform position i of the segment has its nearest revealed neighbours at
+    distances (x, y) depends on (x, y) only; summed over i, the pairs at distance d enter through their mean
+    h[d]: :func:`information_curve` of h (``left_revealed`` False) is the exact curve of the non-stationary
+    segment.  With mu_a = mu0 P^a, I(X_a; X_{a+d}) = H(mu_{a+d}) + sum_u mu_a(u) sum_w P^d(u, w) log P^d(u, w)."""
+    L, D = int(length), int(max_distance)
+    check_curve_size(L)
+    mu = np.empty((L, P.shape[0]))
+    mu[0] = mu0
+    for a in range(1, L):
+        mu[a] = mu[a - 1] @ P
+    ent = np.array([_entropy(m) for m in mu])
+    h = np.zeros(D + 1)
+    h[0] = float(ent.mean())
+    Pd = np.eye(P.shape[0])
+    for d in range(1, min(D, L - 1) + 1):
+        Pd = Pd @ P
+        with np.errstate(divide="ignore", invalid="ignore"):
+            neg_row_entropy = np.where(Pd > 0, Pd * np.log(Pd), 0.0).sum(1)
+        h[d] = max(float((ent[d:] + mu[:L - d] @ neg_row_entropy).mean()), 0.0)
+    return h
 
 
 def _log_binom(n: np.ndarray, k: np.ndarray) -> np.ndarray:
