@@ -15,7 +15,6 @@ Everything else (each class's options) is checked by the full parser once the li
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Any
 
@@ -24,7 +23,7 @@ import yaml
 from dllm_lit import checks
 from dllm_lit.cli_messages import one_line
 from dllm_lit.config_files import read_yaml
-from dllm_lit.engine.budget import check_steps_count, count_list_values
+from dllm_lit.engine.budget import check_config_arguments
 
 __all__ = ["precheck", "refused", "check_config_files", "check_seed", "check_steps_arguments", "GROUPS"]
 
@@ -137,20 +136,12 @@ def precheck(verb: str, args: list[str]) -> None:
 
 
 def check_steps_arguments(args) -> None:
-    """A steps list longer than :data:`~dllm_lit.engine.budget.MAX_STEP_VALUES`, on the command line or as a
-    ``steps: [...]`` list in a ``--config`` file, is refused before parsing (parsing a million-entry list
-    alone took minutes and most of a GB)."""
-    if not isinstance(args, (list, tuple)):
-        return
-    for i, arg in enumerate(args):
-        key, eq, value = str(arg).partition("=")
-        value = value if eq else (str(args[i + 1]) if i + 1 < len(args) else "")
-        if key in ("--model.steps", "--model.init_args.steps"):
-            check_steps_count(key.lstrip("-"), count_list_values(value))
-        elif key == "--config" and os.path.isfile(value):
-            with open(value, errors="replace") as fh:
-                for found in re.finditer(r"\bsteps:\s*(\[[^\]]*\])", fh.read()):
-                    check_steps_count(f"steps in {value}", count_list_values(found.group(1)))
+    """Sizes the parser must not see (:func:`~dllm_lit.engine.budget.check_config_arguments`): a value or config
+    file over 256 KiB, or a steps list longer than :data:`~dllm_lit.engine.budget.MAX_STEP_VALUES`, on the command
+    line or in a config file (flow or block YAML), is refused before parsing (parsing a million-entry list alone
+    took minutes and most of a GB)."""
+    if isinstance(args, (list, tuple)):
+        check_config_arguments([str(a) for a in args])
 
 
 def refused(verb: str, args: list[str]) -> bool:

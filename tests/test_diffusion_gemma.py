@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 V, T, N = 3, 4, 20000
 ALPHA = 0.01  # goodness-of-fit level: a correct sampler fails one comparison with probability 1 %
 
-#: (options, steps): upstream defaults; diffusers' loop (no stop, last canvas); random ties; early stops that spread
+#: (options, steps): upstream defaults; diffusers' loop without its stop (confidence_threshold=None: the last canvas); random ties; early stops that spread
 #: the NFE over 2..4 calls, with and without the stability condition
 CASES = [
     ({}, 3),
@@ -36,7 +36,7 @@ def test_law_and_nfe_match_dynamic_programming(chain, den, options, steps) -> No
 
 
 def test_exact_samples_are_rejected(chain) -> None:
-    """Power: exact chain samples fail against the law of diffusers' loop at 3 calls."""
+    """Power: exact chain samples fail against the law of diffusers' loop without its stop at 3 calls."""
     law, _ = diffusion_gemma_law(chain, T, 3, **CASES[1][0])
     assert chi_square_pvalue(sequence_counts(chain.sample(N, T, seed=5), V), law) < ALPHA
 
@@ -113,3 +113,62 @@ def test_law_in_an_hmm_world() -> None:
     x = DiffusionGemma(**opts).connect(world).sample(N, T, 3, seed=41)
     assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
 
+
+
+def _diffusers_loop(chain, n: int, steps: int, options: dict, seed: int) -> torch.Tensor:
+    """diffusers 0.42's DiffusionGemma loop, one canvas of T tokens: its own ``EntropyBoundScheduler.step`` on the
+    oracle's leave-one-out logits (UniformNoise at the previous call's accepted count / T, the evidence channel
+    this project gives the time-free model), then the pipeline's adaptive stop and commit: a sequence stops when its
+    argmax canvas repeats the last ``stability_threshold`` ones and the mean entropy of the tempered logits is
+    below ``confidence_threshold``; a stopped sequence's canvas is its argmax canvas; the last canvas is returned.
+    The leave-one-out laws are rounded to 12 decimals so that mathematically equal entropies (every position at the
+    first call) are equal numbers and torch.sort keeps them in position order (the "lowest" tie rule); unrounded,
+    float noise of the forward-backward orders them (upstream leaves ties open; the docs' departures)."""
+    EntropyBoundScheduler = pytest.importorskip("diffusers").EntropyBoundScheduler
+    from dllm_lit.denoisers import hmm_posterior
+    from dllm_lit.markov import HMMWorld
+
+    world = HMMWorld.from_chain(chain)
+    sched = EntropyBoundScheduler(entropy_bound=options["entropy_bound"], t_max=options["t_max"], t_min=options["t_min"])
+    sched.set_timesteps(steps)
+    g = torch.Generator().manual_seed(seed)
+    canvas = torch.randint(0, V, (n, T), generator=g)
+    accepted = torch.zeros(n, dtype=torch.long)
+    finished = torch.zeros(n, dtype=torch.bool)
+    argmax_canvas = canvas
+    history = torch.full((options["stability_threshold"], n, T), -1, dtype=torch.long)
+    for k in range(steps):
+        logits = torch.empty(n, T, V, dtype=torch.float64)
+        for m in torch.unique(accepted).tolist():
+            rows = (accepted == m).nonzero().flatten()
+            q = hmm_posterior(world, canvas[rows], UniformNoise(m / T), leave_one_out=True)
+            logits[rows] = torch.round(q, decimals=12).log()  # equal laws equal in every bit: ties, not float noise
+        out = sched.step(model_output=logits, timestep=k, sample=canvas, generator=g)
+        canvas, accepted = out.prev_sample, out.accepted_index.sum(1)
+        nxt = torch.where(finished[:, None], argmax_canvas, out.pred_logits.argmax(-1))
+        stable = (history == nxt[None]).all(-1).all(0)
+        history = torch.cat([history[1:], nxt[None]])
+        entropy = torch.distributions.Categorical(logits=out.pred_logits.float()).entropy().mean(-1)
+        finished |= stable & (entropy < options["entropy_threshold"])
+        argmax_canvas = nxt
+        canvas = torch.where(finished[:, None], argmax_canvas, canvas)
+        if bool(finished.all()):
+            break
+    return canvas
+
+
+def test_canvas_output_is_the_diffusers_loop(chain, den) -> None:
+    """``output="canvas"``: diffusers 0.42 stops early by default (``confidence_threshold`` 0.005) and returns the
+    argmax canvas of a stopped sequence, the last (renoised) canvas of one that ran every call.  Upstream's own
+    scheduler in the pipeline's loop, the sampler and the exact law agree on a tiny chain where about half the
+    sequences stop (the former "last canvas of every sequence" law is rejected)."""
+    options = {"entropy_bound": 1.5, "entropy_threshold": 1.0, "stability_threshold": 1, "t_max": 0.6, "t_min": 0.2,
+               "output": "canvas"}
+    law, _ = diffusion_gemma_law(chain, T, 2, **options)
+    upstream = _diffusers_loop(chain, 8000, 2, options, seed=0)
+    assert chi_square_pvalue(sequence_counts(upstream, V), law) > ALPHA
+    x, _ = DiffusionGemma(den, **options).connect(chain).generate_with_nfe(torch.arange(N), T, 2, 2)
+    assert chi_square_pvalue(sequence_counts(x, V), law) > ALPHA
+    # the former law, the last canvas of every sequence (= never stopping: TV 0.051 from this one), is rejected
+    last_only, _ = diffusion_gemma_law(chain, T, 2, **{**options, "entropy_threshold": 0.0})
+    assert chi_square_pvalue(sequence_counts(upstream, V), last_only) < ALPHA

@@ -215,6 +215,16 @@ def test_kth_order_from_any_text(tmp_path) -> None:
     (lambda: HMMWorld(context_rows=torch.tensor([[0.5, 0.6], [0.5, 0.5]])), "row 0 of context_rows"),
     (lambda: HMMWorld(emission=torch.eye(2), transition=torch.tensor([[0.5, 0.5], [0.5, 0.5]]),
                       initial=torch.tensor([0.9, 0.1])), "invariant"),
+    (lambda: HMMWorld(emission=torch.zeros(0, 3), transition=torch.zeros(0, 0)), "transition must be non-empty"),
+    (lambda: HMMWorld(emission=torch.zeros(2, 0), transition=torch.eye(2), initial=torch.tensor([0.5, 0.5])),
+     "emission must be non-empty"),
+    (lambda: HMMWorld(context_rows=torch.zeros(0, 2)), "context_rows must be non-empty"),
+    # no unique stationary law without initial: the identity, a block-diagonal kernel, a context chain stuck in a or b
+    (lambda: HMMWorld(emission=torch.eye(2), transition=torch.eye(2)), "more than one stationary law .*states 0 and 1"),
+    (lambda: HMMWorld(emission=torch.eye(3), transition=torch.tensor([[1.0, 0, 0], [0, 0.5, 0.5], [0, 0.5, 0.5]])),
+     "more than one stationary law"),
+    (lambda: HMMWorld(context_rows=torch.tensor([[1.0, 0.0], [0.5, 0.5], [0.5, 0.5], [0.0, 1.0]])),
+     "more than one stationary law"),
     (lambda: synthetic_hmm(4, 3, stay=1.0), "stay"),
     (lambda: HMMSynthetic(emission_support=40, vocab_size=27), "emission_support"),
 ])
@@ -222,6 +232,17 @@ def test_bad_settings_fail_with_one_line(build, match) -> None:
     with pytest.raises(ValueError, match=match) as err:
         build()
     assert "\n" not in str(err.value)
+
+
+def test_a_reducible_transition_is_a_world_once_its_law_is_chosen() -> None:
+    """Refused without ``initial`` (the law would depend on the solver's start), accepted with an invariant one;
+    transient states and a period leave the law unique and are accepted."""
+    world = HMMWorld(emission=torch.eye(2), transition=torch.eye(2), initial=torch.tensor([0.3, 0.7]))
+    assert torch.allclose(world.stationary, torch.tensor([0.3, 0.7], dtype=torch.float64))
+    transient = HMMWorld(emission=torch.eye(2), transition=torch.tensor([[0.5, 0.5], [0.0, 1.0]]))
+    assert transient.initial.tolist() == pytest.approx([0.0, 1.0], abs=1e-9)
+    periodic = HMMWorld(emission=torch.eye(2), transition=torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
+    assert periodic.initial.tolist() == pytest.approx([0.5, 0.5], abs=1e-12)
 
 
 def test_hmm_oracle_keeps_a_bounded_number_of_channel_tables() -> None:

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from dllm_lit.theory.information import segment_pair_information
 from dllm_lit.theory.bounds import curve_totals, dtc_factor, schedule_bounds, tc_factor, template_schedule
 from dllm_lit.theory import (binomial_rounds_kl, dual_total_correlation, information_curve, optimal_schedule,
                              pair_information, round_sizes_kl, schedule_kl_curve, total_correlation, uniform_rounds)
@@ -123,6 +124,34 @@ def test_schedule_kl_matches_enumeration_over_orders(sizes):
     p = _joint(P, pi, T)
     Z = information_curve(pair_information((P, pi), T), T)
     assert abs(round_sizes_kl(Z, sizes) - _orders_kl(p, sizes, list(range(T)))) < TOL
+
+
+def test_a_non_stationary_start_is_refused_or_computed_exactly():
+    """(P, mu0) with mu0 not invariant: refused without ``length``; with it, the position-averaged pair information
+    gives the exact curve and schedule KL of the chain started from mu0 (the audit's case: 0.226737 exactly, where the
+    stationary formula applied to mu0 gave 0.235165)."""
+    P, mu0 = np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([0.5, 0.5])
+    with pytest.raises(ValueError, match=r"^pi is not invariant under the kernel .*pass length=L"):
+        pair_information((P, mu0), 3)
+    p = _joint(P, mu0, 3)
+    h = pair_information((P, mu0), 3, length=3)
+    assert abs(round_sizes_kl(information_curve(h, 3), [2, 1]) - _orders_kl(p, [2, 1], [0, 1, 2])) < TOL
+    assert abs(round_sizes_kl(information_curve(h, 3), [2, 1]) - 0.226737) < 1e-6
+    for seed, T in ((7, 5), (8, 6)):
+        P, _ = _chain(seed)
+        mu0 = np.random.default_rng(seed).dirichlet(np.ones(3))
+        p = _joint(P, mu0, T)
+        Z = information_curve(pair_information((P, mu0), T, length=T), T)
+        for j in range(1, T + 1):
+            vals = [_mi(p, i, S) for i in range(T) for S in itertools.combinations([k for k in range(T) if k != i], j - 1)]
+            assert abs(Z[j] - np.mean(vals)) < TOL
+    P, mu0 = _chain(10)[0], np.array([0.7, 0.2, 0.1])
+    h = pair_information((P, mu0), 4, length=4)
+    assert abs(round_sizes_kl(information_curve(h, 4), [2, 2]) - _orders_kl(_joint(P, mu0, 4), [2, 2], [0, 1, 2, 3])) < TOL
+    # a stationary start through the segment formula: the stationary pair information
+    P, pi = _chain(9)
+    seg = segment_pair_information(P, pi, 6, 6)
+    assert np.abs(seg[1:6] - pair_information((P, pi), 6)[1:6]).max() < 1e-12
 
 
 def test_block_schedule_kl_matches_enumeration():

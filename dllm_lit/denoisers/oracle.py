@@ -19,7 +19,8 @@ at the budget and longer distances are computed exactly by repeated multiplicati
 powers (a slower, exact fallback).  A chain whose powers never converge - transient states
 (pi(w) = 0), a periodic or a reducible kernel, found by :func:`~dllm_lit.markov.structure.chain_structure`
 when the oracle is built - gets the same exact fallback with a table of at most 64 powers, and one
-warning that names what is wrong with the chain.
+warning that names what is wrong with the chain; so does a chain that mixes too slowly for any affordable
+depth to be certified, found before the build from its second eigenvalue modulus (:mod:`dllm_lit.markov.mixing`).
 
 Zero-probability evidence: if P'^(i-a)(x_a, .) * P'^(b-i)(., x_b) vanishes, the right neighbour
 is unreachable and gamma_i is the left-only law P'^(i-a)(x_a, .) (pi with no left neighbour) -
@@ -38,7 +39,6 @@ import torch
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.denoisers.oracle_cache import load_or_build
 from dllm_lit.markov.chain import MarkovChain
-from dllm_lit.markov.structure import chain_structure
 from dllm_lit.reductions import fixed_order_sum
 
 __all__ = ["OracleDenoiser"]
@@ -74,11 +74,10 @@ class OracleDenoiser(LocalDenoiser):
         self.chain = chain
         self.vocab_size = chain.vocab_size
         self.mixing_tol = float(mixing_tol)
-        structure = chain_structure(chain)
         built = load_or_build(chain, self.mixing_tol, int(max_cache_bytes), dtype, cache_dir)
-        if not structure.ergodic:
-            warnings.warn(f"the chain's powers never converge ({structure.problems()}): the oracle keeps "
-                          f"{built.depth} of them and multiplies longer distances out exactly (slower)", stacklevel=2)
+        if built.problem:
+            warnings.warn(f"{built.problem}: the oracle keeps {built.depth} powers and multiplies longer distances "
+                          "out exactly (slower)", stacklevel=2)
         #: P' > 0 entrywise (e.g. a teleport with full-support nu): no evidence has probability zero
         self.strictly_positive = built.strictly_positive
         self.depth = built.depth

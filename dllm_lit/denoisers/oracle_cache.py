@@ -46,8 +46,10 @@ from typing import IO
 import torch
 
 from dllm_lit.atomic import atomic_write, atomic_write_text
+from dllm_lit.engine.budget import check_memory
 from dllm_lit.hashing import canonical_json, sha256_text
 from dllm_lit.markov.chain import MarkovChain
+from dllm_lit.markov.mixing import certification_depth, second_eigenvalue_modulus
 from dllm_lit.markov.structure import chain_structure
 
 log = logging.getLogger("dllm_lit.oracle")
@@ -77,6 +79,8 @@ class PowerTable:
     certified: bool
     residual: float
     strictly_positive: bool
+    #: why the table stops short of the memory budget ('' when it does not; :func:`depth_limit`)
+    problem: str = ""
 
 
 def max_depth_for(vocab_size: int, max_cache_bytes: int, dtype: torch.dtype) -> int:
@@ -84,17 +88,55 @@ def max_depth_for(vocab_size: int, max_cache_bytes: int, dtype: torch.dtype) -> 
     return max(1, int(max_cache_bytes // (2 * vocab_size * vocab_size * itemsize)) - 1)
 
 
-#: table depth for a chain whose powers never converge (transient states, periodic or reducible): distances
-#: beyond it are multiplied out exactly by the oracle, so a deeper table would only cost memory and build time
+#: table depth for a chain whose powers never converge (transient states, periodic or reducible), or converge
+#: too slowly to be certified within the budget: distances beyond it are multiplied out exactly by the oracle,
+#: so a deeper table would only cost memory and build time
 NON_ERGODIC_MAX_DEPTH = 64
+#: the most float64 operations a certified build may be expected to take (about 30 s at 1e10 per second);
+#: a chain whose spectral lower bound on the certified depth costs more gets the exact fallback instead
+BUILD_WORK_LIMIT = 3e11
+#: per-depth cost of the build besides the product (copying the block, the residual, the interpreter),
+#: in float64 operations: ~50 us per depth measured at V = 2
+_DEPTH_OVERHEAD = 5e5
 
 
-def depth_limit(chain: MarkovChain, max_cache_bytes: int, dtype: torch.dtype) -> int:
-    """The deepest table the build may write: the memory budget's depth, capped at
-    :data:`NON_ERGODIC_MAX_DEPTH` when :func:`~dllm_lit.markov.structure.chain_structure` finds that the
-    chain's powers never converge to 1 pi^T (no depth would ever be certified)."""
+@dataclass(frozen=True)
+class DepthLimit:
+    """The deepest table the build may write, and why it is short of the memory budget's ('' if it is not)."""
+
+    depth: int
+    problem: str = ""
+
+
+def _depth_work(chain: MarkovChain) -> float:
+    """Float64 operations per depth of the build: the product (sparse or dense) plus the overhead."""
+    V, K = chain.vocab_size, chain.top_k
+    sparse = V >= SPARSE_MIN_VOCAB and K <= SPARSE_MAX_DENSITY * V
+    return 2.0 * V * V * (K if sparse else V) + _DEPTH_OVERHEAD
+
+
+def depth_limit(chain: MarkovChain, max_cache_bytes: int, dtype: torch.dtype, mixing_tol: float = 1e-8) -> DepthLimit:
+    """The deepest table the build may write: the memory budget's depth, capped at :data:`NON_ERGODIC_MAX_DEPTH`
+    when the chain's powers never converge to 1 pi^T (:func:`~dllm_lit.markov.structure.chain_structure`), or
+    when the spectral lower bound on the certified depth (:func:`~dllm_lit.markov.mixing.certification_depth`)
+    exceeds the memory budget's depth or costs more than :data:`BUILD_WORK_LIMIT` operations: either way no
+    affordable depth would be certified, and the build would fill its budget for nothing (a
+    [[1 - 1e-9, 1e-9], [1e-9, 1 - 1e-9]] kernel: 1.3e8 powers of the 4 GiB budget, hours)."""
     depth = max_depth_for(chain.vocab_size, max_cache_bytes, dtype)
-    return depth if chain_structure(chain).ergodic else min(depth, NON_ERGODIC_MAX_DEPTH)
+    short = min(depth, NON_ERGODIC_MAX_DEPTH)
+    structure = chain_structure(chain)
+    if not structure.ergodic:
+        return DepthLimit(short, f"the chain's powers never converge ({structure.problems()})")
+    if depth <= NON_ERGODIC_MAX_DEPTH:  # the fallback's table would be as deep: nothing to decide
+        return DepthLimit(depth)
+    lam = second_eigenvalue_modulus(chain)
+    need = math.inf if lam is None else certification_depth(lam, mixing_tol)
+    if lam is None or need <= short or (need <= depth and need * _depth_work(chain) <= BUILD_WORK_LIMIT):
+        return DepthLimit(depth)
+    return DepthLimit(short, f"the chain mixes too slowly to certify the oracle's table: its second eigenvalue "
+                             f"modulus is 1 - {1.0 - lam:.3g}, so mixing_tol={mixing_tol:g} needs at least "
+                             f"{need:.3g} powers, beyond the {depth} of the memory budget or ~{BUILD_WORK_LIMIT:.0e} "
+                             f"operations of build")
 
 
 #: the sparse product is used from this vocabulary size on (below it a dense power takes milliseconds) ...
@@ -246,8 +288,12 @@ def _strictly_positive(chain: MarkovChain) -> bool:
 
 def build_power_table(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, dtype: torch.dtype) -> PowerTable:
     """Build the table in memory."""
+    return _build(chain, mixing_tol, depth_limit(chain, max_cache_bytes, dtype, mixing_tol), dtype)
+
+
+def _build(chain: MarkovChain, mixing_tol: float, limit: DepthLimit, dtype: torch.dtype) -> PowerTable:
     blocks, depth, certified, resid = [], 0, False, math.inf
-    max_depth = depth_limit(chain, max_cache_bytes, dtype)
+    max_depth = limit.depth
     factors = _sparse_kernel(chain)
     with _strip_threads(factors) as pool:
         for d, strips, resid, certified in _powers(chain, mixing_tol, max_depth, factors, pool):
@@ -255,13 +301,13 @@ def build_power_table(chain: MarkovChain, mixing_tol: float, max_cache_bytes: in
             depth = d
     blocks.append(_tail(chain, dtype))
     table = torch.cat(blocks)
-    return PowerTable(table, depth, certified, resid, _strictly_positive(chain))
+    return PowerTable(table, depth, certified, resid, _strictly_positive(chain), limit.problem)
 
 
 def table_key(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, dtype: torch.dtype,
               max_depth: int | None = None) -> str:
     if max_depth is None:
-        max_depth = depth_limit(chain, max_cache_bytes, dtype)
+        max_depth = depth_limit(chain, max_cache_bytes, dtype, mixing_tol).depth
     settings = {"format": FORMAT_VERSION, "chain": chain_fingerprint(chain), "mixing_tol": float(mixing_tol),
                 "max_depth": max_depth, "dtype": str(dtype)}
     return sha256_text(canonical_json(settings))
@@ -319,11 +365,14 @@ def load_or_build(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, d
     """
     V = chain.vocab_size
     itemsize = torch.finfo(dtype).bits // 8
+    check_memory("vocab_size", V, (3 * 8 + 2 * itemsize) * float(V) ** 2,
+                 "the exact oracle (the dense V x V float64 kernel, two powers being multiplied, one table block)")
+    limit = depth_limit(chain, max_cache_bytes, dtype, mixing_tol)
     if cache_dir is None or 2 * V * V * itemsize * 2 < DISK_CACHE_MIN_BYTES:
-        return build_power_table(chain, mixing_tol, max_cache_bytes, dtype)
+        return _build(chain, mixing_tol, limit, dtype)
     root = Path(cache_dir) / "oracle"
     root.mkdir(parents=True, exist_ok=True)
-    max_depth = depth_limit(chain, max_cache_bytes, dtype)
+    max_depth = limit.depth
     key = table_key(chain, mixing_tol, max_cache_bytes, dtype, max_depth)
     data, meta = root / f"{key}.bin", root / f"{key}.json"
 
@@ -339,7 +388,7 @@ def load_or_build(chain: MarkovChain, mixing_tol: float, max_cache_bytes: int, d
             return None
         resid = math.inf if record["residual"] is None else float(record["residual"])
         return PowerTable(table, int(record["depth"]), bool(record["certified"]), resid,
-                          bool(record["strictly_positive"]))
+                          bool(record["strictly_positive"]), limit.problem)
 
     hit = cached()
     if hit is not None:

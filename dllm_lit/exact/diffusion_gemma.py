@@ -5,7 +5,8 @@ Written from the rule (``docs/samplers/diffusion_gemma.md``), independently of t
 q_i = p(x_i | z_{-i}) under UniformNoise(m / T) (float64 forward-backward), p_i = q_i^(1/tau) normalised,
 H_i its entropy rounded to 9 decimals; positions sorted by H ascending (ties by the tie rule; "random" makes
 every subset of the tied positions at the cut equally likely) and the j-th accepted iff the entropies before it
-sum to at most the bound.  Accepted positions draw from p_i, the others a uniform token.  Ill-posed cases (an
+sum to at most the bound.  Accepted positions draw from p_i, the others a uniform token.  Output "argmax": the
+last argmax canvas; "canvas": the argmax canvas of a stopped sequence, else the last canvas (diffusers 0.42).  Ill-posed cases (an
 entropy sum or mean within 1e-9 of a threshold, an entropy within 1e-14 of a rounding boundary, a near-tie for an argmax) raise ValueError.
 """
 from __future__ import annotations
@@ -105,7 +106,7 @@ def diffusion_gemma_law(world: MarkovChain | HMMWorld, T: int, steps: int, entro
                     p = pz * pa * math.prod(w for _, w in combo)
                     z2 = tuple(v for v, _ in combo)
                     if stop or last:
-                        out[arg if output == "argmax" else z2] += p
+                        out[arg if output == "argmax" or stop else z2] += p
                         nfe[k] += p
                     else:
                         new[z2, len(acc), (hist + (arg,))[1:] if stability_threshold else ()] += p

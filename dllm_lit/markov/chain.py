@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from dllm_lit import rng
+from dllm_lit.markov import mixing
 from dllm_lit.hashing import sha256_tensors
 from dllm_lit.reductions import fixed_order_sum
 
@@ -222,12 +223,21 @@ class MarkovChain:
         """Stationary law pi (float64 [V]) with ||pi P' - pi||_1 <= stationary_tol.
 
         Power iteration on the lazy kernel (I + P')/2, which has the same invariant laws as P' and
-        is aperiodic, so it converges for every chain; started from nu.  Raises ChainError if the
-        tolerance is not met within 10^6 iterations (a nearly reducible chain).
+        is aperiodic, so it converges for every chain; started from nu.  A chain on which the iteration is
+        expected to need more than 10^7 iterations (:func:`~dllm_lit.markov.mixing.hopeless_power_iteration`,
+        a nearly reducible chain, V <= 256) is solved directly instead (``mixing.stationary_by_solve``, the
+        same tolerance checked).  Raises ChainError if the tolerance is not met within 10^6 iterations.
         """
         if self._stationary is None:
             pi = self.nu.clone() if self.eps > 0 else torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=torch.float64)
             max_iter, check_every = 1_000_000, 16
+            if mixing.hopeless_power_iteration(self, pi, max_iter):  # a nearly reducible chain: solve instead
+                solved = mixing.stationary_by_solve(self)
+                if solved is not None and fixed_order_sum((self._stationary_step(solved) - solved).abs()).item() \
+                        <= self.stationary_tol:
+                    self._stationary = solved / fixed_order_sum(solved)
+                    return self._stationary
+                max_iter = 0  # no law meets the tolerance: refuse at once
             for it in range(1, max_iter + 1):
                 nxt = self._stationary_step(pi)
                 if it % check_every == 0:

@@ -38,6 +38,8 @@ ROW_SUM_TOL = 1e-6
 
 def _stochastic(name: str, t: torch.Tensor) -> torch.Tensor:
     t = torch.as_tensor(t).to(torch.float64).cpu()
+    if t.dim() == 0 or 0 in t.shape:
+        raise ChainError(f"{name} must be non-empty (at least one state and one token), got shape {tuple(t.shape)}")
     if not torch.isfinite(t).all() or (t < 0).any():
         raise ChainError(f"{name} must hold finite entries >= 0")
     rs = t.sum(-1)
@@ -97,6 +99,8 @@ class HMMWorld:
         self.B = B.contiguous()
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.stationary_tol = 1e-12
+        if initial is None:
+            self._check_unique_stationary()
         mu = self._solve_stationary() if initial is None else _stochastic("initial", torch.as_tensor(initial)[None])[0]
         if mu.numel() != self.num_states:
             raise ChainError(f"initial must have {self.num_states} entries, got {mu.numel()}")
@@ -195,6 +199,25 @@ class HMMWorld:
         P = self.rows.to(device=m.device, dtype=m.dtype).view(V, R, V)  # [a, rest, c]
         out = torch.bmm(m.view(-1, R, V).permute(1, 0, 2), P.permute(1, 2, 0))  # [rest, n, a]
         return out.permute(1, 2, 0).reshape(-1, S)
+
+    def _check_unique_stationary(self) -> None:
+        """Without ``initial`` the world is the stationary law of A, which must be unique: A has one closed class
+        (:func:`~dllm_lit.markov.structure.graph_structure` over its positive entries; transient states and a
+        period are allowed).  An identity A (every state closed) is refused, naming two closed states."""
+        from dllm_lit.markov.structure import graph_structure
+
+        S = self.num_states
+        if self.A is not None:
+            src, dst = (i.numpy() for i in (self.A > 0).nonzero(as_tuple=True))
+        else:  # context chain: state s moves to (s * V mod S) + c
+            V = self.rows.shape[1]
+            s, c = (i.numpy() for i in (self.rows > 0).nonzero(as_tuple=True))
+            src, dst = s, (s * V) % S + c
+        found = graph_structure(src, dst, S)
+        if found.reducible:
+            raise ChainError(f"transition has more than one stationary law (states {int(found.closed[0])} and "
+                             f"{found.other_closed} lie in closed classes that never reach each other); pass "
+                             "initial= (an invariant law) to choose one")
 
     def _solve_stationary(self) -> torch.Tensor:
         """The stationary law of A by power iteration on (I + A) / 2 (L1 residual 1e-12), from the uniform law."""

@@ -27,7 +27,7 @@ import numpy as np
 if TYPE_CHECKING:
     from dllm_lit.markov.chain import MarkovChain
 
-__all__ = ["ChainStructure", "chain_structure"]
+__all__ = ["ChainStructure", "chain_structure", "graph_structure"]
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,12 @@ def chain_structure(chain: "MarkovChain") -> ChainStructure:
     if chain.eps > 0:
         closed = _reach((chain.nu > 0).numpy(), src, dst, V)
         return ChainStructure(V, np.flatnonzero(closed), np.flatnonzero(~closed), 1)
+    return graph_structure(src, dst, V)
+
+
+def graph_structure(src: np.ndarray, dst: np.ndarray, V: int) -> ChainStructure:
+    """The structure of the chain over states 0..V-1 moving along the edges src -> dst (the eps = 0 case of
+    :func:`chain_structure`; any kernel, e.g. an HMM's hidden transition, given by its positive entries)."""
     r, closed = _closed_class_from(0, src, dst, V)
     reaches = _reach(closed, dst, src, V)  # states with a path into the closed class
     if not reaches.all():  # some state never reaches it: it reaches another closed class

@@ -15,9 +15,10 @@ import math
 
 import torch
 
+from dllm_lit.engine.budget import check_memory
 from dllm_lit.markov.chain import ChainError, MarkovChain
 
-__all__ = ["synthetic_chain"]
+__all__ = ["synthetic_chain", "check_synthetic_size"]
 
 
 def _zipf(n: int, a: float) -> list[float]:
@@ -45,9 +46,18 @@ def synthetic_chain(
         raise ChainError(f"top_k must be an integer in [1, vocab_size={vocab_size}], got {top_k!r}")
     if not alpha > 0:
         raise ChainError(f"alpha must be > 0, got {alpha!r}")
+    check_synthetic_size(vocab_size, top_k)
     nbr, prob, nu = (t.clone() for t in _draw(vocab_size, top_k, float(alpha), int(seed)))
     meta = {"source": "synthetic", "vocab_size": vocab_size, "top_k": top_k, "eps": eps, "alpha": alpha, "seed": seed}
     return MarkovChain(nbr, prob, eps=eps, nu=nu, metadata=meta)
+
+
+def check_synthetic_size(vocab_size: int, top_k: int) -> None:
+    """One line naming ``vocab_size`` when the draw would not fit this machine's memory: a V x V float32 table of
+    uniforms (its top-K per row are the neighbours) and the K V neighbour lists (int64 and float64)."""
+    V = float(vocab_size)
+    check_memory("vocab_size", vocab_size, 4 * V * V + 24 * V * top_k,
+                 "drawing the synthetic chain (a V x V float32 table of uniforms)")
 
 
 @functools.lru_cache(maxsize=4)

@@ -19,8 +19,9 @@ The canvas z starts as uniform tokens.  Call k = 0..S-1 (S = ``steps``, upstream
 5. early stop (``output`` "argmax", upstream dllm): the sequence is done when argmax p equals the argmax of each
    of the previous ``stability_threshold`` calls and the mean of H is below ``entropy_threshold``.
 
-Output: "argmax" (upstream dllm) the argmax canvas of the last call; "canvas" (the diffusers pipeline) the last
-canvas, renoised positions included.  NFE = the calls a sequence took part in (adaptive with early stop).
+Output: "argmax" (upstream dllm) the argmax canvas of the last call; "canvas" (the diffusers 0.42 pipeline) the
+argmax canvas of a sequence that stopped, the last canvas (renoised positions included) of one that ran every call.
+NFE = the calls a sequence took part in (adaptive with early stop).
 Uniforms: start canvas at slot 3 of step 0; call k draws at slot 0 of step k, renoise tokens at slot 3 of
 step k + 1; random tie keys from Stream.ORDER at step k.
 """
@@ -40,7 +41,8 @@ from dllm_lit.samplers.uniform_state import check_channel, draw_rows, leave_one_
 
 __all__ = ["DiffusionGemma", "OUTPUTS", "ENTROPY_DECIMALS", "renoise_temperature", "accepted_mask"]
 
-#: what a run returns: the last call's argmax canvas (ZHZisZZ/dllm) or the last canvas (diffusers pipeline)
+#: what a run returns: the last call's argmax canvas (ZHZisZZ/dllm), or diffusers' (the argmax canvas once stopped,
+#: else the last canvas)
 OUTPUTS = ("argmax", "canvas")
 #: entropies are ranked and bounded after rounding to this many decimals, so that mathematically equal entropies
 #: (symmetric positions of the exact oracle) tie exactly and the tie rule, not float noise, orders them
@@ -72,8 +74,8 @@ class DiffusionGemma(Sampler):
         t_max, t_min: temperature of the first call and the limit of the last (upstream 0.8, 0.4).
         entropy_threshold: early stop when the mean entropy falls below it (upstream 0.005; 0 never stops).
         stability_threshold: calls the argmax canvas must repeat before a stop (upstream 1; 0: no condition).
-        output: "argmax" (upstream dllm) or "canvas" (diffusers pipeline, which also runs every call: set
-            ``entropy_threshold`` 0 for its loop).
+        output: "argmax" (upstream dllm: the last argmax canvas) or "canvas" (the diffusers 0.42 pipeline: the
+            argmax canvas of a stopped sequence, else the last canvas; ``entropy_threshold`` 0 never stops).
         tie_rule: order of equal entropies ("lowest", "highest", "random"); upstream's ``torch.sort`` leaves it open.
     """
 
@@ -133,4 +135,5 @@ class DiffusionGemma(Sampler):
                     done[r] = stable & (H.mean(1) < self.entropy_threshold)
             if bool(done.all()):
                 break
-        return (best if self.output == "argmax" else z), nfe
+        # diffusers commits a stopped sequence's argmax canvas (``canvas = where(finished, argmax_canvas, canvas)``)
+        return (best if self.output == "argmax" else torch.where(done[:, None], best, z)), nfe

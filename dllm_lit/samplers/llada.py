@@ -61,7 +61,7 @@ from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, c
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, tempered_draw, tempered_law
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
-from dllm_lit.samplers.round_schedules import check_schedule, round_counts
+from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
 __all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "prompt_law"]
@@ -182,9 +182,10 @@ class LLaDA(Sampler):
     def check_run(self, seq_len: int, steps: int | None) -> None:
         """The prompt fits, block_length divides the generated length, steps divide into the blocks."""
         check_blocks(seq_len, self.prompt_length(), self.block_length, steps)
-        if isinstance(self.schedule, list) and steps is not None:
+        if self.schedule != "uniform" and steps is not None:
             P, bl, nb = self._blocks(seq_len)
-            round_counts(self.schedule, self.chain, bl, steps // nb)
+            check_round_counts(self.schedule, self.chain, bl, steps // nb,
+                               ("block_length" if self.block_length else "seq_len", "steps"))
 
     def counts(self, seq_len: int, steps: int) -> list[list[int]] | None:
         """Round sizes of every block (None: the uniform transfer counts)."""

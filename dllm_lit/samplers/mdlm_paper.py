@@ -32,7 +32,7 @@ from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.selection import transfer_schedule
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
-from dllm_lit.samplers.round_schedules import check_schedule, round_counts
+from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts
 
 __all__ = ["MDLMPaper"]
 
@@ -55,9 +55,9 @@ class MDLMPaper(Sampler):
         self.schedule = check_schedule(schedule)
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
-        """An explicit schedule has one round size per step, summing to T."""
-        if isinstance(self.schedule, list):
-            round_counts(self.schedule, self.chain, seq_len, steps)
+        """An explicit schedule has one round size per step, summing to T; a computed one fits (memory, time)."""
+        if steps is not None:
+            check_round_counts(self.schedule, self.chain, seq_len, steps)
 
     def counts(self, seq_len: int, steps: int) -> list[int] | None:
         """Round sizes of a run (None: the uniform transfer counts)."""

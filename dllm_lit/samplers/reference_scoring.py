@@ -107,12 +107,19 @@ def forward_stats(chain, denoiser, indices: torch.Tensor, seq_len: int, seed: in
 def random_order_theory(sampler, blocks) -> dict[str, float | None] | None:
     """``{"theory", "tc", "dtc", "mi"}`` in nats: the exact E_o KL(p || q(. | o)) (:func:`dllm_lit.theory.blocks_kl`
     of ``blocks``) and its TC / DTC / full-conditional bounds (:func:`dllm_lit.theory.blocks_bounds`; None for
-    coin-drawn rounds), when the sampler runs the exact oracle on a chain of at most 512 tokens; None otherwise."""
+    coin-drawn rounds), when the sampler runs the exact oracle on a chain of at most 512 tokens and each block's
+    information curve fits this machine (:func:`dllm_lit.theory.information.check_curve_size`); None otherwise."""
     from dllm_lit.denoisers.oracle import OracleDenoiser
     from dllm_lit.theory import blocks_bounds, blocks_kl
+    from dllm_lit.theory.information import check_curve_size
 
     chain = sampler.chain
     if chain is None or chain.vocab_size > 512 or not isinstance(sampler.denoiser, OracleDenoiser):
+        return None
+    try:
+        for length in {int(b[0]) for b in blocks}:
+            check_curve_size(length)
+    except ValueError:  # a prediction column left empty, not a refused run
         return None
     info = chain_information(chain)
     bounds = blocks_bounds(info, blocks) or {}

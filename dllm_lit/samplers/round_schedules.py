@@ -19,7 +19,7 @@ from typing import Any
 from dllm_lit.samplers.reference_scoring import chain_information
 from dllm_lit.samplers.selection import transfer_schedule
 
-__all__ = ["SCHEDULES", "check_schedule", "round_counts", "THEORY_MAX_VOCAB"]
+__all__ = ["SCHEDULES", "check_schedule", "check_round_counts", "round_counts", "THEORY_MAX_VOCAB"]
 
 SCHEDULES = ("uniform", "optimal", "tc", "dtc")
 #: the exact theory (and the "optimal" schedule) is computed for chains with at most this many tokens
@@ -42,6 +42,32 @@ def check_schedule(value: Any) -> str | list[int]:
                      f"got {value!r}")
 
 
+def check_round_counts(schedule: str | list[int], chain, length: int, steps: int,
+                       names: tuple[str, str] = ("seq_len", "steps")) -> None:
+    """What :func:`round_counts` would refuse, found without computing a schedule: a list that does not fit, a
+    chain without the exact theory, or a computed schedule too large for this machine's memory or for
+    :data:`~dllm_lit.engine.budget.SETUP_SECONDS` (named by ``names``, the caller's fields for length and steps)."""
+    if isinstance(schedule, list):
+        round_counts(schedule, chain, length, steps)
+    elif schedule == "optimal":
+        from dllm_lit.theory.information import check_curve_size
+        from dllm_lit.theory.schedules import check_optimal_size
+
+        _theory_chain(chain)
+        check_curve_size(length, names[0])
+        check_optimal_size(length, steps, names)
+    elif schedule in ("tc", "dtc"):
+        from dllm_lit.theory.bounds import check_template_size
+
+        check_template_size(length, steps, names)
+
+
+def _theory_chain(chain) -> None:
+    if chain is None or chain.vocab_size > THEORY_MAX_VOCAB:
+        raise ValueError(f"schedule='optimal' needs a chain with at most {THEORY_MAX_VOCAB} tokens "
+                         f"(the exact theory), got {None if chain is None else chain.vocab_size}")
+
+
 def round_counts(schedule: str | list[int], chain, length: int, steps: int, left_revealed: bool = False) -> list[int]:
     """The ``steps`` round sizes of a segment of ``length`` positions (sum = length) under ``schedule``."""
     if schedule == "uniform":
@@ -51,9 +77,7 @@ def round_counts(schedule: str | list[int], chain, length: int, steps: int, left
 
         return template_schedule(schedule, length, steps)
     if schedule == "optimal":
-        if chain is None or chain.vocab_size > THEORY_MAX_VOCAB:
-            raise ValueError(f"schedule='optimal' needs a chain with at most {THEORY_MAX_VOCAB} tokens "
-                             f"(the exact theory), got {None if chain is None else chain.vocab_size}")
+        _theory_chain(chain)
         key = (chain.fingerprint, int(length), int(steps), bool(left_revealed))
         if key not in _OPTIMAL:
             from dllm_lit.theory import optimal_schedule

@@ -15,10 +15,19 @@ from pathlib import Path
 import torch
 
 from dllm_lit import checks
+from dllm_lit.engine.budget import check_memory
 from dllm_lit.markov.hmm import HMMWorld
 from dllm_lit.sources.base import ChainSource
 
 __all__ = ["HMMSynthetic", "synthetic_hmm"]
+
+
+def check_hmm_size(num_states: int, vocab_size: int) -> None:
+    """One line naming ``num_states`` when the draw would not fit this machine's memory: three S x S float64
+    matrices (R, the identity, A) and the S x V emissions with their random ranks (float64, float32, int64)."""
+    S, V = float(num_states), float(vocab_size)
+    check_memory("num_states", num_states, 24 * S * S + 20 * S * V,
+                 "the synthetic HMM's S x S transition matrices and S x V emissions")
 
 
 def synthetic_hmm(num_states: int, vocab_size: int, stay: float = 0.9, emission_support: int = 3,
@@ -29,6 +38,7 @@ def synthetic_hmm(num_states: int, vocab_size: int, stay: float = 0.9, emission_
     stay = checks.real("stay (state persistence)", stay, 0.0, 1.0, high_open=True)
     k = checks.integer("emission_support", emission_support, 1, V)
     conc = checks.real("concentration", concentration, 0.0, low_open=True)
+    check_hmm_size(S, V)
     g = torch.Generator().manual_seed(checks.integer("seed", seed, 0))
 
     def dirichlet(rows: int, cols: int) -> torch.Tensor:
@@ -56,6 +66,7 @@ class HMMSynthetic(ChainSource):
         checks.real("stay (state persistence)", stay, 0.0, 1.0, high_open=True)
         checks.integer("emission_support", emission_support, 1, vocab_size)
         checks.real("concentration", concentration, 0.0, low_open=True)
+        check_hmm_size(num_states, vocab_size)  # before anything is drawn
 
     def build(self, cache_dir: Path | None = None) -> HMMWorld:
         self._chain = synthetic_hmm(self.num_states, self.vocab_size, self.stay, self.emission_support,

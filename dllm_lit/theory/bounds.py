@@ -37,7 +37,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["curve_totals", "tc_factor", "dtc_factor", "schedule_bounds", "blocks_bounds", "template_schedule", "TEMPLATES"]
+from dllm_lit.engine.budget import check_setup_time
+
+__all__ = ["curve_totals", "tc_factor", "dtc_factor", "schedule_bounds", "blocks_bounds", "template_schedule", "TEMPLATES",
+           "check_template_size"]
+
+#: CPU seconds per greedy round of the template bisection (measured: 0.4-0.6 us)
+_GREEDY_SECONDS = 1e-6
+#: bisection halvings of the template's factor
+_HALVINGS = 64
 
 #: schedule templates by the bound they minimise
 TEMPLATES = ("tc", "dtc")
@@ -98,6 +106,16 @@ def _greedy(L: int, rounds: int, beta: float, kind: str) -> list[int] | None:
     return sizes
 
 
+def check_template_size(length: int, rounds: int, names: tuple[str, str] = ("length", "rounds")) -> None:
+    """One line naming the field when :func:`template_schedule` would take more than
+    :data:`~dllm_lit.engine.budget.SETUP_SECONDS`: 64 bisection halvings of up to min(rounds, L) greedy rounds
+    (~1 us each), or a list of ``rounds`` sizes, before any work."""
+    L, m = int(length), int(rounds)
+    work = m if m >= L else _HALVINGS * m
+    check_setup_time(f"{names[0]}={L} with {names[1]}", m, _GREEDY_SECONDS * work,
+                     f"the schedule template ({_HALVINGS} bisection halvings of up to {names[1]} greedy rounds)")
+
+
 def template_schedule(kind: str, length: int, rounds: int) -> list[int]:
     """The ``rounds`` round sizes (zeros at the end when fewer suffice) minimising the ``kind`` factor
     (``"tc"`` or ``"dtc"``) for a segment of ``length`` positions.
@@ -111,10 +129,11 @@ def template_schedule(kind: str, length: int, rounds: int) -> list[int]:
     L, m = int(length), int(rounds)
     if L < 1 or m < 1:
         raise ValueError(f"length and rounds must be >= 1, got {length} and {rounds}")
+    check_template_size(L, m)
     if m >= L:
         return [1] * L + [0] * (m - L)
     lo, hi = 0.0, float(L - 1)  # beta = L - 1 allows a single round
-    for _ in range(64):
+    for _ in range(_HALVINGS):
         mid = 0.5 * (lo + hi)
         if _greedy(L, m, mid, kind) is None:
             lo = mid
