@@ -61,6 +61,7 @@ class RuleSampler(Sampler):
     no_log_q_reason = "the commit order depends on the scores of the drawn proposals"
     #: reuse posterior rows between steps where the provider can (exact: False recomputes them, same draws)
     use_cache: bool = True
+    announces_blocks = True  # the engine tells the denoiser each block's start (Denoiser.block_start)
 
     # ------------------------------------------------------------------ the rule
     def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
@@ -231,6 +232,7 @@ def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Ten
         blocks, schedules = rule.schedule(x.shape[1], steps)
     j = torch.zeros(B, dtype=torch.long, device=x.device)  # the step index of every sequence (the uniforms' key)
     for blk, (lo, hi) in enumerate(blocks):
+        den.block_start(lo, hi)
         i = 0
         while True:
             masked = x[:, lo:hi] == M
