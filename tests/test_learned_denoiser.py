@@ -236,6 +236,45 @@ def test_decompose_writes_table_and_figure(trained: Path, tmp_path) -> None:
         assert row["diff_kl_ci"][0] <= row["diff_kl_ci"][1]
 
 
+def test_decompose_with_caches_splits_sampler_model_and_cache(trained: Path, tmp_path) -> None:
+    from dllm_lit.engine.decompose import main as decompose_main
+
+    out = tmp_path / "cache"
+    table = decompose_main(["--config", str(REPO / "configs/cache_study.yaml"),
+                            "--sampler.init_args.denoiser.init_args.path", str(trained / "checkpoints" / "last.ckpt"),
+                            "--sampler.init_args.steps", "[4]", "--sampler.init_args.block_length", "8",
+                            "--data.num_sequences", "8", "--data.seq_len", "16", "--denoiser_sequences", "8",
+                            "--bootstrap_resamples", "20", "--law_permutations", "19", "--output_dir", str(out),
+                            "--caches", "[{cache: dual}, {cache: delayed, refresh_interval: 2}]"])
+    assert (out / "cache_front.png").exists() and "Cache study" in (out / "decomposition.md").read_text()
+    (row,) = table["cache_study"]
+    assert set(row["runs"]) == {"oracle", "learned", "dual", "delayed/r2"}
+    assert row["runs"]["learned"]["call_error"]["kl"] > 0 and row["runs"]["oracle"]["cpu_per_seq"] > 0
+    for parts in row["parts"].values():
+        for metric in ("kl", "nll_gap"):
+            assert parts[f"{metric}_adds_up"]
+            total = parts[f"{metric}_sampler"] + parts[f"{metric}_model"] + parts[f"{metric}_cache"]
+            assert parts[f"{metric}_total"] == pytest.approx(total, abs=1e-12)
+        assert 0 < parts["law_test"]["p_value"] <= 1 and parts["speedup_cpu"] > 0
+
+
+@pytest.mark.parametrize("config, caches, message", [
+    ("decompose.yaml", "[{cache: dual}]", "cache='dual' needs a sampler that announces its blocks"),
+    ("cache_study.yaml", "[{cache: dual, refresh_interval: 0}]", "refresh_interval must be"),
+    ("cache_study.yaml", "[{cache: warp}]", "cache must be one of"),
+])
+def test_decompose_refuses_bad_caches_in_one_line(trained: Path, tmp_path, capsys, config: str, caches: str,
+                                                  message: str) -> None:
+    from dllm_lit.engine.decompose import main as decompose_main
+
+    with pytest.raises(SystemExit):
+        decompose_main(["--config", str(REPO / "configs" / config), "--sampler.init_args.denoiser.init_args.path",
+                        str(trained / "checkpoints" / "last.ckpt"), "--data.seq_len", "16", "--data.num_sequences",
+                        "4", "--output_dir", str(tmp_path / "no"), "--caches", caches])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and err[-1].startswith("error: ") and not (tmp_path / "no").exists()
+
+
 def test_readme_learned_denoiser_snippet_runs_as_written(checkpoint: str, tmp_path) -> None:
     """The YAML block of README's learned-denoiser section, exactly as printed (only the path is this test's model)."""
     import re

@@ -14,6 +14,12 @@ a learned uniform-state model declares its own, so they are interchangeable behi
 
 A denoiser is bound to the ground-truth chain once, at wiring time (:meth:`Denoiser.bind`): a
 learned model takes its vocabulary size from the chain or checks it against the chain there.
+
+Sampler events.  A sampler tells its denoiser two things and nothing else: :meth:`Denoiser.decode_start` (a batch
+begins) and :meth:`Denoiser.block_start` (block [lo, hi) becomes the active block of a semi-autoregressive decode).
+Both are no-ops here; an approximate denoiser whose output depends on the block (a KV cache of the positions outside
+it) states why in :attr:`Denoiser.needs_blocks`, and wiring refuses it with a sampler that does not announce blocks
+(``Sampler.announces_blocks``).  Steps need no event: a step is a call on a changed state, which the denoiser sees.
 """
 from __future__ import annotations
 
@@ -65,6 +71,17 @@ class Denoiser(nn.Module, ABC):
 
     def check_length(self, seq_len: int) -> None:
         """Refuse, at wiring, a sequence length the denoiser cannot read (the oracle reads any)."""
+
+    @property
+    def needs_blocks(self) -> str | None:
+        """Why this denoiser needs the sampler's :meth:`block_start` events (e.g. "cache='dual' ..."), or None."""
+        return None
+
+    def decode_start(self, batch: int) -> None:
+        """Event: a sampler begins decoding a batch of ``batch`` sequences (module docstring)."""
+
+    def block_start(self, lo: int, hi: int) -> None:
+        """Event: positions [lo, hi) become the active block; the sampler commits only there until the next one."""
 
     def describe(self) -> dict[str, Any]:
         """What this denoiser is, for run metadata (class name and identifying settings)."""

@@ -68,15 +68,18 @@ class CheckpointDenoiser(LearnedDenoiser):
 
     Args:
         path: the ``.ckpt`` file.
-        batch_size, allow_other_chain, cpu_threads: as :class:`~dllm_lit.denoisers.HFDenoiser`.
+        batch_size, allow_other_chain, cpu_threads, cache, refresh_interval, drift_threshold: as
+            :class:`~dllm_lit.denoisers.HFDenoiser`.
         trust_checkpoint: unpickle the file in full (it may then run code); by default only weights, plain
             containers, numbers and strings are loaded (see the module docstring).
     """
 
     def __init__(self, path: str, batch_size: int = 64, allow_other_chain: bool = False,
-                 cpu_threads: int | None = 1, trust_checkpoint: bool = False) -> None:
+                 cpu_threads: int | None = 1, trust_checkpoint: bool = False, cache: str = "none",
+                 refresh_interval: int | None = None, drift_threshold: float = 0.1) -> None:
         super().__init__(mask_token_id=None, batch_size=batch_size, allow_other_chain=allow_other_chain,
-                         cpu_threads=cpu_threads)
+                         cpu_threads=cpu_threads, cache=cache, refresh_interval=refresh_interval,
+                         drift_threshold=drift_threshold)
         self.path = str(checks.nonempty_str("path", path))
         self.source = repr(self.path)
         self.trust_checkpoint = checks.boolean("trust_checkpoint", trust_checkpoint)
@@ -100,6 +103,7 @@ class CheckpointDenoiser(LearnedDenoiser):
         self.trained_on = info.get("chain_fingerprint")
         self.mask_token_id = info.get("mask_id")
         self.trained_seq_len = info.get("seq_len")
+        self._setup_cache()
 
     def describe(self) -> dict:
-        return {"denoiser": "checkpoint", "path": self.path, "trained_on": self.trained_on}
+        return {"denoiser": "checkpoint", "path": self.path, "trained_on": self.trained_on, **self.cache_settings()}

@@ -29,6 +29,12 @@ per-row cache of the last state it evaluated and its output: a row is run throug
 when its tokens changed since the last query, so every sampler does at most one (batched) forward
 per changed state.  On CPU, small forwards run with one intra-op thread (``cpu_threads``): an
 OpenMP parallel region costs more than a tiny GEMM saves, and far more when the cores are shared.
+
+KV caches.  ``cache`` (default "none": the model's own forward, unchanged) selects an approximation that reuses
+keys and values between calls (:mod:`dllm_lit.denoisers.kv_cache`: Fast-dLLM's prefix and dual caches, dKV-Cache's
+delayed caching, an attention-drift layer refresh), with ``refresh_interval`` (None, or every r-th call a full
+forward) and ``drift_threshold`` (adaptive).  It needs a model whose keys and values can be read
+(:func:`dllm_lit.denoisers.kv_stack.kv_stack`); the block policies need a sampler that announces its blocks.
 """
 from __future__ import annotations
 
@@ -42,6 +48,7 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser, check_tokens
+from dllm_lit.denoisers.kv_cache import BLOCK_POLICIES, POLICIES, KVCache
 
 if TYPE_CHECKING:
     from dllm_lit.markov.chain import MarkovChain
@@ -77,12 +84,17 @@ class LearnedDenoiser(Denoiser):
     """
 
     def __init__(self, mask_token_id: int | None = None, batch_size: int = 64, allow_other_chain: bool = False,
-                 cpu_threads: int | None = 1) -> None:
+                 cpu_threads: int | None = 1, cache: str = "none", refresh_interval: int | None = None,
+                 drift_threshold: float = 0.1) -> None:
         super().__init__()
         self.mask_token_id = checks.optional_integer("mask_token_id", mask_token_id, minimum=0)
         self.batch_size = checks.integer("batch_size", batch_size)
         self.allow_other_chain = checks.boolean("allow_other_chain", allow_other_chain)
         self.cpu_threads = checks.optional_integer("cpu_threads", cpu_threads)
+        self.cache = checks.choice("cache", cache, POLICIES)
+        self.refresh_interval = checks.optional_integer("refresh_interval", refresh_interval, minimum=1)
+        self.drift_threshold = checks.real("drift_threshold", drift_threshold, 0.0, 2.0, low_open=True)
+        self._kv: KVCache | None = None
         self.trained_on: str | None = None
         self.source: str = type(self).__name__
         self.vocab_size = None
@@ -121,8 +133,31 @@ class LearnedDenoiser(Denoiser):
                 f"{V}, MASK = {V}); set mask_token_id to the model's mask token or use a model with V + 1 = {V + 1} "
                 "input ids")
 
+    def _setup_cache(self) -> None:
+        """Build the KV cache of ``cache`` (one-line ValueError when the model's keys and values cannot be read)."""
+        from dllm_lit.denoisers.kv_stack import kv_stack
+
+        if self.cache != "none" and self._kv is None:
+            self._kv = KVCache(kv_stack(self.model, self.cache), self.cache, self.refresh_interval,
+                               self.drift_threshold)
+
+    @property
+    def needs_blocks(self) -> str | None:
+        if self.cache in BLOCK_POLICIES:
+            return f"its cache={self.cache!r} keeps the keys and values outside the sampler's active block"
+        return None
+
+    def decode_start(self, batch: int) -> None:
+        if self._kv is not None:
+            self._kv.reset()
+
+    def block_start(self, lo: int, hi: int) -> None:
+        if self._kv is not None:
+            self._kv.block_start(lo, hi)
+
     def bind(self, chain: "MarkovChain") -> "LearnedDenoiser":
         """Take V from the chain (or check it), check the model's sizes and the training chain's fingerprint."""
+        self._setup_cache()
         self._check_vocabulary(chain.vocab_size)
         if self.trained_on is not None:
             fp = chain_fingerprint(chain)
@@ -146,8 +181,10 @@ class LearnedDenoiser(Denoiser):
 
     # ------------------------------------------------------------------ evaluation
     def clear_cache(self) -> None:
-        """Forget the cached state (the next query runs the model)."""
+        """Forget the cached state (the next query runs the model; a KV cache starts afresh)."""
         self._cache_z = self._cache_out = self._cache_valid = None
+        if getattr(self, "_kv", None) is not None:
+            self._kv.reset()
 
     def _threads(self, tokens: int, device: torch.device):
         """One-thread context for small CPU forwards (see module docstring)."""
@@ -161,8 +198,9 @@ class LearnedDenoiser(Denoiser):
         return out.logits if hasattr(out, "logits") else out
 
     @torch.no_grad()
-    def _evaluate(self, z: torch.Tensor) -> torch.Tensor:
-        """log p(x0 | z) [B, T, V] (SUBS), ``batch_size`` rows per model call."""
+    def _evaluate(self, z: torch.Tensor, rows: torch.Tensor | None = None, batch: int = 0) -> torch.Tensor:
+        """log p(x0 | z) [B, T, V] (SUBS), ``batch_size`` rows per model call; with a KV cache, z holds rows ``rows``
+        of a batch of ``batch`` rows (the cache keeps per-row state)."""
         V = self.vocab_size
         self.check_length(z.shape[1])
         masked = z == self.mask_id
@@ -170,7 +208,11 @@ class LearnedDenoiser(Denoiser):
         outs = []
         with self._threads(min(z.shape[0], self.batch_size) * z.shape[1], z.device):
             for start in range(0, z.shape[0], self.batch_size):
-                logits = self.logits(ids[start:start + self.batch_size])[..., :V]
+                sl = slice(start, start + self.batch_size)
+                if self._kv is None or rows is None:
+                    logits = self.logits(ids[sl])[..., :V]
+                else:
+                    logits = self._kv.evaluate(ids[sl], masked[sl], rows[sl], batch)[..., :V]
                 outs.append(torch.log_softmax(logits.float(), dim=-1))
         self.forward_calls += 1
         self.rows_evaluated += z.shape[0]
@@ -201,7 +243,7 @@ class LearnedDenoiser(Denoiser):
             self._cache_valid = torch.zeros(B, dtype=torch.bool, device=z.device)
         stale = rows[(~self._cache_valid[rows]) | (self._cache_z[rows] != z[rows]).any(1)]
         if stale.numel():
-            self._cache_out[stale] = self._evaluate(z[stale])
+            self._cache_out[stale] = self._evaluate(z[stale], stale, B)
             self._cache_z[stale] = z[stale]
             self._cache_valid[stale] = True
         return self._cache_out
@@ -214,8 +256,16 @@ class LearnedDenoiser(Denoiser):
         self.clear_cache()  # .to(device) / dtype changes
         return super()._apply(fn, *args, **kwargs)
 
+    def cache_settings(self) -> dict[str, Any]:
+        """The KV-cache options, for descriptions (empty with ``cache: none``, so today's descriptions stand)."""
+        if self.cache == "none":
+            return {}
+        out: dict[str, Any] = {"cache": self.cache, "refresh_interval": self.refresh_interval}
+        return out | ({"drift_threshold": self.drift_threshold} if self.cache == "adaptive" else {})
+
     def describe(self) -> dict[str, Any]:
-        return {"denoiser": type(self).__name__, "source": self.source, "trained_on": self.trained_on}
+        return {"denoiser": type(self).__name__, "source": self.source, "trained_on": self.trained_on,
+                **self.cache_settings()}
 
 
 @contextlib.contextmanager
@@ -247,13 +297,19 @@ class HFDenoiser(LearnedDenoiser):
         batch_size: rows per forward pass.
         allow_other_chain: use a dllm_lit export trained on another chain (warning instead of an error).
         cpu_threads: intra-op threads for small CPU forwards (None: leave torch's setting).
+        cache: "none" (the model's forward), or a KV-cache approximation: "prefix", "dual", "delayed",
+            "adaptive" (:mod:`dllm_lit.denoisers.kv_cache`; docs/kv_caches.md).
+        refresh_interval: with a cache, a full forward every this many calls (None: only where the policy refreshes).
+        drift_threshold: ``cache: adaptive``: refresh layers l.. when 1 - cos of the attention drift exceeds it.
     """
 
     def __init__(self, model_name_or_path: str, vocab_size: int | None = None, mask_token_id: int | None = None,
                  trust_remote_code: bool = False, batch_size: int = 64, allow_other_chain: bool = False,
-                 cpu_threads: int | None = 1) -> None:
+                 cpu_threads: int | None = 1, cache: str = "none", refresh_interval: int | None = None,
+                 drift_threshold: float = 0.1) -> None:
         super().__init__(mask_token_id=mask_token_id, batch_size=batch_size, allow_other_chain=allow_other_chain,
-                         cpu_threads=cpu_threads)
+                         cpu_threads=cpu_threads, cache=cache, refresh_interval=refresh_interval,
+                         drift_threshold=drift_threshold)
         checks.optional_integer("vocab_size", vocab_size)
         checks.nonempty_str("model_name_or_path", model_name_or_path)
         self.model_name_or_path = str(model_name_or_path)
@@ -267,9 +323,11 @@ class HFDenoiser(LearnedDenoiser):
         if vocab_size is not None:
             self._check_vocabulary(vocab_size)
             self.vocab_size = vocab_size
+        self._setup_cache()
 
     def describe(self) -> dict:
-        return {"denoiser": "hf", "model_name_or_path": self.model_name_or_path, "trained_on": self.trained_on}
+        return {"denoiser": "hf", "model_name_or_path": self.model_name_or_path, "trained_on": self.trained_on,
+                **self.cache_settings()}
 
 
 def load_masked_lm(name: str, trust_remote_code: bool = False):

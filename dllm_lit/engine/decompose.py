@@ -24,7 +24,7 @@ import csv
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -104,11 +104,21 @@ def _kl(samples: torch.Tensor, chain, weights: torch.Tensor | None = None) -> fl
 
 
 def decompose(sampler: Sampler, data: MarkovDataModule, output_dir: str | os.PathLike = "outputs/decomposition",
-              denoiser_sequences: int = 512, bootstrap_resamples: int = 200, device: str = "auto") -> dict[str, Any]:
-    """Compute (a), (b), (c) and (c) - (b) (see module docstring), write the table and figure; returns the table."""
+              denoiser_sequences: int = 512, bootstrap_resamples: int = 200, device: str = "auto",
+              caches: list[dict[str, Any]] | None = None, law_permutations: int = 999) -> dict[str, Any]:
+    """Compute (a), (b), (c) and (c) - (b) (see module docstring), write the table and figure; returns the table.
+    With ``caches`` (cache settings of the learned denoiser) (b) and (c) come from the cache study instead
+    (:mod:`dllm_lit.engine.cache_study`: sampler, model and cache parts, per-call errors, speed, law tests)."""
     if sampler.denoiser is None:
         raise ValueError("decompose needs a learned denoiser: set sampler.init_args.denoiser "
                          "(e.g. dllm_lit.denoisers.CheckpointDenoiser)")
+    if caches:
+        from dllm_lit.engine.cache_study import check_caches
+
+        caches = check_caches(caches, sampler)
+        if getattr(sampler.denoiser, "cache", "none") != "none":
+            raise ValueError("decompose with caches: the sampler's denoiser must be the no-cache model (cache: none); "
+                             "the caches list gives the cached variants")
     dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
     chain = data.build_chain()
     N, T, seed = data.num_sequences, data.seq_len, data.seed
@@ -126,7 +136,17 @@ def decompose(sampler: Sampler, data: MarkovDataModule, output_dir: str | os.Pat
     ref_kl = _kl(reference, chain)
     ref_ci = _centred(lambda w: _kl(reference, chain, w), N, bootstrap_resamples, seed)
     steps_rows = []
-    for steps in sampler.steps_grid:
+    study = None
+    if caches:
+        from dllm_lit.engine.cache_study import cache_rows
+
+        study = cache_rows(oracle_sampler, sampler, caches, chain, N, T, seed, bootstrap_resamples, law_permutations)
+        for r in study:
+            o, c = r["runs"]["oracle"], r["runs"]["learned"]
+            steps_rows.append({"steps": r["steps"], "sampler_kl": o["kl"], "total_kl": c["kl"],
+                               "diff_kl": c["kl"] - o["kl"], "sampler_kl_ci": o["kl_ci"], "total_kl_ci": c["kl_ci"],
+                               "diff_kl_ci": next(iter(r["parts"].values()))["kl_model_ci"]})
+    for steps in ([] if caches else sampler.steps_grid):
         xb = oracle_sampler.sample(N, T, steps, seed=seed).cpu()
         xc = sampler.sample(N, T, steps, seed=seed).cpu()
         row: dict[str, Any] = {"steps": steps, "sampler_kl": _kl(xb, chain), "total_kl": _kl(xc, chain)}
@@ -140,6 +160,8 @@ def decompose(sampler: Sampler, data: MarkovDataModule, output_dir: str | os.Pat
              "num_sequences": N, "seq_len": T, "seed": seed, "denoiser_sequences": denoiser_sequences,
              "bootstrap_resamples": bootstrap_resamples, "reference_kl": ref_kl, "reference_kl_ci": list(ref_ci),
              "denoiser_error": part_a, "steps": steps_rows}
+    if study is not None:
+        table["cache_study"] = study
     write(table, Path(output_dir))
     return table
 
@@ -183,6 +205,11 @@ def write(table: dict[str, Any], out: Path) -> None:
         lines.append(f"| {r['steps']} | {_fmt(r['sampler_kl'], r['sampler_kl_ci'])} | "
                      f"{_fmt(r['total_kl'], r['total_kl_ci'])} | {_fmt(r['diff_kl'], r['diff_kl_ci'])} |")
     lines += ["", f"Exact chain samples (plug-in floor): {_fmt(table['reference_kl'], table['reference_kl_ci'])}", ""]
+    if "cache_study" in table:
+        from dllm_lit.engine.cache_report import cache_figure, cache_markdown
+
+        lines += cache_markdown(table["cache_study"])
+        cache_figure(table["cache_study"], out / "cache_front.png")
     (out / "decomposition.md").write_text("\n".join(lines))
     _figure(table, out / "decomposition.png")
 
@@ -235,6 +262,9 @@ def main(args: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--denoiser_sequences", type=int, default=512)
     parser.add_argument("--bootstrap_resamples", type=int, default=200)
     parser.add_argument("--device", type=str, default="auto")
+    parser.add_argument("--caches", type=Optional[list[dict[str, Any]]], default=None,
+                        help="cache settings of the learned denoiser to study, e.g. [{cache: dual, refresh_interval: 4}]")
+    parser.add_argument("--law_permutations", type=int, default=999)
     parser.add_argument("--seed_everything", type=int, default=DEFAULT_SEED)
 
     def run() -> dict[str, Any]:
@@ -244,7 +274,7 @@ def main(args: list[str] | None = None) -> dict[str, Any]:
             cfg.data.seed = cfg.seed_everything
         init = parser.instantiate_classes(cfg)
         table = decompose(init.sampler, init.data, init.output_dir, init.denoiser_sequences, init.bootstrap_resamples,
-                          init.device)
+                          init.device, init.caches, init.law_permutations)
         print(Path(init.output_dir, "decomposition.md").read_text())
         return table
 

@@ -60,6 +60,8 @@ class Sampler(L.LightningModule, ABC):
     sampler_name: str = "sampler"
     #: False for samplers that draw from the chain itself (AR) and need no denoiser
     requires_denoiser: bool = True
+    #: True for samplers that decode in blocks and tell their denoiser (``Denoiser.block_start``) which is active
+    announces_blocks: bool = False
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128) -> None:
         super().__init__()
@@ -98,6 +100,11 @@ class Sampler(L.LightningModule, ABC):
                     self.denoiser = OracleDenoiser(chain, cache_dir=cache_dir).to(self.device)
             else:
                 self.denoiser.bind(chain)
+            why = self.denoiser.needs_blocks
+            if why is not None and not self.announces_blocks:
+                raise ValueError(f"{type(self).__name__} cannot drive this denoiser: {why}, and {type(self).__name__} "
+                                 "does not announce blocks (use a block sampler: LLaDA with low_confidence, "
+                                 "FastDLLM or another rule sampler; or cache: none / delayed)")
         self.chain = chain
         self.check_options()
         return self
@@ -231,6 +238,8 @@ class Sampler(L.LightningModule, ABC):
         if seed is None:
             seed = rng.seed_from_generator(generator)
         idx = torch.arange(start_index, start_index + int(num_sequences), device=self.device)
+        if self.denoiser is not None:
+            self.denoiser.decode_start(idx.numel())
         return self.generate(idx, int(seq_len), steps, seed)
 
     @torch.no_grad()
@@ -244,6 +253,8 @@ class Sampler(L.LightningModule, ABC):
             return {"row": -1, "index": batch["index"], "samples": empty, "nfe": torch.zeros(0, dtype=torch.float64)}
         row = self.plan.rows[int(batch["row"])]
         idx = batch["index"].to(self.device)
+        if row.sampler.denoiser is not None:
+            row.sampler.denoiser.decode_start(idx.numel())
         with user_code(f"the sampler {row.name}"):  # a SystemExit in a user's sampler class ends nothing silently
             x, stats = row.sampler.generate_with_stats(idx, int(batch["seq_len"]), row.steps, int(batch["seed"]))
         stats = {k: v.cpu() for k, v in stats.items()}

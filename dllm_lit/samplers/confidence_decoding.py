@@ -350,6 +350,7 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
     rows = torch.arange(B, device=dev)
     base = 0
     for blk, (lo, hi) in enumerate(blocks):
+        den.block_start(lo, hi)
         L = hi - lo
         if (bound is not None and schedule is not None and law is not None and use_cache and tie_rule != "random"
                 and score_reads_tokens and compact_applies(den, x, lo, hi, schedule[blk])):

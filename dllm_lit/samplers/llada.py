@@ -162,6 +162,9 @@ class LLaDA(Sampler):
     def name(self) -> str:
         return with_tie_rule(self.sampler_name, self.tie_rule)
 
+    #: low-confidence remasking decodes through ``decode_blocks``, which announces each block to the denoiser
+    announces_blocks = property(lambda self: self.remasking == "low_confidence")
+
     def prompt_length(self) -> int:
         return 1 if self.prompt_mode is not None else len(self.prompt)
 

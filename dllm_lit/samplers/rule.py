@@ -63,6 +63,7 @@ class RuleSampler(Sampler):
     use_cache: bool = True
     #: False for a rule whose counts ignore ``steps`` (one row, steps "-", NFE from its counts; ``counts(n, None)``)
     uses_steps: bool = True
+    announces_blocks = True  # the engine tells the denoiser each block's start (Denoiser.block_start)
 
     # ------------------------------------------------------------------ the rule
     def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
@@ -244,6 +245,7 @@ def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Ten
         blocks, schedules = rule.schedule(x.shape[1], steps)
     j = torch.zeros(B, dtype=torch.long, device=x.device)  # the step index of every sequence (the uniforms' key)
     for blk, (lo, hi) in enumerate(blocks):
+        den.block_start(lo, hi)
         i = 0
         while True:
             masked = x[:, lo:hi] == M
