@@ -90,6 +90,10 @@ class AR(Sampler):
         step = ((1.0 - chain.eps) * top + chain.eps * chain.nu[nxt]).log().sum(1)
         return chain.stationary.log()[x[:, 0]] + step
 
+    def declares_exact(self, seq_len: int, steps: int | None) -> bool:
+        """beta = 1: exact chain sampling."""
+        return self.beta == 1
+
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int):
         """Samples with log q = log p_beta(x): AR's path is its sample, so the sequence KL estimate
         mean(log q - log p) is unbiased for the exact KL(p_beta || p) (0 at beta = 1)."""

@@ -61,6 +61,10 @@ class ASSD(Sampler):
         """None: the order is drawn up front; log q = sum of the verified conditionals of the committed tokens."""
         return None
 
+    def declares_exact(self, seq_len: int, steps: int | None) -> bool:
+        """True: speculative acceptance keeps the exact conditionals' law for every draft length."""
+        return True
+
     def generate_with_nfe(self, indices, seq_len, steps, seed):
         x, stats = self.generate_with_stats(indices, seq_len, steps, seed)
         return x, stats["nfe"]

@@ -69,6 +69,10 @@ class FHS(Sampler):
         """None: the random order does not depend on the tokens (log q is recorded)."""
         return None
 
+    def declares_exact(self, seq_len: int, steps: int | None) -> bool:
+        """True: one position per iteration from its exact conditional (the chain's law)."""
+        return True
+
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int):
         log_q = self._log_q_buffer(indices, seq_len)
         x = self.generate(indices, seq_len, steps, seed, log_q=log_q)

@@ -60,6 +60,7 @@ from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, c
                                                    with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, tempered_draw, tempered_law
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
+from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.round_schedules import check_schedule, round_counts
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
@@ -216,13 +217,21 @@ class LLaDA(Sampler):
             return None
         return "low_confidence remasking chooses positions by the confidence of the drawn proposals"
 
+    def declares_exact(self, seq_len: int, steps: int | None) -> bool:
+        """Random remasking at temperature 1, no fixed prompt, one position per step: exact sequential sampling."""
+        P, bl, nb = self._blocks(seq_len)
+        one = steps is not None and nb > 0 and max(max(c) for c in (self.counts(seq_len, steps) or [
+            transfer_schedule(bl, steps // nb)])) <= 1
+        return one and self.remasking == "random" and self.temperature == 1 and not self.prompt and self.prompt_mode in (None, "pi")
+
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         if self.remasking != "random":
             return super().generate_with_stats(indices, seq_len, steps, seed)
         log_q = self._log_q_buffer(indices, seq_len)
         x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
-        stats = self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
         P, bl, nb = self._blocks(seq_len)
+        stats = add_sandwich(self, self._stats(self.nfe(seq_len, steps), log_q, indices.numel()), x, lambda s: random_order_steps(
+            s, indices, steps, seq_len, P, bl, nb, counts=self.counts(seq_len, steps)), steps - 1, self._log_law, seed)
         if self.score_reference and P == 0 and nb > 0:  # the forward KL against the chain's law (a prompt conditions the law)
             counts = self.counts(seq_len, steps) or [transfer_schedule(bl, steps // nb)] * nb
             theory = random_order_theory(self, [(bl, blk > 0, "sizes", c) for blk, c in enumerate(counts)]) \
