@@ -174,20 +174,171 @@ def run_case(name, chain, sampler, N, T, steps, truth, entropy, seeds: int) -> s
             f"{ratio([r[3] for r in rows])} {frac([r[3] > target for r in rows])} {cpu / seeds:8.2f}  {ent_bias}")
 
 
+SHARP3 = [[0.05, 0.9, 0.05], [0.05, 0.05, 0.9], [0.9, 0.05, 0.05]]
+
+
+def bracket_cases():
+    """(name, chain, sampler, N, T, steps, truth, upper_target): the certified bracket's cases.  ``upper_target`` is
+    what seq_kl_upper's interval targets, E_o KL(q(. | o) || p) / T, where it is known (AR: the truth; one step and
+    exact samplers: the truth; else None)."""
+    from exact_laws import mdlm_law, mdlm_paper_law
+
+    v3 = MarkovChain.from_kernel(torch.tensor(KERNEL3, dtype=torch.float64))
+    sharp = MarkovChain.from_kernel(torch.tensor(SHARP3, dtype=torch.float64))
+    paper = MDLMPaper(OracleDenoiser(v3, dtype=torch.float64))
+    mdlm = MDLM(OracleDenoiser(v3, dtype=torch.float64))
+    exact = MDLMPaper()
+    for s in (paper, mdlm, exact):
+        s.connect(v3)
+    seqs = torch.tensor(list(itertools.product(range(3), repeat=5)))
+    for N in (8, 32, 64):
+        t = ar_truth(sharp, 3.0, 6)
+        yield "sharp ar_beta3", sharp, AR(beta=3.0, chain=sharp), N, 6, None, t, t
+        ar2 = AR(beta=2.0, chain=v3)
+        t = dp_truth(v3, ar2.log_prob(seqs).exp(), 5)
+        yield "V3 ar_beta2", v3, ar2, N, 5, None, t, t
+        yield "V3 paper s2", v3, paper, N, 5, 2, dp_truth(v3, mdlm_paper_law(v3, 5, 2), 5), None
+        yield "V3 mdlm s2", v3, mdlm, N, 5, 2, dp_truth(v3, mdlm_law(v3, 5, 2), 5), None
+        yield "V3 paper s1", v3, paper, N, 5, 1, product_truth(v3, 5), product_truth(v3, 5)
+        yield "V3 exact paper s6", v3, exact, N, 6, 6, 0.0, 0.0
+    for V, K in ((256, 32), (1024, 52)):
+        chain = synthetic_chain(V, K, eps=1e-4, seed=0)
+        for beta in (0.9, 1.25):
+            t = ar_truth(chain, beta, 64)
+            yield f"V{V} ar_beta{beta}", chain, AR(beta=beta, chain=chain), 64, 64, None, t, t
+        one = MDLMPaper()
+        one.connect(chain)
+        yield f"V{V} paper s1", chain, one, 64, 64, 1, product_truth(chain, 64), product_truth(chain, 64)
+
+
+def bracket_case(name, chain, sampler, N, T, steps, truth, upper_target, seeds: int, paths: int) -> str:
+    """Shares of seeds: certified bracket ends on the right side of the truth (and printed), seq_kl_upper's interval
+    printed and covering its target, the sandwich's one-sided bounds on the right side; mean ratios; CPU."""
+    from dllm_lit.metrics.functional.path_sandwich import certified_bracket, mean_bounds
+    from dllm_lit.metrics.functional.sequence_kl import upper_interval
+
+    V = chain.vocab_size
+    sampler.sandwich_paths = paths if hasattr(sampler, "sandwich_paths") else 0
+    exact = sampler.law_is_exact(T, steps)
+    rec = {k: [] for k in ("lo", "hi", "hi_given", "ci_given", "ci_cov", "iw_lo", "iw_hi", "zero", "ratio")}
+    cpu = 0.0
+    for seed in range(seeds):
+        x, st = sampler.generate_with_stats(torch.arange(N), T, steps, seed)
+        lp = sequence_log_prob(chain, x)
+        u = st["log_q"] - lp
+        iw = (st["log_q_iw_lower"] - lp, st["log_q_iw_upper"] - lp) if "log_q_iw_lower" in st else (None, None)
+        t0 = time.process_time()
+        dv = dv_lower_bound(transition_codes(x, V), chain)
+        lo, hi = certified_bracket(dv, u, iw[0], iw[1], T, 0.95, exact=exact)
+        cpu += time.process_time() - t0
+        ci = upper_interval(u, T, 0.95, exact=exact)
+        rec["lo"].append(lo is not None and lo <= truth)
+        rec["hi"].append(hi is not None and hi >= truth)
+        rec["hi_given"].append(hi is not None)
+        rec["ci_given"].append(ci is not None)
+        if ci is not None and upper_target is not None:
+            rec["ci_cov"].append(ci[0] <= upper_target <= ci[1])
+        rec["zero"].append(exact and ci == (0.0, 0.0) and hi == 0.0)
+        if iw[0] is not None and not exact:  # a declared exact law reads [0, 0] (the metric's rule)
+            b_lo, b_hi = mean_bounds(iw[0], T, 0.95), mean_bounds(iw[1], T, 0.95)
+            rec["iw_lo"].append(b_lo is not None and b_lo[0] <= truth)
+            rec["iw_hi"].append(b_hi is not None and b_hi[1] >= truth)
+            rec["ratio"].append((float(iw[0].mean()), float(iw[1].mean())))
+    pct = lambda xs: f"{100 * sum(xs) / len(xs):5.1f}%" if xs else "     -"  # noqa: E731
+    ratio = "-"
+    if rec["ratio"]:
+        m_lo, m_hi = (sum(r[i] for r in rec["ratio"]) / len(rec["ratio"]) for i in (0, 1))
+        ratio = f"{m_lo / m_hi:6.3f}" if m_hi > 0 else "-"
+    return (f"{name:20s} {N:4d}x{T:<3d} {truth:9.4g} {pct(rec['lo'])} {pct(rec['hi'])} {pct(rec['hi_given'])} "
+            f"{pct(rec['ci_given'])} {pct(rec['ci_cov'])} {pct(rec['iw_lo'])} {pct(rec['iw_hi'])} {ratio:>6s} "
+            f"{'yes' if exact and all(rec['zero']) else ('no' if exact else '-'):>4s} {cpu / seeds:7.2f}")
+
+
+BRACKET_HEADER = (f"{'case':20s} {'N x T':8s} {'truth':>9s} {'lo<=tr':>6s} {'hi>=tr':>6s} {'hi set':>6s} "
+                  f"{'ci set':>6s} {'ci cov':>6s} {'iwL<=':>6s} {'iwU>=':>6s} {'lo/up':>6s} {'zero':>4s} {'cpu/seed':>7s}")
+
+
+def english_sandwich(paths: int, N: int = 512, T: int = 256, seed: int = 0) -> None:
+    """paper-MDLM on the English chain: the sandwich's mean lower / upper per token as a function of K, with the
+    rescoring CPU (process time) of the K fresh orders."""
+    from dllm_lit.samplers.draws import drawn_log_prob
+    from dllm_lit.samplers.path_sandwich import fresh_path_log_q
+
+    chain = english_char_chain()
+    paper = MDLMPaper()
+    paper.connect(chain)
+    idx = torch.arange(N)
+    law = lambda j, b, p, probs, tok: drawn_log_prob(probs, tok)  # noqa: E731
+    for steps in (16, 64, 128):
+        x, st = paper.generate_with_stats(idx, T, steps, seed)
+        lp = sequence_log_prob(chain, x)
+        t0 = time.process_time()
+        fresh = fresh_path_log_q(paper.denoiser, x, lambda s: paper._decode(idx, T, steps, s), steps - 1, law, seed,
+                                 paths)
+        cpu = time.process_time() - t0
+        dv = dv_lower_bound(transition_codes(x, chain.vocab_size), chain).value
+        own = st["log_q"][:, None]
+        ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= paths]
+        parts = []
+        for k in ks:
+            lo = float((torch.logsumexp(fresh[:, :k], 1) - math.log(k) - lp).mean()) / T
+            hi = float((torch.logsumexp(torch.cat([own, fresh[:, : k - 1]], 1), 1) - math.log(k) - lp).mean()) / T
+            parts.append(f"K={k}: {lo:.4f}/{hi:.4f}")
+        print(f"english paper s{steps} {N}x{T}: dv {dv:.4f}; iw lower/upper {'; '.join(parts)}; "
+              f"rescoring cpu {cpu:.1f} s for {paths} orders", flush=True)
+
+
+def cost_profile(N: int, T: int = 1024) -> None:
+    """The DV bound's CPU at V = 4096 (K = 206, eps = 1e-4) for N sequences of an AR(1.25) row, T = 1024: the first
+    call (which also builds the row-independent tilt iteration) and a second row on the same chain, with the top
+    functions of a cProfile of the second."""
+    import cProfile
+    import pstats
+
+    chain = synthetic_chain(4096, 206, eps=1e-4, seed=0)
+    ar = AR(beta=1.25, chain=chain)
+    for rep in range(2):
+        x = ar.generate(torch.arange(N), T, None, rep)
+        codes = transition_codes(x, 4096)
+        t0 = time.process_time()
+        prof = cProfile.Profile() if rep else None
+        if prof:
+            prof.enable()
+        dv_lower_bound(codes, chain)
+        if prof:
+            prof.disable()
+        print(f"V4096 dv bound N={N} T={T} {'second row' if rep else 'first row (with the shared tilts)'}: "
+              f"{time.process_time() - t0:.1f} s CPU", flush=True)
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(12)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--groups", nargs="+", default=["tiny", "synthetic", "english"],
-                    choices=["tiny", "synthetic", "english"])
+                    choices=["tiny", "synthetic", "english", "bracket", "english_sandwich", "cost"])
+    ap.add_argument("--paths", type=int, default=8, help="fresh orders K of the sandwich")
+    ap.add_argument("--cost-n", type=int, default=64, help="sequences of the V = 4096 cost profile")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"seeds per case: {args.seeds}; level 0.95 (one-sided lower confidence bound)")
-    print(f"{'case':22s} {'N x T':9s} {'truth':>10s} {'lcb<=truth':>6s} {'lcb<=up':>6s} {'dv/truth':>7s} "
-          f"{'lcb/truth':>7s} {'old/truth':>7s} {'old>truth':>6s} {'cpu/seed':>8s}  entropy bias (nats)")
     groups = {"tiny": tiny_cases, "synthetic": synthetic_cases, "english": english_cases}
-    for g in args.groups:
+    old = [g for g in args.groups if g in groups]
+    if old:
+        print(f"{'case':22s} {'N x T':9s} {'truth':>10s} {'lcb<=truth':>6s} {'lcb<=up':>6s} {'dv/truth':>7s} "
+              f"{'lcb/truth':>7s} {'old/truth':>7s} {'old>truth':>6s} {'cpu/seed':>8s}  entropy bias (nats)")
+    for g in old:
         for case in groups[g]():
             print(run_case(*case, seeds=args.seeds), flush=True)
+    if "bracket" in args.groups:
+        print(f"certified bracket (95% one-sided each end), sandwich K = {args.paths}")
+        print(BRACKET_HEADER)
+        for case in bracket_cases():
+            print(bracket_case(*case, seeds=args.seeds, paths=args.paths), flush=True)
+    if "english_sandwich" in args.groups:
+        english_sandwich(args.paths)
+    if "cost" in args.groups:
+        cost_profile(args.cost_n)
 
 
 if __name__ == "__main__":

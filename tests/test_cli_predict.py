@@ -24,8 +24,10 @@ SIGNED = {"kl_excess", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_correc
 #: the forward sequence KL, its prediction and bounds (opt-in: results.forward_kl; null on the reference row;
 #: MDLM's argmax fill and coin-drawn rounds: no prediction, no bounds)
 FORWARD = {"seq_kl_fwd", "seq_kl_fwd_theory", "seq_kl_fwd_bound_tc", "seq_kl_fwd_bound_dtc", "seq_kl_fwd_bound_mi"}
-KEYS = {"sampler", "label", "steps", "seed", "nfe", "nfe_std", "settings"} | METRICS | FORWARD | \
-    {f"{k}_ci" for k in METRICS | FORWARD}
+#: the sandwich (null without results.metric_options.sandwich_paths) and the certified bracket
+BRACKET = {"seq_kl_iw_lower", "seq_kl_iw_upper", "seq_kl_bracket_lo", "seq_kl_bracket_hi"}
+KEYS = {"sampler", "label", "steps", "seed", "nfe", "nfe_std", "settings"} | METRICS | FORWARD | BRACKET | \
+    {f"{k}_ci" for k in METRICS | FORWARD | BRACKET}
 
 
 def test_cli_predict_writes_metrics(tmp_path) -> None:
@@ -40,10 +42,16 @@ def test_cli_predict_writes_metrics(tmp_path) -> None:
     for r in rows:
         assert set(r) == KEYS and r["seed"] == 7
         assert all(isinstance(r[k], float) and r[k] == r[k] for k in METRICS)
-        for k in METRICS - NO_INTERVAL:
+        for k in METRICS - NO_INTERVAL - {"seq_kl_upper"}:
             lo, hi = r[f"{k}_ci"]
             assert lo <= r[k] <= hi and (k in SIGNED or 0 <= lo)
         assert r["dup_rate_ci"] is None and r["support_frac_ci"] is None
+        # 24 sequences: no interval on the mean log-ratio (below MIN_INTERVAL_N), but [0, 0] for the exact reference
+        assert r["seq_kl_upper_ci"] == ([0.0, 0.0] if r["sampler"] == "ar" else None)
+        if r["sampler"] == "ar":  # declared exact: the whole bracket reads 0
+            assert r["seq_kl_iw_lower"] == r["seq_kl_bracket_lo"] == r["seq_kl_bracket_hi"] == 0.0
+        else:
+            assert r["seq_kl_iw_lower"] is None and r["seq_kl_bracket_hi"] is None and r["seq_kl_bracket_lo"] >= 0
     assert rows[0]["kl_excess"] == 0.0 and rows[0]["seq_kl_upper"] == 0.0  # the reference row against itself
     assert rows[1]["seq_kl_upper"] > rows[2]["seq_kl_upper"] > 0
     assert rows[1]["kl"] > rows[2]["kl"]  # fewer steps, larger sampler error

@@ -157,7 +157,7 @@ def test_bound_below_exact_sequence_kl() -> None:
 
 
 def test_exact_samplers_read_zero_and_few_sequences() -> None:
-    """seq_kl_upper of an exact sampler (FHS, paper-MDLM at steps = T; float32 oracle) reads 0 with
+    """seq_kl_upper of an exact sampler (FHS, paper-MDLM at steps = T; float32 oracle; declared exact) reads 0 with
     interval [0, 0]; the lower bound of exact samples is <= 0 at its low end; with N < 4 the lower
     end is the trivial bound 0."""
     chain = synthetic_chain(27, 5, eps=0.02, seed=1)
@@ -166,7 +166,8 @@ def test_exact_samplers_read_zero_and_few_sequences() -> None:
         sampler.connect(chain)
         x, stats = sampler.generate_with_stats(torch.arange(N), T, T, 5)
         m = SequenceBootstrapper(SequenceKL(chain), num_resamples=20, seed=1)
-        m.update(x, {"index": torch.arange(N), "log_q": stats["log_q"]}, index=torch.arange(N))
+        exact = torch.full((N,), float(sampler.law_is_exact(T, T)))  # the engine adds it to the stats
+        m.update(x, {"index": torch.arange(N), "log_q": stats["log_q"], "exact_law": exact}, index=torch.arange(N))
         values, intervals = m.compute(), m.interval()
         assert values["seq_kl_upper"] == 0.0 and intervals["seq_kl_upper"] == (0.0, 0.0)
         assert intervals["seq_kl_lower"][0] <= 0.0 <= values["seq_kl_upper"]

@@ -81,7 +81,7 @@ def test_one_class_and_one_registry_line_add_a_metric(tmp_path, restore_registry
         expected = ratio_ci(x.sum(dim=1), torch.full((x.shape[0],), x.shape[1]), num_resamples=20, seed=r["seed"])
         assert r["mean_token_ci"] == list(expected)
         keys = list(r)
-        assert keys.index("mean_token") == keys.index("kl_cs") + 1  # after the built-in values (first-order world)
+        assert keys.index("mean_token") == keys.index("seq_kl_bracket_hi") + 1  # after the built-in values (first-order world)
         assert keys[-1] == "mean_token_ci"  # after the built-in intervals
     with open(tmp_path / "metrics.csv") as f:
         csv_rows = list(csv.DictReader(f))
@@ -119,11 +119,13 @@ def test_spec_validation_and_registration(restore_registry) -> None:
     default = registry.enabled_specs(ResultsWriter())
     assert [k for s in default for k in s.keys] == [
         "nll", "kl", "tv", "entropy", "unigram_l1", "other_mass", "support_frac", "div2", "div3", "dup_rate",
-        "kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected", "kl_cs"]
+        "kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected", "kl_cs",
+        "seq_kl_iw_lower", "seq_kl_iw_upper", "seq_kl_bracket_lo", "seq_kl_bracket_hi"]
     lm = registry.enabled_specs(ResultsWriter(genppl_model="m", mauve_featurizer="m", forward_kl=True))
     assert [(s.name, s.reads, s.reference) for s in lm[-4:]] == [
         ("genppl", "texts", False), ("mauve+mauve_seed_mean+mauve_seed_std", "texts", True),
-        ("kl_excess+entropy_mm+kl_mm+seq_kl_lower+seq_kl_upper+trans_kl_corrected+kl_cs", "stats", False),
+        ("kl_excess+entropy_mm+kl_mm+seq_kl_lower+seq_kl_upper+trans_kl_corrected+kl_cs+seq_kl_iw_lower+"
+         "seq_kl_iw_upper+seq_kl_bracket_lo+seq_kl_bracket_hi", "stats", False),
         ("seq_kl_fwd+seq_kl_fwd_theory+seq_kl_fwd_bound_tc+seq_kl_fwd_bound_dtc+seq_kl_fwd_bound_mi", "stats", False)]
     # then the HMM-world figures (drawn only when rows carry those keys)
     assert registry.figure_keys() == ("kl", "nll", "entropy", "div3", "world_nll", "ngram_kl2_excess",

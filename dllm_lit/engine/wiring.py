@@ -49,8 +49,10 @@ def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "Results
         if row.sampler is not sampler:
             row.sampler.connect(chain, cache_dir=datamodule.cache_dir)
     sampler.use_plan(plan)
-    for row in plan.rows:  # the forward-KL scoring pass runs only when the results ask for it
+    settings = writer.metric_settings() if callable(getattr(writer, "metric_settings", None)) else {}
+    for row in plan.rows:  # the forward-KL and sandwich scoring passes run only when the results ask for them
         row.sampler.score_reference = bool(getattr(writer, "forward_kl", False))
+        row.sampler.sandwich_paths = int(settings.get("sandwich_paths", 0))
     datamodule.use_plan(plan)
     if writer is not None:
         writer.connect(plan, chain, decoder=datamodule.decoder(), reference_samples=datamodule.reference_samples,

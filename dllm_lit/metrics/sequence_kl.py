@@ -21,6 +21,7 @@ from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.metrics.bootstrap import IntervalPolicy, SequenceBootstrapMixin
 from dllm_lit.metrics.distributed import EmptyMetricError, TypedCatStateMixin, synced_cat_states
 from dllm_lit.metrics.functional.dv_bound import DVBound, dv_lower_bound
+from dllm_lit.metrics.functional.path_sandwich import MIN_INTERVAL_N, mean_bounds
 from dllm_lit.metrics.functional.sequence_kl import (
     SEQUENCE_KL_KEYS,
     ResampledSequenceKL,
@@ -48,12 +49,26 @@ SEQUENCE_KL_INTERVALS: dict[str, IntervalPolicy] = {
                                    "sequence KL per token (Student t over cross-fitted halves); high end: the "
                                    "mirror bound on the DV bound, not on the KL"),
     "seq_kl_upper": IntervalPolicy("skew_corrected_t", reason="a mean over sequences of u / T: Student t with "
-                                   "Hall's skewness correction; [0, 0] at an exact zero"),
+                                   "Hall's skewness correction; [0, 0] for a declared exact law; none with fewer than "
+                                   f"{MIN_INTERVAL_N} sequences or every u equal (a zero variance is not certainty)"),
+    "seq_kl_iw_lower": IntervalPolicy("lower_confidence", reason="low end: one-sided lower confidence bound (skewness-"
+                                      f"corrected t) on the mean importance-weighted lower estimate; none below "
+                                      f"{MIN_INTERVAL_N} sequences or with every value equal"),
+    "seq_kl_iw_upper": IntervalPolicy("skew_corrected_t", reason="high end: one-sided upper confidence bound "
+                                      "(skewness-corrected t) on the mean sandwich upper estimate; none below "
+                                      f"{MIN_INTERVAL_N} sequences or with every value equal"),
+    "seq_kl_bracket_lo": IntervalPolicy(None, reason="itself a certified one-sided confidence bound (Bonferroni over "
+                                        "the DV and sandwich lower bounds)"),
+    "seq_kl_bracket_hi": IntervalPolicy(None, reason="itself a certified one-sided confidence bound (Bonferroni over "
+                                        "the path-level and sandwich upper ends)"),
     "trans_kl_corrected": _CENTRED,
     "kl_cs": _CENTRED,
 }
 
-_STATES = {"codes": torch.int64, "u": torch.float64, "index": torch.int64}
+_STATES = {"codes": torch.int64, "u": torch.float64, "index": torch.int64, "iw_lo": torch.float64,
+           "iw_hi": torch.float64, "exact": torch.float64}
+#: metric state -> the sampler statistic it holds (log q estimates of the sandwich; the declared exactness)
+_STAT_OF = {"iw_lo": "log_q_iw_lower", "iw_hi": "log_q_iw_upper", "exact": "exact_law"}
 
 
 class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
@@ -70,11 +85,13 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
     full_state_update = False
     higher_is_better = False
     is_differentiable = False
-    _cat_state_specs = {"codes": (torch.int64, ()), "u": (torch.float64, ()), "index": (torch.int64, ())}
+    _cat_state_specs = {name: (dtype, ()) for name, dtype in _STATES.items()}
     interval_policy = SEQUENCE_KL_INTERVALS
 
-    def __init__(self, chain: MarkovChain, world: Any = None, **kwargs: Any) -> None:
+    def __init__(self, chain: MarkovChain, world: Any = None, confidence: float = 0.95, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        #: the level of the certified bracket seq_kl_bracket_lo / _hi (one-sided, each end)
+        self.confidence = float(confidence)
         #: ``world`` (an HMM world, whose first-order projection is ``chain``): log p(x) is the world's exact
         #: log-likelihood (forward algorithm), so seq_kl_upper bounds the sequence KL to the world; seq_kl_lower
         #: (a first-order bound) is None
@@ -84,6 +101,8 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
         self.add_state("codes", default=[], dist_reduce_fx="cat")
         self.add_state("u", default=[], dist_reduce_fx="cat")
         self.add_state("index", default=[], dist_reduce_fx="cat")
+        for name in _STAT_OF:
+            self.add_state(name, default=[], dist_reduce_fx="cat")
         self.add_state("length", default=torch.tensor(0, dtype=torch.int64), dist_reduce_fx="max")
 
     def pair_with(self, reference: "SequenceKL | None") -> None:
@@ -109,17 +128,28 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
         self.codes.append(transition_codes(x, self.chain.vocab_size).reshape(-1).to(self.device))
         log_p = sequence_log_prob(self.chain, x) if self.world is None else self.world.log_prob(x)
         self.u.append((log_q - log_p).to(self.device))
+        for name, key in _STAT_OF.items():
+            v = stats.get(key)
+            v = torch.full((n,), float("nan") if key != "exact_law" else 0.0, dtype=torch.float64) if v is None \
+                else v.to(torch.float64).reshape(-1).cpu() - (log_p if key != "exact_law" else 0.0)
+            getattr(self, name).append(v.to(self.device))
         self.index.append(torch.as_tensor(stats["index"]).reshape(-1).to(device=self.device, dtype=torch.int64))
 
     # ------------------------------------------------------------------ gathered, index-ordered states
     def _ordered(self) -> tuple[Tensor, Tensor, Tensor]:
         """(codes [N, T - 1], u [N], index [N]) over all processes, ordered by sequence index (collective)."""
+        s = self._ordered_states()
+        return s["codes"], s["u"], s["index"]
+
+    def _ordered_states(self) -> dict[str, Tensor]:
+        """Every state over all processes, ordered by sequence index, codes as [N, T - 1] (collective)."""
         with synced_cat_states(self, _STATES) as s:
-            codes, u, index, T = s["codes"].cpu(), s["u"].cpu(), s["index"].cpu(), int(self.length)
-        if index.numel() == 0:
+            states, T = {k: s[k].cpu() for k in _STATES}, int(self.length)
+        if states["index"].numel() == 0:
             raise EmptyMetricError("SequenceKL: no sequence was seen")
-        order = torch.argsort(index, stable=True)
-        return codes.reshape(-1, T - 1)[order], u[order], index[order]
+        order = torch.argsort(states["index"], stable=True)
+        states = {k: (v.reshape(-1, T - 1) if k == "codes" else v)[order] for k, v in states.items()}
+        return states
 
     def _all(self) -> tuple[Tensor, Tensor, Tensor | None]:
         """(codes, u, reference codes or None), index-ordered (collective, also on the reference)."""
@@ -141,19 +171,29 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
 
     def compute(self) -> dict[str, float | None]:
         codes, u, ref = self._all()
+        s = self._ordered_states()
         first_order = self.world is None
         return sequence_kl_values(codes, u, self.chain, ref, self._dv_bound(codes) if first_order else None,
-                                  first_order=first_order)
+                                  first_order=first_order, sandwich=(s["iw_lo"], s["iw_hi"]),
+                                  exact=bool((s["exact"] > 0).all()), confidence=self.confidence)
 
     def own_intervals(self, confidence: float) -> dict[str, tuple[float, float]]:
-        """``{"seq_kl_lower": (lower, upper), "seq_kl_upper": (lower, upper)}`` at level ``confidence``
-        (collective under DDP): one-sided confidence bounds of the DV bound (not in an HMM world, where the
-        bound is not defined) and the interval of :func:`upper_interval` (not without log q)."""
-        codes, u, _ = self._ordered()
+        """``{"seq_kl_lower", "seq_kl_upper", "seq_kl_iw_lower", "seq_kl_iw_upper": (lower, upper)}`` at level
+        ``confidence`` (collective under DDP): one-sided confidence bounds of the DV bound (not in an HMM world, where
+        the bound is not defined), the interval of :func:`upper_interval` (not without log q, below MIN_INTERVAL_N
+        sequences or with every u equal) and the one-sided bounds of the sandwich's two estimates (the low end of
+        the lower one and the high end of the upper one are the certified ones; [0, 0] for a declared exact law)."""
+        s = self._ordered_states()
+        codes, u, T = s["codes"], s["u"], s["codes"].shape[1] + 1
+        exact = bool((s["exact"] > 0).all())
         out = {}
-        upper = upper_interval(u, codes.shape[1] + 1, confidence)
+        upper = upper_interval(u, T, confidence, exact=exact)
         if upper is not None:
             out["seq_kl_upper"] = upper
+        for key, name in (("seq_kl_iw_lower", "iw_lo"), ("seq_kl_iw_upper", "iw_hi")):
+            b = (0.0, 0.0) if exact and upper == (0.0, 0.0) else mean_bounds(s[name], T, confidence)
+            if b is not None:
+                out[key] = b
         if self.world is None:
             out["seq_kl_lower"] = self._dv_bound(codes).interval(confidence)
         return out

@@ -19,7 +19,8 @@ from typing import Any
 
 from dllm_lit import checks
 
-__all__ = ["ForwardKLOptions", "GenPPLOptions", "GreedyOptions", "MauveOptions", "NOT_IDENTITY", "identity", "make_options", "option_names"]
+__all__ = ["ForwardKLOptions", "GenPPLOptions", "GreedyOptions", "MauveOptions", "NOT_IDENTITY", "SandwichOptions",
+           "identity", "make_options", "option_names"]
 
 #: field metadata of an option that cannot change a metric's values (left out of the run identity)
 NOT_IDENTITY = {"identity": False}
@@ -111,3 +112,15 @@ class GreedyOptions:
         checks.boolean("greedy", self.greedy)
         checks.integer("greedy_rank_limit", self.greedy_rank_limit, minimum=1, maximum=10_000)
         checks.integer("greedy_prompt_length", self.greedy_prompt_length, minimum=0)
+
+
+@dataclass(frozen=True)
+class SandwichOptions:
+    """Sequence KL: ``sandwich_paths`` K, the fresh orders of the importance-weighted path sandwich
+    (``seq_kl_iw_lower`` / ``seq_kl_iw_upper``, :mod:`dllm_lit.samplers.path_sandwich`; 0: off, the default); each
+    order rescores every sample once along it, so a row costs about K more passes of its sampler's ordered decode."""
+
+    sandwich_paths: int = 0
+
+    def __post_init__(self) -> None:
+        checks.integer("sandwich_paths", self.sandwich_paths, minimum=0)

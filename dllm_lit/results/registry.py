@@ -45,7 +45,8 @@ from dllm_lit.metrics.dependence import DEPENDENCE_KEYS, DependenceProfile
 from dllm_lit.metrics.ngram_kl import NGRAM_KL_KEYS, NgramKL
 from dllm_lit.metrics.world_nll import WorldNLL
 from dllm_lit.metrics.task_accuracy import TaskAccuracy
-from dllm_lit.results.metric_options import ForwardKLOptions, GenPPLOptions, GreedyOptions, MauveOptions, make_options, merged_identity, option_names
+from dllm_lit.results.metric_options import (ForwardKLOptions, GenPPLOptions, GreedyOptions, MauveOptions, SandwichOptions,
+                                             make_options, merged_identity, option_names)
 
 
 def hmm_world(chain: Any) -> Any:
@@ -202,14 +203,18 @@ METRICS: list[MetricSpec] = [
                                                 "mauve_seed_std": "MAUVE (std over k-means seeds)"},
         enabled=lambda o: bool(o.mauve_featurizer), options=MauveOptions),
     MetricSpec(SEQUENCE_KL_KEYS, lambda c: SequenceKL(first_order(c.chain), world=hmm_world(c.chain)), reads="stats",
-               pairs_with_reference=True,
+               pairs_with_reference=True, options=SandwichOptions,
                labels={"kl_excess": "transition KL minus exact-sample KL (nats)",
                        "entropy_mm": "transition entropy, Miller-Madow (nats)",
                        "kl_mm": "transition KL, Miller-Madow (nats)",
                        "seq_kl_lower": "sequence KL per token, lower bound (DV, nats)",
                        "seq_kl_upper": "sequence KL per token, upper end (nats)",
                        "trans_kl_corrected": "(T-1)/T x floor-corrected transition KL (nats)",
-                       "kl_cs": "transition KL, Chao-Shen entropy (nats)"}),
+                       "kl_cs": "transition KL, Chao-Shen entropy (nats)",
+                       "seq_kl_iw_lower": "sequence KL per token, importance-weighted lower estimate (nats)",
+                       "seq_kl_iw_upper": "sequence KL per token, sandwich upper estimate (nats)",
+                       "seq_kl_bracket_lo": "sequence KL per token, certified lower bound (95%, nats)",
+                       "seq_kl_bracket_hi": "sequence KL per token, certified upper bound (95%, nats)"}),
     MetricSpec(FORWARD_KL_KEYS, lambda c: ForwardSequenceKL(), reads="stats", enabled=lambda o: bool(o.forward_kl), options=ForwardKLOptions,
                labels={"seq_kl_fwd": "E_order KL(chain || sampler | order) per token (nats)",
                        "seq_kl_fwd_theory": "predicted E_order KL(chain || sampler | order) per token (nats)",

@@ -189,6 +189,27 @@ class Sampler(L.LightningModule, ABC):
         """None when rows with ``steps`` report ``log_q``; otherwise why not (for docs and messages)."""
         return self.no_log_q_reason
 
+    #: fresh orders K of the importance-weighted path sandwich (:mod:`~dllm_lit.samplers.path_sandwich`; 0: off),
+    #: for samplers whose order ignores the tokens; :func:`dllm_lit.engine.connect` sets it from
+    #: ``results.metric_options.sandwich_paths``
+    sandwich_paths: int = 0
+
+    def declares_exact(self, seq_len: int, steps: int | None) -> bool:
+        """Whether this sampler's law at (``seq_len``, ``steps``) is the chain's own law when its denoiser is the
+        exact oracle (override where it is: one position per step from its exact conditional, exact chain sampling)."""
+        return False
+
+    def law_is_exact(self, seq_len: int, steps: int | None) -> bool:
+        """:meth:`declares_exact` with the exact oracle of the sampler's chain (or no denoiser): the sequence KL is
+        then exactly 0, whatever the float rounding of log q - log p (``seq_kl_upper`` reads 0)."""
+        if not self.declares_exact(seq_len, steps):
+            return False
+        if not self.requires_denoiser:
+            return True
+        from dllm_lit.denoisers.oracle import OracleDenoiser
+
+        return isinstance(self.denoiser, OracleDenoiser) and self.denoiser.chain is self.chain
+
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:meth:`generate` plus per-sequence statistics ``{name: float64[B]}`` over :data:`SEQUENCE_STATS`.
 
@@ -258,6 +279,8 @@ class Sampler(L.LightningModule, ABC):
         with user_code(f"the sampler {row.name}"):  # a SystemExit in a user's sampler class ends nothing silently
             x, stats = row.sampler.generate_with_stats(idx, int(batch["seq_len"]), row.steps, int(batch["seed"]))
         stats = {k: v.cpu() for k, v in stats.items()}
+        stats["exact_law"] = torch.full((idx.numel(),), float(row.sampler.law_is_exact(int(batch["seq_len"]), row.steps)),
+                                        dtype=torch.float64)
         return {"row": int(batch["row"]), "index": idx.cpu(), "samples": x.to(compact_dtype(self.vocab_size)).cpu(),
                 "nfe": stats["nfe"], "stats": stats}
 

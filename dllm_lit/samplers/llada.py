@@ -60,6 +60,7 @@ from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, c
                                                    with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, tempered_draw, tempered_law
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
+from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
@@ -232,8 +233,9 @@ class LLaDA(Sampler):
             return super().generate_with_stats(indices, seq_len, steps, seed)
         log_q = self._log_q_buffer(indices, seq_len)
         x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
-        stats = self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
         P, bl, nb = self._blocks(seq_len)
+        stats = add_sandwich(self, self._stats(self.nfe(seq_len, steps), log_q, indices.numel()), x, lambda s: random_order_steps(
+            s, indices, steps, seq_len, P, bl, nb, counts=self.counts(seq_len, steps)), steps - 1, self._log_law, seed)
         if self.score_reference and P == 0 and nb > 0:  # the forward KL against the chain's law (a prompt conditions the law)
             counts = self.counts(seq_len, steps) or [transfer_schedule(bl, steps // nb)] * nb
             theory = random_order_theory(self, [(bl, blk > 0, "sizes", c) for blk, c in enumerate(counts)]) \

@@ -25,6 +25,7 @@ from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical, drawn_log_prob
 from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
+from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.reference_scoring import forward_stats
 from dllm_lit.samplers.schedules import time_grid
 
@@ -66,19 +67,22 @@ class MDLM(Sampler):
         run = self._generate_ordered if self.decoding == "ordered" else self._generate_stepwise
         x, nfe = run(indices, seq_len, steps, seed, log_q=log_q)
         stats = self._stats(nfe, log_q, indices.numel())
-        if not self.score_reference:
-            return x, stats
-        # forward KL: the reference samples scored in an order of the same law (the argmax fill makes it
-        # formally infinite when a filled token disagrees: floored, see reference_scoring; no prediction)
-        decode = coin_decode_steps(StepUniforms(seed, indices, steps).grid(0, seq_len, slot=2),
-                                   time_grid(steps).to(indices.device))
+
+        def order(s: int) -> torch.Tensor:
+            return coin_decode_steps(StepUniforms(s, indices, steps).grid(0, seq_len, slot=2),
+                                     time_grid(steps).to(indices.device))
 
         def log_law(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
             if j == steps:
                 return torch.where(tok == probs.argmax(-1), 0.0, float("-inf")).to(torch.float64)
             return drawn_log_prob(probs, tok)
 
-        stats.update(forward_stats(self.chain, self.denoiser, indices, seq_len, seed, decode, steps, log_law, None))
+        stats = add_sandwich(self, stats, x, order, steps, log_law, seed)
+        if not self.score_reference:
+            return x, stats
+        # forward KL: the reference samples scored in an order of the same law (the argmax fill makes it
+        # formally infinite when a filled token disagrees: floored, see reference_scoring; no prediction)
+        stats.update(forward_stats(self.chain, self.denoiser, indices, seq_len, seed, order(seed), steps, log_law, None))
         return x, stats
 
     def _generate_ordered(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,

@@ -31,6 +31,7 @@ from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.selection import transfer_schedule
 from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
+from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts
 
@@ -98,7 +99,9 @@ class MDLMPaper(Sampler):
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         log_q = self._log_q_buffer(indices, seq_len)
         x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
-        stats = self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
+        stats = add_sandwich(self, self._stats(self.nfe(seq_len, steps), log_q, indices.numel()), x,
+                             lambda s: self._decode(indices, seq_len, steps, s), steps - 1,
+                             lambda j, b, p, probs, tok: drawn_log_prob(probs, tok), seed)
         if not self.score_reference:
             return x, stats
         counts = self.counts(seq_len, steps) or transfer_schedule(seq_len, steps)

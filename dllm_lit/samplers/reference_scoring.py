@@ -23,7 +23,7 @@ import torch
 
 from dllm_lit.samplers.ordered_decoding import decode_in_order
 
-__all__ = ["reference_log_ratio", "order_log_conditionals", "forward_stats", "random_order_theory", "chain_information", "LOG_FLOOR", "LogLaw",
+__all__ = ["reference_log_ratio", "teacher_forced_log_q", "order_log_conditionals", "forward_stats", "random_order_theory", "chain_information", "LOG_FLOOR", "LogLaw",
            "THEORY_STATS"]
 
 #: probability floor of a scored token (the transition metrics' clamp)
@@ -49,18 +49,19 @@ def reference_log_ratio(chain, denoiser, indices: torch.Tensor, seq_len: int, se
     x = reference_samples(chain, indices, seq_len, seed)
     if x is None:
         return torch.full((B,), float("nan"), dtype=torch.float64)
-    log_q = _teacher_forced_log_q(denoiser, x, decode, num_steps, log_law)
+    log_q = teacher_forced_log_q(denoiser, x, decode, num_steps, log_law)
     return (chain.log_prob(x.cpu()).to(torch.float64) - log_q.sum(1).cpu())
 
 
-def _teacher_forced_log_q(denoiser, x: torch.Tensor, decode: torch.Tensor, num_steps: int,
-                          log_law: LogLaw) -> torch.Tensor:
-    """log q(x_i | x revealed before i's step) per position (float64 [B, T]; floored at LOG_FLOOR)."""
-    floor = torch.tensor(LOG_FLOOR, dtype=torch.float64).log()
+def teacher_forced_log_q(denoiser, x: torch.Tensor, decode: torch.Tensor, num_steps: int,
+                         log_law: LogLaw, floor: bool = True) -> torch.Tensor:
+    """log q(x_i | x revealed before i's step) per position (float64 [B, T]; floored at LOG_FLOOR unless
+    ``floor`` is False: then a token of probability 0 gives -inf)."""
+    low = torch.tensor(LOG_FLOOR if floor else 0.0, dtype=torch.float64).log()
 
     def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
         tok = x[b, p]
-        return tok, torch.maximum(log_law(j, b, p, probs, tok).to(torch.float64), floor.to(probs.device))
+        return tok, torch.maximum(log_law(j, b, p, probs, tok).to(torch.float64), low.to(probs.device))
 
     log_q = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
     decode_in_order(denoiser, torch.full_like(x, denoiser.mask_id), decode, num_steps, draw, log_q=log_q)
@@ -83,7 +84,7 @@ def order_log_conditionals(chain, denoiser, indices: torch.Tensor, seq_len: int,
     if x is None:
         raise ValueError("order_log_conditionals needs consecutive sequence indices")
     decode = random_order_steps(seed, indices, T, T, 0, T, 1)
-    log_q = _teacher_forced_log_q(denoiser, x, decode, T - 1, lambda j, b, p, probs, tok: drawn_log_prob(probs, tok))
+    log_q = teacher_forced_log_q(denoiser, x, decode, T - 1, lambda j, b, p, probs, tok: drawn_log_prob(probs, tok))
     return torch.empty_like(log_q).scatter_(1, decode.to(log_q.device), log_q).cpu()
 
 

@@ -36,13 +36,16 @@ M = N (T - 1) transitions, n_i = sum_j c(i, j), m_i = #{j : c(i, j) > 0}, q = P'
 
       E[u] / T = E_o KL(p_s(. | o) || p) / T >= KL(p_s || p) / T =: seq_kl_upper's target bound.
 
-  ``seq_kl_upper = mean(u) / T`` is an unbiased estimate of that upper bound.  When
-  |mean(u)| / T <= :data:`EXACT_ZERO_TOL` and every |u_n| / T <= :data:`EXACT_SEQUENCE_TOL` (an
-  exact sampler: u is the float rounding of log q - log p) it is reported as 0 with interval [0, 0]:
-  0 within 1e-8 nats per token.  Otherwise its interval (:func:`upper_interval`) is the Student t
-  interval for the mean of u / T with Hall's skewness correction
-  (:mod:`dllm_lit.metrics.functional.mean_interval`): u is a skewed sum of few terms at small T, where
-  the percentile bootstrap under-covers (93.6% at V = 3, N = 64, T = 5 over 2000 seeds; docs/metrics.md).
+  ``seq_kl_upper = mean(u) / T`` is an unbiased estimate of that upper bound.  It reads exactly 0 with interval
+  [0, 0] when the sampler declares its law exact (``exact_law``: one position per step from the exact oracle's
+  conditionals, exact chain sampling), whatever the float32 rounding of u; no tolerance on u decides it.
+  Otherwise its interval (:func:`upper_interval`) is the Student t interval for the mean of u / T with Hall's
+  skewness correction (:mod:`dllm_lit.metrics.functional.mean_interval`): u is a skewed sum of few terms at small
+  T, where the percentile bootstrap under-covers (93.6% at V = 3, N = 64, T = 5 over 2000 seeds; docs/metrics.md);
+  none below :data:`~dllm_lit.metrics.functional.path_sandwich.MIN_INTERVAL_N` sequences or when every u is equal
+  (:func:`~dllm_lit.metrics.functional.path_sandwich.interval_refusal`).
+* **The importance-weighted sandwich and the certified bracket** (``seq_kl_iw_lower``, ``seq_kl_iw_upper``,
+  ``seq_kl_bracket_lo``, ``seq_kl_bracket_hi``): :mod:`dllm_lit.metrics.functional.path_sandwich`.
 
 log p(x) floors every probability at 1e-30 (as ``nll`` and ``kl`` do), so an impossible sequence
 counts about 69 nats per impossible transition instead of an infinite value.
@@ -55,11 +58,10 @@ from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.metrics.functional.dv_bound import DVBound, dv_lower_bound
 from dllm_lit.metrics.functional.entropy import entropy_from_pairs
 from dllm_lit.metrics.functional.mean_interval import skew_corrected_t_interval
+from dllm_lit.metrics.functional.path_sandwich import certified_bracket, interval_refusal, mean_per_token
 from dllm_lit.metrics.functional.transition import PairCounts, transition_metrics_from_pairs
 
 __all__ = [
-    "EXACT_SEQUENCE_TOL",
-    "EXACT_ZERO_TOL",
     "LOG_FLOOR",
     "SEQUENCE_KL_KEYS",
     "ResampledSequenceKL",
@@ -69,15 +71,8 @@ __all__ = [
     "upper_interval",
 ]
 
-SEQUENCE_KL_KEYS = ("kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected", "kl_cs")
-
-#: seq_kl_upper is reported as exactly 0 when |mean(u)| / T <= EXACT_ZERO_TOL and every |u_n| / T <=
-#: EXACT_SEQUENCE_TOL: the float rounding of log q - log p of an exact sampler (paper-MDLM at steps = T,
-#: FHS) with the float32 oracle (English chain, T = 64 / 256: max |u_n| / T = 1.5e-8 / 5.9e-9, |mean| / T
-#: = 5e-11 / 5.5e-10; a V = 27 chain at T = 16, 32 sequences: |mean| / T up to 3.2e-9), while a sampler
-#: with any error has |u_n| / T of order its KL per token
-EXACT_ZERO_TOL = 1e-8
-EXACT_SEQUENCE_TOL = 1e-6
+SEQUENCE_KL_KEYS = ("kl_excess", "entropy_mm", "kl_mm", "seq_kl_lower", "seq_kl_upper", "trans_kl_corrected", "kl_cs",
+                    "seq_kl_iw_lower", "seq_kl_iw_upper", "seq_kl_bracket_lo", "seq_kl_bracket_hi")
 
 #: probability floor in log p(x) (the transition metrics' clamp)
 LOG_FLOOR = 1e-30
@@ -110,34 +105,33 @@ def _corrected(pairs: torch.Tensor, counts: torch.Tensor, chain: MarkovChain) ->
     return m["kl"], m["entropy"] + bias, m["kl"] - bias, m["nll"] - entropy_from_pairs(pairs, counts, chain.vocab_size, "cs")
 
 
-def _exact_zero(u: torch.Tensor, T: int) -> bool:
-    u = u.to(torch.float64)
-    return bool((u.abs() <= EXACT_SEQUENCE_TOL * T).all()) and abs(float(u.mean())) <= EXACT_ZERO_TOL * T
+def _upper_value(u: torch.Tensor, T: int, exact: bool) -> float | None:
+    return 0.0 if exact else mean_per_token(u, T)
 
 
-def _upper_value(u: torch.Tensor, T: int) -> float:
-    return 0.0 if _exact_zero(u, T) else float(u.to(torch.float64).sum() / u.numel()) / T
-
-
-def upper_interval(u: torch.Tensor | None, T: int, confidence: float) -> tuple[float, float] | None:
-    """``seq_kl_upper``'s interval at level ``confidence`` from u = log q - log p [N] (index order): [0, 0] at
-    an exact zero, else Hall's skewness-corrected t interval of mean(u / T), containing the estimate; None
-    without log q (u None, empty or containing NaN)."""
-    if u is None or not u.numel() or not bool(torch.isfinite(u).all()):
-        return None
-    if _exact_zero(u, T):
+def upper_interval(u: torch.Tensor | None, T: int, confidence: float, exact: bool = False) -> tuple[float, float] | None:
+    """``seq_kl_upper``'s interval at level ``confidence`` from u = log q - log p [N] (index order): [0, 0] for a
+    declared exact law, else Hall's skewness-corrected t interval of mean(u / T), containing the estimate; None
+    without log q (u None, empty or containing NaN), below MIN_INTERVAL_N sequences or when every u is equal."""
+    if exact and u is not None and u.numel():
         return 0.0, 0.0
-    return skew_corrected_t_interval(u.to(torch.float64) / T, confidence, point=_upper_value(u, T))
+    if interval_refusal(u) is not None:
+        return None
+    return skew_corrected_t_interval(u.to(torch.float64) / T, confidence, point=_upper_value(u, T, False))
 
 
 def sequence_kl_values(codes: torch.Tensor, u: torch.Tensor | None, chain: MarkovChain,
                        reference_codes: torch.Tensor | None, dv: DVBound | None = None,
-                       first_order: bool = True) -> dict[str, float | None]:
+                       first_order: bool = True, sandwich: tuple[torch.Tensor, torch.Tensor] | None = None,
+                       exact: bool = False, confidence: float = 0.95) -> dict[str, float | None]:
     """The values of :data:`SEQUENCE_KL_KEYS` from per-sequence transition codes [N, T - 1] in index
     order, per-sequence u = log q - log p [N] (None or containing NaN: the sampler reports no log q)
     and the reference row's codes (None: no reference row); ``dv``: the DV bound if already
-    computed for these codes.  Unavailable values are None; ``seq_kl_lower`` and ``trans_kl_corrected``
-    need a first-order world (the bigram-additive DV bound and the chain-rule estimate hold only there)."""
+    computed for these codes; ``sandwich``: the sandwich's per-sequence (lower, upper) log-ratios
+    (:mod:`~dllm_lit.metrics.functional.path_sandwich`); ``exact``: the sampler declares its law exact;
+    ``confidence``: the level of the certified bracket.  Unavailable values are None; ``seq_kl_lower`` and
+    ``trans_kl_corrected`` need a first-order world (the bigram-additive DV bound and the chain-rule estimate hold
+    only there)."""
     pairs, counts = torch.unique(codes.reshape(-1), return_counts=True)
     kl, entropy_mm, kl_mm, kl_cs = _corrected(pairs, counts, chain)
     T = codes.shape[1] + 1
@@ -152,8 +146,15 @@ def sequence_kl_values(codes: torch.Tensor, u: torch.Tensor | None, chain: Marko
         excess = kl - transition_metrics_from_pairs(rp, rc, chain)["kl"]
         out["kl_excess"] = excess
         out["trans_kl_corrected"] = (T - 1) / T * excess if first_order else None
-    if u is not None and u.numel() and bool(torch.isfinite(u).all()):
-        out["seq_kl_upper"] = _upper_value(u, T)
+    has_u = u is not None and u.numel() and bool(torch.isfinite(u).all())
+    if has_u:
+        out["seq_kl_upper"] = _upper_value(u, T, exact)
+    lo_u, hi_u = sandwich if sandwich is not None else (None, None)
+    out["seq_kl_iw_lower"] = 0.0 if exact and has_u else mean_per_token(lo_u, T)
+    out["seq_kl_iw_upper"] = 0.0 if exact and has_u else mean_per_token(hi_u, T)
+    lo, hi = certified_bracket(dv if first_order else None, u if has_u else None, lo_u, hi_u, T, confidence,
+                               exact=exact and bool(has_u))
+    out["seq_kl_bracket_lo"], out["seq_kl_bracket_hi"] = lo, hi
     return out
 
 
