@@ -29,6 +29,7 @@ from dllm_lit.metrics.bootstrap import IntervalPolicy
 from dllm_lit.metrics.forward_kl import FORWARD_KL_KEYS
 from dllm_lit.results import ResultsWriter, registry
 from dllm_lit.metrics.greedy import GREEDY_KEYS
+from dllm_lit.results.metric_options import SandwichOptions
 from dllm_lit.results.metric_options import identity
 from dllm_lit.results.registry import MetricSpec
 from dllm_lit.results.writer import LEGACY_METRIC_OPTIONS
@@ -119,7 +120,9 @@ def _other(value):
 
 #: writer options that switch each configurable built-in metric on
 ENABLE = {"genppl": {"genppl_model": "m"}, "mauve+mauve_seed_mean+mauve_seed_std": {"mauve_featurizer": "m"},
-          "+".join(FORWARD_KL_KEYS): {"forward_kl": True}, "+".join(GREEDY_KEYS): {"metric_options": {"greedy": True}}}
+          "+".join(FORWARD_KL_KEYS): {"forward_kl": True}, "+".join(GREEDY_KEYS): {"metric_options": {"greedy": True}},
+          # the sequence-KL columns are always on; their option (sandwich_paths) changes values, so it is identity
+          next(s.name for s in registry.METRICS if s.options is SandwichOptions): {"metric_options": {}}}
 
 
 def _configurable():
@@ -150,9 +153,11 @@ def test_options_that_cannot_change_a_value_stay_out_of_the_identity() -> None:
 
 
 def test_default_identity_is_unchanged() -> None:
-    """No configurable metric is on by default: the identity (and the meta of shipped configs) is as before."""
+    """No opt-in metric is on by default: the identity holds the default columns and the always-on options only."""
     keys = [k for s in registry.enabled_specs(ResultsWriter()) for k in s.keys]
-    assert ResultsWriter().metric_identity() == {"keys": keys, "bootstrap_resamples": 200, "confidence": 0.95}
+    # the always-on sequence-KL columns add their one option at its default (0: no sandwich)
+    assert ResultsWriter().metric_identity() == {"keys": keys, "bootstrap_resamples": 200, "confidence": 0.95,
+                                                 "sandwich_paths": 0}
 
 
 def test_every_writer_option_is_the_writers_or_a_metrics() -> None:
