@@ -30,7 +30,10 @@ import torch
 
 from dllm_lit.data.datamodule import MarkovDataModule
 from dllm_lit.indices import nonzero_pairs
-from dllm_lit.metrics.functional.bootstrap import IntervalPolicy, bootstrap_ci, bootstrap_interval
+from dllm_lit.engine.decompose_stats import DIFF_INTERVAL, KL_INTERVAL
+from dllm_lit.engine.decompose_stats import centred_interval as _centred
+from dllm_lit.engine.decompose_stats import transition_kl as _kl
+from dllm_lit.metrics.functional.bootstrap import bootstrap_ci
 from dllm_lit.metrics.functional.transition import transition_counts, transition_metrics_from_counts
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.training.objective import masked_kl, noise
@@ -85,22 +88,6 @@ def denoiser_error(denoiser, oracle, chain, num_sequences: int, seq_len: int, se
 
     rows = [summary(bins == i, i / NUM_BINS, (i + 1) / NUM_BINS) for i in range(NUM_BINS)]
     return {"overall": summary(torch.ones(num_sequences, dtype=torch.bool), 0.0, 1.0), "bins": rows}
-
-
-#: the runs' interval for transition KL (a plug-in functional; ``TRANSITION_INTERVALS``): centred, clipped at 0
-KL_INTERVAL = IntervalPolicy("centred", lower_bound=0.0)
-#: a paired difference of two KLs can be negative: centred, not clipped
-DIFF_INTERVAL = IntervalPolicy("centred")
-
-
-def _centred(fn, n: int, resamples: int, seed: int, policy: IntervalPolicy = KL_INTERVAL) -> list[float]:
-    """Centred bootstrap interval of ``fn`` (resample weights [N] -> value), as the runs use for transition KL: it
-    always contains the estimate (the basic interval did not: the plug-in floor 0.0074 got [-0.0009, 0.0028])."""
-    return list(bootstrap_interval(fn, n, policy, resamples, 0.95, seed, vectorized=False))
-
-
-def _kl(samples: torch.Tensor, chain, weights: torch.Tensor | None = None) -> float:
-    return transition_metrics_from_counts(transition_counts(samples, chain.vocab_size, weights), chain)["kl"]
 
 
 def decompose(sampler: Sampler, data: MarkovDataModule, output_dir: str | os.PathLike = "outputs/decomposition",
