@@ -8,7 +8,7 @@ import torch
 
 from dllm_lit.denoisers import ABSORBING, HMMOracleDenoiser, MaskedUniform, UniformNoise, hmm_posterior
 from dllm_lit.denoisers import hmm_products
-from dllm_lit.denoisers.hmm_products import WorldProducts, numba_available, row_sums
+from dllm_lit.denoisers.hmm_products import WorldProducts, normalised, numba_available
 from dllm_lit.markov import HMMWorld
 from dllm_lit.sources import KthOrderChars, SwitchingChains
 from dllm_lit.sources.hmm_synthetic import synthetic_hmm
@@ -94,14 +94,14 @@ def world_log_evidence(world: HMMWorld, z: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("make", [lambda: random_world(S=6, V=3, seed=1), lambda: context_world(V=3, k=2, seed=4),
                                   lambda: context_world(V=2, k=3, seed=5)])
 def test_compiled_and_torch_products_give_the_same_bits(make, monkeypatch) -> None:
-    """m A, (A m^T)^T, m B and the row sums: numba kernels == torch mirrors (torch.equal), a row alone == in a
+    """m A, (A m^T)^T, m B and the normalised rows: numba kernels == torch mirrors (torch.equal), a row alone == in a
     batch, and within 1e-14 of the dense products."""
     world = make()
     ops = WorldProducts(world)
     m = torch.rand(37, world.num_states, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
 
     def every(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return ops.right(x), ops.left(x), ops.emit(x), row_sums(x)
+        return ops.right(x), ops.left(x), ops.emit(x), *normalised(x)[:2]
 
     fast = every(m)
     for i in (0, 5, 36):
@@ -110,5 +110,6 @@ def test_compiled_and_torch_products_give_the_same_bits(make, monkeypatch) -> No
     slow = every(m)
     assert all(torch.equal(f, g) for f, g in zip(fast, slow))
     A = world.dense_transition()
-    for got, want in zip(fast, (m @ A, m @ A.T, m @ world.B, m.sum(-1, keepdim=True))):
+    s = m.sum(-1, keepdim=True)
+    for got, want in zip(fast, (m @ A, m @ A.T, m @ world.B, m / s, s)):
         assert (got - want).abs().max() <= 1e-14

@@ -36,7 +36,7 @@ import torch
 
 from dllm_lit.denoisers.channels import ABSORBING, EvidenceChannel
 from dllm_lit.denoisers.hmm_first_order import first_order_posterior
-from dllm_lit.denoisers.hmm_products import WorldProducts, normalise_or, row_sums
+from dllm_lit.denoisers.hmm_products import WorldProducts, normalise_or, normalised
 from dllm_lit.markov.hmm import HMMWorld
 
 __all__ = ["hmm_posterior", "hmm_likelihood_tables"]
@@ -85,8 +85,7 @@ def hmm_posterior(world: HMMWorld, z: torch.Tensor, channel: EvidenceChannel = A
         if t + 1 < T:
             ev = E[z[:, t]]
             f = normalise_or(a * ev, ev)
-            a = ops.right(f)
-            a = a / row_sums(a).clamp_min(1e-300)
+            a = normalised(ops.right(f))[0]
     return out
 
 

@@ -29,7 +29,7 @@ from dllm_lit.reductions import fixed_order_sum
 
 __all__ = ["WorldProducts", "dense_product", "torch_product", "context_blocks", "right_product", "left_product",
            "context_sums",
-           "row_sums", "normalise_or", "numba_available"]
+           "normalised", "normalise_or", "numba_available"]
 
 
 @functools.cache
@@ -86,7 +86,7 @@ def right_product(m: torch.Tensor, Qr: torch.Tensor) -> torch.Tensor:
     R, V, _ = Qr.shape
     mv = m.view(-1, V, R)
     if _compiled(m):  # x[r, a, i] = m[i, (a, r)]; out [r, c, i]
-        return _blocked(mv.permute(2, 1, 0), Qr).view(R * V, -1).T
+        return _blocked(mv.permute(2, 1, 0), Qr).view(R * V, -1).T.contiguous()
     out = mv[:, 0, :, None] * Qr[:, 0]
     for a in range(1, V):
         out = out + mv[:, a, :, None] * Qr[:, a]
@@ -119,25 +119,26 @@ def context_sums(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def row_sums(x: torch.Tensor) -> torch.Tensor:
-    """[n, 1] row sums of x [n, S] by :func:`~dllm_lit.reductions.fixed_order_sum`'s tree (compiled on the CPU
-    in float64: the same bits)."""
+def normalised(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(x / max(s, 1e-300), s, whether every s > 0) for x [n, S], s [n, 1] its row sums by
+    :func:`~dllm_lit.reductions.fixed_order_sum`'s tree (compiled on the CPU in float64: the same bits)."""
     if not _compiled(x):
-        return fixed_order_sum(x, keepdim=True)
-    from dllm_lit.denoisers.hmm_products_kernel import fixed_row_sums
-    out = np.empty(x.shape[0])
-    fixed_row_sums(_np(x), out)
-    return torch.from_numpy(out)[:, None]
+        s = fixed_order_sum(x, keepdim=True)
+        return x / s.clamp_min(1e-300), s, bool((s > 0).all())
+    from dllm_lit.denoisers.hmm_products_kernel import normalised_rows
+    out, s = np.empty(x.shape), np.empty(x.shape[0])
+    positive = normalised_rows(_np(x), out, s)
+    return torch.from_numpy(out), torch.from_numpy(s)[:, None], positive
 
 
 def normalise_or(x: torch.Tensor, fallback: torch.Tensor | Callable[[], torch.Tensor]) -> torch.Tensor:
     """x / sum(x) per row (the fixed-order tree), or the normalised fallback where a row of x sums to zero.
     ``fallback`` may be a function returning it: it is then computed only when some row vanishes."""
-    s = row_sums(x)
-    if bool((s > 0).all()):  # the usual case: the same numbers as the where below
-        return x / s.clamp_min(1e-300)
+    out, s, positive = normalised(x)
+    if positive:  # the usual case: the same numbers as the where below
+        return out
     fb = fallback() if callable(fallback) else fallback
-    return torch.where(s > 0, x / s.clamp_min(1e-300), fb / row_sums(fb).clamp_min(1e-300))
+    return torch.where(s > 0, out, normalised(fb)[0])
 
 
 class WorldProducts:

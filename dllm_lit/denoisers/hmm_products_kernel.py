@@ -9,7 +9,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["dense_product", "blocked_product", "context_sums", "fixed_row_sums"]
+__all__ = ["dense_product", "blocked_product", "context_sums", "fixed_row_sums", "normalised_rows"]
 
 #: rows of m that share one pass over the matrix (its rows stay in the L1 cache for all of them)
 ROWS = 4
@@ -99,3 +99,17 @@ def fixed_row_sums(x: np.ndarray, out: np.ndarray) -> None:
                 buf[0] = buf[0] + buf[2 * h]
             k = h
         out[i] = buf[0] if S else 0.0
+
+
+@numba.njit(cache=True)
+def normalised_rows(x: np.ndarray, out: np.ndarray, sums: np.ndarray) -> bool:
+    """sums[i] = :func:`fixed_row_sums` of x[i], out[i] = x[i] / max(sums[i], 1e-300); whether every sum is > 0."""
+    fixed_row_sums(x, sums)
+    n, S = x.shape
+    positive = True
+    for i in range(n):
+        positive = positive and sums[i] > 0
+        d = sums[i] if sums[i] > 1e-300 else 1e-300
+        for j in range(S):
+            out[i, j] = x[i, j] / d
+    return positive

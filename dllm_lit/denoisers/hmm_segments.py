@@ -28,8 +28,8 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-from dllm_lit.denoisers.hmm_products import (context_blocks, context_sums, left_product, normalise_or, right_product,
-                                             row_sums)
+from dllm_lit.denoisers.hmm_products import (context_blocks, context_sums, left_product, normalise_or, normalised,
+                                             right_product)
 from dllm_lit.markov.hmm import HMMWorld
 
 __all__ = ["SegmentedPosterior", "segments_apply"]
@@ -187,8 +187,7 @@ class SegmentedPosterior:
             if t + 1 < L:
                 ev = E[zl[:, t]]
                 f = normalise_or(a * ev, ev)
-                a = right_product(f, Qr)
-                a = a / row_sums(a).clamp_min(1e-300)
+                a = normalised(right_product(f, Qr))[0]
         b_store = torch.empty(n, L, S, dtype=torch.float64)
         ones = torch.ones(n, S, dtype=torch.float64)
         b_store[:, L - 1] = 1.0 / S
