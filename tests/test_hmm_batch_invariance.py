@@ -48,6 +48,19 @@ def test_rows_do_not_depend_on_the_chunking(kind, channel, loo) -> None:
     assert torch.equal(post(z[perm]), full[perm])
 
 
+@pytest.mark.skipif(not numba_available(), reason="the compiled products need the optional extra `fast` (numba)")
+@pytest.mark.parametrize("kind", sorted(WORLDS))
+def test_torch_ops_give_the_compiled_bits(kind, monkeypatch) -> None:
+    """The whole posterior by torch ops (what another device runs) equals the compiled CPU path, bit for bit."""
+    world = WORLDS[kind]()
+    for channel, loo in ((ABSORBING, False), (MaskedUniform(0.5, 0.2), True)):
+        z = tokens(world, 6, 16, channel.num_symbols(world.vocab_size), seed=7)
+        fast = hmm_posterior(world, z, channel, leave_one_out=loo)
+        with monkeypatch.context() as m:
+            m.setattr(hmm_products, "numba_available", lambda: False)
+            assert torch.equal(hmm_posterior(world, z, channel, leave_one_out=loo), fast)
+
+
 @pytest.mark.parametrize("kind", ["switching", "order2"])
 def test_oracle_denoiser_rows_do_not_depend_on_the_chunking(kind, monkeypatch) -> None:
     """HMMOracleDenoiser (float64): its own chunks of rows, and the caller's, change no bit (absorbing masks with
