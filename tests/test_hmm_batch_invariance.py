@@ -46,6 +46,7 @@ def test_rows_do_not_depend_on_the_chunking(kind, channel, loo) -> None:
         assert torch.equal(chunked(post, z, size), full), size
     perm = torch.randperm(z.shape[0], generator=torch.Generator().manual_seed(0))
     assert torch.equal(post(z[perm]), full[perm])
+    assert post(z[:0]).shape == (0, 24, world.vocab_size)
 
 
 @pytest.mark.skipif(not numba_available(), reason="the compiled products need the optional extra `fast` (numba)")

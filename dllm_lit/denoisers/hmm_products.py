@@ -8,12 +8,12 @@ For a message m [n, S] (one row per sequence):
     row sums                  = fixed_order_sum's pairwise tree
 
 Every product is summed in index order by separate IEEE multiplications and additions, never by a BLAS call:
-a BLAS product of an [n, S] block rounds a row differently with n (B = 1 takes gemv, others gemm, with
+a BLAS product of an [n, S] block rounds a row differently with n (n = 1 takes gemv, others gemm, with
 blockings that depend on n) and with the row's memory alignment, so a sequence's posterior would depend on its
 batch.  On the CPU in float64 the products run as numba kernels where the optional extra ``fast`` is installed
 (:mod:`~dllm_lit.denoisers.hmm_products_kernel`, loaded on first use); elsewhere (CUDA, float32, no numba) the
-same operations run as torch ops, with the same bits (tested), so the numbers do not depend on the batch, the
-chunking or the device.  A dense world costs O(S^2) per row and product, a context world O(S V).
+same operations run as torch ops, in float64 with the same bits as the kernels (tested), so the numbers do not
+depend on the batch, the chunking or the device.  A dense world costs O(S^2) per row and product, a context world O(S V).
 """
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ from dllm_lit.markov.hmm import HMMWorld
 from dllm_lit.reductions import fixed_order_sum
 
 __all__ = ["WorldProducts", "dense_product", "torch_product", "context_blocks", "right_product", "left_product",
-           "context_sums",
-           "normalised", "normalise_or", "numba_available"]
+           "context_sums", "normalised", "normalise_or", "numba_available"]
 
 
 @functools.cache
@@ -84,26 +83,26 @@ def right_product(m: torch.Tensor, Qr: torch.Tensor) -> torch.Tensor:
     """m A of a context world for m [n, S]: out[(r, c)] = sum_a m[(a, r)] Qr[r, a, c], added in index order
     a = 0, 1, ..."""
     R, V, _ = Qr.shape
-    mv = m.view(-1, V, R)
+    mv = m.reshape(m.shape[0], V, R)
     if _compiled(m):  # x[r, a, i] = m[i, (a, r)]; out [r, c, i]
-        return _blocked(mv.permute(2, 1, 0), Qr).view(R * V, -1).T.contiguous()
+        return _blocked(mv.permute(2, 1, 0), Qr).view(R * V, m.shape[0]).T.contiguous()
     out = mv[:, 0, :, None] * Qr[:, 0]
     for a in range(1, V):
         out = out + mv[:, a, :, None] * Qr[:, a]
-    return out.reshape(-1, R * V)
+    return out.reshape(m.shape[0], R * V)
 
 
 def left_product(m: torch.Tensor, Ql: torch.Tensor) -> torch.Tensor:
     """(A m^T)^T of a context world for m [n, S]: out[(a, r)] = sum_c Ql[r, c, a] m[(r, c)], added in index
     order c."""
     R, V, _ = Ql.shape
-    mv = m.reshape(-1, R, V)
+    mv = m.reshape(m.shape[0], R, V)
     if _compiled(m):  # x[r, c, i] = m[i, (r, c)]; out [r, a, i]
-        return _blocked(mv.permute(1, 2, 0), Ql).permute(2, 1, 0).reshape(-1, V * R)
+        return _blocked(mv.permute(1, 2, 0), Ql).permute(2, 1, 0).reshape(m.shape[0], V * R)
     out = mv[:, :, 0, None] * Ql[:, 0]  # [n, r, a]
     for c in range(1, V):
         out = out + mv[:, :, c, None] * Ql[:, c]
-    return out.transpose(1, 2).reshape(-1, V * R)
+    return out.transpose(1, 2).reshape(m.shape[0], V * R)
 
 
 def context_sums(x: torch.Tensor) -> torch.Tensor:
@@ -168,4 +167,5 @@ class WorldProducts:
         """m B for m [n, S]: [n, V] (a context world: state s emits s mod V)."""
         if self.world.order is None:
             return dense_product(m, self.B)
-        return context_sums(m.reshape(m.shape[0], -1, self.world.vocab_size))
+        V = self.world.vocab_size
+        return context_sums(m.reshape(m.shape[0], self.world.num_states // V, V))
