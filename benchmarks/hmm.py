@@ -1,13 +1,14 @@
 """HMM worlds: the exact posterior's cost, and the paper's grid on the order-2 English world.
 
-    python benchmarks/hmm.py posterior [--states 64 256 1024] [--batch 64] [--seq-len 1024] [--device cpu]
+    python benchmarks/hmm.py posterior [--states 64 256 1024] [--switching] [--batch 64] [--seq-len 1024] [--device cpu]
     python benchmarks/hmm.py calls [--configs configs/duo.yaml ...] [--steps 8] [--batch 512] [--save FILE]
     python benchmarks/hmm.py grid [--jobs 2]     # the 7 paper configs, order-2 English, N = T = 256, steps 8 32 128 256
 
 ``posterior`` times :func:`dllm_lit.denoisers.hmm_posterior` (batched forward-backward, float64, absorbing masks,
-half the positions masked) on random dense HMMs (``hmm_synthetic``, V = 27) against a dense forward-backward run
-one sequence at a time as hmmlearn does (scaled forward and backward passes with numpy matrix-vector products,
-then the state posteriors pushed through B and the channel); both give the same posteriors (checked, 1e-10).
+half the positions masked) on random dense HMMs (``hmm_synthetic``, V = 27; ``--switching`` adds the two-chain
+switching world, S = 54) against a dense forward-backward run one sequence at a time as hmmlearn does (scaled
+forward and backward passes with numpy matrix-vector products, then the state posteriors pushed through B and the
+channel); both give the same posteriors (checked, 1e-10).
 The baseline's per-call time is measured on ``--baseline-sequences`` sequences and scaled to the batch (it is
 linear in the number of sequences).  It prints wall and CPU (process) seconds per call and the ratio of CPU
 seconds (ours / theirs: below 1, ours is faster); with hmmlearn installed, also hmmlearn's own
@@ -59,6 +60,7 @@ def dense_forward_backward(A: np.ndarray, B: np.ndarray, mu: np.ndarray, L: np.n
 
 def posterior(args: argparse.Namespace) -> None:
     from dllm_lit.denoisers import ABSORBING, hmm_posterior
+    from dllm_lit.sources import SwitchingChains
     from dllm_lit.sources.hmm_synthetic import synthetic_hmm
 
     torch.set_num_threads(1)
@@ -71,8 +73,9 @@ def posterior(args: argparse.Namespace) -> None:
     head = f"{'S':>6s} {'ours wall':>10s} {'ours cpu':>9s} {'dense wall':>11s} {'dense cpu':>10s} {'ratio':>6s}"
     print(head + (f" {'hmmlearn cpu':>13s} {'ratio':>6s}" if hmmlearn is not None else "  (hmmlearn not installed)"))
     print("ratio = our CPU seconds / theirs per call (< 1: ours is faster)")
-    for S in args.states:
-        world = synthetic_hmm(S, 27, stay=0.5, emission_support=3, seed=0)
+    worlds = [(str(S), lambda S=S: synthetic_hmm(S, 27, stay=0.5, emission_support=3, seed=0)) for S in args.states]
+    for name, make in worlds + ([("switch", lambda: SwitchingChains().build())] if args.switching else []):
+        world = make()
         g = torch.Generator().manual_seed(1)
         x = world.sample(args.batch, args.seq_len, seed=2)
         z = torch.where(torch.rand(x.shape, generator=g) < 0.5, world.mask_id, x)
@@ -93,10 +96,10 @@ def posterior(args: argparse.Namespace) -> None:
         w2, c2 = (time.perf_counter() - w0) * args.batch / n, (time.process_time() - c0) * args.batch / n
         err = max(float(np.abs(ours[b].cpu().numpy() - ref[b]).max()) for b in range(n))
         assert err <= 1e-10, f"posteriors differ by {err}"
-        line = f"{S:>6d} {w1:>9.2f}s {c1:>8.2f}s {w2:>10.2f}s {c2:>9.2f}s {c1 / c2:>6.2f}"
+        line = f"{name:>6s} {w1:>9.2f}s {c1:>8.2f}s {w2:>10.2f}s {c2:>9.2f}s {c1 / c2:>6.2f}"
         if hmmlearn is not None:  # hmmlearn's own forward-backward (state posteriors), same n sequences, scaled
-            m = hmmlearn.CategoricalHMM(n_components=S, n_features=28, implementation="scaling", init_params="",
-                                        params="")
+            m = hmmlearn.CategoricalHMM(n_components=world.num_states, n_features=28, implementation="scaling",
+                                        init_params="", params="")
             pz = np.vstack([0.5 * np.eye(27), np.full((1, 27), 0.5)])  # p(z | v): keep or MASK
             m.startprob_, m.transmat_, m.emissionprob_ = mu, A, B @ pz.T
             c0 = time.process_time()
@@ -158,6 +161,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="what", required=True)
     p = sub.add_parser("posterior")
     p.add_argument("--states", nargs="*", type=int, default=[64, 256, 1024])
+    p.add_argument("--switching", action="store_true", help="also time the switching-chains world (S = 54)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--baseline-sequences", type=int, default=4)

@@ -1,5 +1,6 @@
 """The HMM posterior and HMM-world sampling on CUDA agree with the CPU (float64): every channel, dense and
-order-k worlds, within 1e-12; MDLM samples in an HMM world agree sequence for sequence.  Skipped where torch
+order-k worlds, within 1e-12, and the same bits for any chunking of the batch (the products are index-order sums on
+both devices); MDLM samples in an HMM world agree sequence for sequence.  Skipped where torch
 sees no CUDA device; run on a GPU machine with ``pytest tests/test_hmm_cuda.py``."""
 from __future__ import annotations
 
@@ -25,6 +26,18 @@ def test_posterior_cuda_equals_cpu(make, channel, loo) -> None:
     cpu = hmm_posterior(world, z, channel, leave_one_out=loo)
     gpu = hmm_posterior(world, z.cuda(), channel, leave_one_out=loo).cpu()
     assert (cpu - gpu).abs().max() <= 1e-12
+
+
+@pytest.mark.parametrize("make", [lambda: synthetic_hmm(64, 27, seed=1), lambda: KthOrderChars(2).build(),
+                                  lambda: SwitchingChains(3, 0.9).build()])
+@pytest.mark.parametrize("channel, loo", [(ABSORBING, False), (UniformNoise(0.4), True)])
+def test_posterior_cuda_rows_are_the_cpu_bits_in_any_chunking(make, channel, loo) -> None:
+    world = make()
+    z = torch.randint(0, channel.num_symbols(world.vocab_size), (12, 64), generator=torch.Generator().manual_seed(1))
+    cpu = hmm_posterior(world, z, channel, leave_one_out=loo)
+    parts = torch.cat([hmm_posterior(world, z[i:i + 5].cuda(), channel, leave_one_out=loo).cpu()
+                       for i in range(0, 12, 5)])
+    assert torch.equal(parts, cpu)
 
 
 @pytest.mark.parametrize("cls", [MDLM, LLaDA])

@@ -10,8 +10,6 @@ import torch
 import dllm_lit.samplers as samplers
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import ABSORBING, HMMOracleDenoiser, hmm_posterior
-from dllm_lit.denoisers import hmm_segments
-from dllm_lit.denoisers.hmm_first_order import numba_available
 from dllm_lit.denoisers.hmm_segments import SegmentedPosterior, _groups, segments_apply
 from dllm_lit.markov import HMMWorld
 from exact_laws import mdlm_law
@@ -50,26 +48,6 @@ def test_memo_and_batch_composition_leave_rows_unchanged() -> None:
         perm = torch.randperm(len(z), generator=g)
         assert torch.equal(SegmentedPosterior(world, memo_bytes=0)(z[perm]), fresh[perm])
         assert (fresh - hmm_posterior(world, z)).abs().max() <= 1e-12
-
-
-@pytest.mark.skipif(not numba_available(), reason="the compiled products need the optional extra `fast` (numba)")
-def test_compiled_and_torch_products_give_the_same_bits(monkeypatch) -> None:
-    """The segment products and row sums: numba kernel == torch loops (torch.equal), each row alone == in a batch,
-    and both within 1e-15 of the dense m A / (A m^T)^T."""
-    world = context_world(V=3, k=2, seed=4)
-    V, S = world.vocab_size, world.num_states
-    P = world.rows.view(V, S // V, V)
-    Pt = P.permute(2, 0, 1).contiguous()
-    m = torch.rand(37, S, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    fast = (hmm_segments.right_product(m, P), hmm_segments.left_product(m, Pt), hmm_segments.row_sums(m))
-    monkeypatch.setattr(hmm_segments, "numba_available", lambda: False)
-    slow = (hmm_segments.right_product(m, P), hmm_segments.left_product(m, Pt), hmm_segments.row_sums(m))
-    for f, g in zip(fast, slow):
-        assert torch.equal(f, g)
-    assert torch.equal(hmm_segments.right_product(m[5:6], P), fast[0][5:6])
-    A = world.dense_transition()
-    assert (fast[0] - m @ A).abs().max() <= 1e-14 and (fast[1] - m @ A.T).abs().max() <= 1e-14
-    assert (fast[2][:, 0] - m.sum(-1)).abs().max() <= 1e-14
 
 
 def test_applies_only_to_positive_context_worlds() -> None:

@@ -54,6 +54,22 @@ def test_rows_equal_enumeration(kind, revealed) -> None:
 
 
 @pytest.mark.parametrize("kind", HMM_KINDS)
+def test_a_row_does_not_depend_on_the_rows_padded_beside_it(kind) -> None:
+    """Rows of different lengths, right-padded into one batch, each get the float64 logits they get alone (each
+    canvas is as long as its own row; main gave the shorter rows longer canvases, an ulp apart)."""
+    world = WORLDS[kind]()
+    model = OracleForMaskedLM.from_world(world)
+    rows = [[0, M, M, 2, M, 1, M], [M, 2, M], [1, M, M, M, M], [M]]
+    ids = torch.full((len(rows), 7), V + 1)
+    mask = torch.zeros(len(rows), 7, dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, :len(row)], mask[b, :len(row)] = torch.tensor(row), 1
+    out = model(ids, attention_mask=mask).logits
+    for b, row in enumerate(rows):
+        assert torch.equal(out[b, :len(row)], model(torch.tensor([row])).logits[0]), b
+
+
+@pytest.mark.parametrize("kind", HMM_KINDS)
 def test_padding_gaps_masks_and_shift(kind) -> None:
     world = WORLDS[kind]()
     model = OracleForMaskedLM.from_world(world)

@@ -19,12 +19,10 @@ the caller then runs the general loop of :mod:`dllm_lit.denoisers.hmm_posterior`
 """
 from __future__ import annotations
 
-import functools
-import importlib.util
-
 import numpy as np
 import torch
 
+from dllm_lit.denoisers.hmm_products import numba_available, torch_product
 from dllm_lit.reductions import fixed_order_sum
 
 __all__ = ["first_order_posterior", "first_order_posterior_torch", "numba_available", "TINY"]
@@ -50,13 +48,6 @@ def first_order_posterior(A: torch.Tensor, mu: torch.Tensor, E: torch.Tensor, L:
     return torch.from_numpy(out)
 
 
-@functools.cache
-def numba_available() -> bool:
-    """Whether the optional compiled kernel can run (``pip install "dllm_lit[fast]"``); without numba the CPU runs
-    :func:`first_order_posterior_torch`, the same numbers, slower."""
-    return importlib.util.find_spec("numba") is not None
-
-
 def _scale_torch(n: torch.Tensor) -> torch.Tensor | None:
     """The kernel's ``_scale`` row-wise: n 2^-e, the power of two built from its bits (exact); None if a row vanishes."""
     mx = n.amax(-1, keepdim=True)
@@ -64,14 +55,6 @@ def _scale_torch(n: torch.Tensor) -> torch.Tensor | None:
         return None
     e = torch.frexp(mx).exponent.to(torch.int64)
     return n * ((1023 - e) << 52).view(torch.float64)
-
-
-def _product_torch(m: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
-    """The kernel's ``_product`` row-wise: m [B, S] times M [S, S], added in index order."""
-    n = m[:, :1] * M[0]
-    for k in range(1, M.shape[0]):
-        n = n + m[:, k:k + 1] * M[k]
-    return n
 
 
 def first_order_posterior_torch(A: torch.Tensor, mu: torch.Tensor, E: torch.Tensor, L: torch.Tensor,
@@ -88,7 +71,7 @@ def first_order_posterior_torch(A: torch.Tensor, mu: torch.Tensor, E: torch.Tens
         return o
     o[:, T - 1] = 1.0
     for t in range(T - 1, 0, -1):
-        n = _scale_torch(_product_torch(E[z[:, t]] * o[:, t], At))
+        n = _scale_torch(torch_product(E[z[:, t]] * o[:, t], At))
         if n is None:
             return None
         o[:, t - 1] = n
@@ -102,7 +85,7 @@ def first_order_posterior_torch(A: torch.Tensor, mu: torch.Tensor, E: torch.Tens
             return None
         o[:, t] = q / s
         if t + 1 < T:
-            a = _scale_torch(_product_torch(E[z[:, t]] * a, A))
+            a = _scale_torch(torch_product(E[z[:, t]] * a, A))
             if a is None:
                 return None
     return o

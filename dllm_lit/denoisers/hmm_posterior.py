@@ -18,28 +18,28 @@ backward pass, E(z_t) o b_t vanishing drops the evidence beyond t and A (.) vani
 a posterior that vanishes falls back to the left-only law.  Cost O(B T (S V + cost of m A)), memory B T S
 for the right messages.  Runs on any device, in float64 (the reference) or float32.
 
+Every product (m A, A m^T, m B) and every normaliser is one of :mod:`~dllm_lit.denoisers.hmm_products`': summed in
+index order by separate IEEE operations (a numba kernel on the CPU in float64, the same bits by torch ops
+elsewhere), never by BLAS, whose rounding of a row depends on how many rows share the call.  Each row's numbers are
+therefore the same whatever the batch, the chunking, the order of the rows, and the rows' fallbacks (each fallback
+is taken row by row); torch ops on another device perform the same IEEE operations, so they give the same bits.
+
 A first-order chain (dense A, B = I: the oracle's world for uniform and mixed noise) in float64 takes
 :func:`~dllm_lit.denoisers.hmm_first_order.first_order_posterior` (a compiled kernel whose numbers do not depend on
 the batch, the chunking or the device), and this loop only where that reports vanishing evidence.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from dllm_lit.denoisers.channels import ABSORBING, EvidenceChannel
 from dllm_lit.denoisers.hmm_first_order import first_order_posterior
+from dllm_lit.denoisers.hmm_products import WorldProducts, normalise_or, normalised
 from dllm_lit.markov.hmm import HMMWorld
 
 __all__ = ["hmm_posterior", "hmm_likelihood_tables"]
-
-
-def _normalise_or(x: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
-    """x / sum(x) per row, or the normalised fallback where a row of x sums to zero."""
-    s = x.sum(-1, keepdim=True)
-    if bool((s > 0).all()):  # the usual case: no fallback rows to compute (same numbers as the where below)
-        return x / s.clamp_min(1e-300)
-    fs = fallback.sum(-1, keepdim=True)
-    return torch.where(s > 0, x / s.clamp_min(1e-300), fallback / fs.clamp_min(1e-300))
 
 
 def hmm_likelihood_tables(world: HMMWorld, channel: EvidenceChannel, dtype: torch.dtype = torch.float64,
@@ -62,39 +62,36 @@ def hmm_posterior(world: HMMWorld, z: torch.Tensor, channel: EvidenceChannel = A
         fast = first_order_posterior(world.A, world.initial, E, L, z, leave_one_out)
         if fast is not None:
             return fast
-    Bm = world.B.to(device=dev, dtype=dtype)
     Bsz, T = z.shape
     S, V = world.num_states, world.vocab_size
     z = z.long()
+    ops = WorldProducts(world, dtype, dev)
     ones = torch.ones(Bsz, S, dtype=dtype, device=dev)
     b = torch.empty(Bsz, T, S, dtype=dtype, device=dev)
     b[:, T - 1] = 1.0 / S
     for t in range(T - 1, 0, -1):
         ev = E[z[:, t]]
-        m = _normalise_or(ev * b[:, t], ev)
-        b[:, t - 1] = _normalise_or(world.left(m), ones)
+        m = normalise_or(ev * b[:, t], ev)
+        b[:, t - 1] = normalise_or(ops.left(m), ones)
     out = torch.empty(Bsz, T, V, dtype=dtype, device=dev)
     a = world.initial.to(device=dev, dtype=dtype).expand(Bsz, S)
-    if world.order is not None:  # state s emits s mod V: m B is a sum over the S / V states of each token
-        def emit(m: torch.Tensor) -> torch.Tensor:
-            return m.view(Bsz, S // V, V).sum(1)
-    else:
-        def emit(m: torch.Tensor) -> torch.Tensor:
-            return m @ Bm
     for t in range(T):
-        ev = E[z[:, t]]
-        left_only = emit(a)
-        q = emit(a * b[:, t])
-        if leave_one_out:
-            out[:, t] = _normalise_or(q, left_only)
+        q = ops.emit(a * b[:, t])
+        if leave_one_out:  # the left-only law is computed only when some row of q vanishes
+            out[:, t] = normalise_or(q, functools.partial(ops.emit, a))
         else:
             lz = L[z[:, t]]
-            out[:, t] = _normalise_or(q * lz, _normalise_or(left_only * lz, lz))
+            out[:, t] = normalise_or(q * lz, functools.partial(_left_only, ops, a, lz))
         if t + 1 < T:
-            f = _normalise_or(a * ev, ev)
-            a = world.right(f)
-            a = a / a.sum(-1, keepdim=True).clamp_min(1e-300)
+            ev = E[z[:, t]]
+            f = normalise_or(a * ev, ev)
+            a = normalised(ops.right(f))[0]
     return out
+
+
+def _left_only(ops: WorldProducts, a: torch.Tensor, lz: torch.Tensor) -> torch.Tensor:
+    """The fallback of p(x_t | z): the left-only law times L(z_t, .), normalised (or L(z_t, .) itself)."""
+    return normalise_or(ops.emit(a) * lz, lz)
 
 
 def _identity_emission(world: HMMWorld) -> bool:

@@ -16,9 +16,10 @@ A segment's rows depend only on its key (how it starts, its tokens), and each is
 per-row operations whatever else is batched with it, so they are kept in a bounded LRU memo: between two
 sampler steps only the segments whose evidence changed are recomputed (at 256 steps on T = 256, one or two
 per row).  Results are the same with the memo on or off, and for any batch composition (tested: torch.equal):
-every product is summed in index order by separate IEEE multiplications and additions and every normaliser by
-:func:`~dllm_lit.reductions.fixed_order_sum`'s tree, never by a BLAS call or ``torch.sum``, whose rounding can
-depend on the number of rows and their alignment (a memo row would then differ from a fresh one by an ulp).
+every product and normaliser is one of :mod:`~dllm_lit.denoisers.hmm_products`' (index-order sums of separate IEEE
+multiplications and additions, :func:`~dllm_lit.reductions.fixed_order_sum`'s tree), never a BLAS call or
+``torch.sum``, whose rounding can depend on the number of rows and their alignment (a memo row would then differ
+from a fresh one by an ulp).
 """
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-from dllm_lit.denoisers.hmm_first_order import numba_available
+from dllm_lit.denoisers.hmm_products import (context_blocks, context_sums, left_product, normalise_or, normalised,
+                                             right_product)
 from dllm_lit.markov.hmm import HMMWorld
-from dllm_lit.reductions import fixed_order_sum
 
 __all__ = ["SegmentedPosterior", "segments_apply"]
 
@@ -161,8 +162,7 @@ class SegmentedPosterior:
         init = torch.empty(n, S, dtype=torch.float64)
         pinned_rows, pinned_states = [], []
         radix = V ** torch.arange(k - 1, -1, -1)
-        P = world.rows.to(torch.float64).view(V, S // V, V)  # A(s = (a, r), s' = (r, c)) = P[a, r, c]
-        Pt = P.permute(2, 0, 1).contiguous()
+        Qr, Ql = context_blocks(world.rows.to(torch.float64), V)  # A((a, r), (r, c)) = Qr[r, a, c] = Ql[r, c, a]
         for r, ((from_pin, _), (b, start, end)) in enumerate(group):
             seg = z[b, start:end + 1]
             ln = seg.numel()
@@ -177,7 +177,7 @@ class SegmentedPosterior:
         if pinned_rows:  # a_{p+1} = onehot(s_p) A
             onehot = torch.zeros(len(pinned_rows), S, dtype=torch.float64)
             onehot[torch.arange(len(pinned_rows)), torch.tensor(pinned_states)] = 1.0
-            init[torch.tensor(pinned_rows)] = right_product(onehot, P)
+            init[torch.tensor(pinned_rows)] = right_product(onehot, Qr)
         E = torch.cat([torch.nn.functional.one_hot(torch.arange(V), V).to(torch.float64).repeat(1, S // V),
                        torch.ones(1, S, dtype=torch.float64)])  # E(z, s) = L(z, s mod V) under absorbing masks
         a_store = torch.empty(n, L, S, dtype=torch.float64)
@@ -186,85 +186,24 @@ class SegmentedPosterior:
             a_store[:, t] = a
             if t + 1 < L:
                 ev = E[zl[:, t]]
-                f = _normalise_or(a * ev, ev)
-                a = right_product(f, P)
-                a = a / row_sums(a).clamp_min(1e-300)
+                f = normalise_or(a * ev, ev)
+                a = normalised(right_product(f, Qr))[0]
         b_store = torch.empty(n, L, S, dtype=torch.float64)
         ones = torch.ones(n, S, dtype=torch.float64)
         b_store[:, L - 1] = 1.0 / S
         for t in range(L - 1, 0, -1):
             ev = E[zr[:, t]]
-            m = _normalise_or(ev * b_store[:, t], ev)
-            b_store[:, t - 1] = _normalise_or(left_product(m, Pt), ones)
+            m = normalise_or(ev * b_store[:, t], ev)
+            b_store[:, t - 1] = normalise_or(left_product(m, Ql), ones)
         # posteriors at the masked positions only: a_t (left-aligned) with b at right-aligned index t + L - len
         sel = (zl == mask_id) & (torch.arange(L)[None, :] < lens[:, None])
         r_idx, t_idx = sel.nonzero(as_tuple=True)
         a_sel = a_store[r_idx, t_idx].view(-1, S // V, V)
-        q = _sum_over_contexts(a_sel * b_store[r_idx, t_idx + L - lens[r_idx]].view(-1, S // V, V))
-        left_only = _sum_over_contexts(a_sel)
+        q = context_sums(a_sel * b_store[r_idx, t_idx + L - lens[r_idx]].view(-1, S // V, V))
+        left_only = context_sums(a_sel)
         post = torch.zeros(n, L, V, dtype=torch.float64)
-        post[r_idx, t_idx] = _normalise_or(q, _normalise_or(left_only, torch.ones_like(left_only)))
+        post[r_idx, t_idx] = normalise_or(q, normalise_or(left_only, torch.ones_like(left_only)))
         return {key: post[r, :int(lens[r])].clone() for r, (key, _) in enumerate(group)}
-
-
-def right_product(m: torch.Tensor, P: torch.Tensor) -> torch.Tensor:
-    """m A for m [n, S]: out[(r, c)] = sum_a m[(a, r)] P[a, r, c], added in index order a = 0, 1, ... (compiled
-    where numba is installed, the same bits by torch ops otherwise)."""
-    V, R, _ = P.shape
-    mv = m.view(-1, V, R)
-    if numba_available():
-        from dllm_lit.denoisers.hmm_segments_kernel import right_product as kernel
-        out = np.empty((mv.shape[0], R, V))
-        kernel(np.ascontiguousarray(mv.numpy()), np.ascontiguousarray(P.numpy()), out)
-        return torch.from_numpy(out).view(-1, R * V)
-    mv = mv.unsqueeze(-1)
-    out = mv[:, 0] * P[0]
-    for a in range(1, V):
-        out = out + mv[:, a] * P[a]
-    return out.reshape(-1, R * V)
-
-
-def left_product(m: torch.Tensor, Pt: torch.Tensor) -> torch.Tensor:
-    """(A m^T)^T for m [n, S]: out[(a, r)] = sum_c P[a, r, c] m[(r, c)], added in index order c, from
-    Pt[c, a, r] = P[a, r, c] (compiled where numba is installed, the same bits by torch ops otherwise)."""
-    V, _, R = Pt.shape
-    mT = m.view(-1, R, V).transpose(1, 2).contiguous()  # [n, c, r]
-    if numba_available():
-        from dllm_lit.denoisers.hmm_segments_kernel import left_product as kernel
-        out = np.empty((mT.shape[0], V, R))
-        kernel(mT.numpy(), np.ascontiguousarray(Pt.numpy()), out)
-        return torch.from_numpy(out).view(-1, V * R)
-    out = mT[:, 0, None, :] * Pt[0]
-    for c in range(1, V):
-        out = out + mT[:, c, None, :] * Pt[c]
-    return out.reshape(-1, V * R)
-
-
-def _sum_over_contexts(x: torch.Tensor) -> torch.Tensor:
-    """x [m, R, V] summed over R in index order: [m, V]."""
-    out = x[:, 0]
-    for r in range(1, x.shape[1]):
-        out = out + x[:, r]
-    return out
-
-
-def row_sums(x: torch.Tensor) -> torch.Tensor:
-    """[n, 1] row sums of x [n, S] by :func:`~dllm_lit.reductions.fixed_order_sum`'s tree (compiled where numba is
-    installed: the same bits)."""
-    if not numba_available():
-        return fixed_order_sum(x, keepdim=True)
-    from dllm_lit.denoisers.hmm_segments_kernel import fixed_row_sums
-    out = np.empty(x.shape[0])
-    fixed_row_sums(np.ascontiguousarray(x.numpy()), out)
-    return torch.from_numpy(out)[:, None]
-
-
-def _normalise_or(x: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
-    """x / sum(x) per row (the fixed-order tree), or the normalised fallback where a row of x sums to zero."""
-    s = row_sums(x)
-    if bool((s > 0).all()):
-        return x / s.clamp_min(1e-300)
-    return torch.where(s > 0, x / s.clamp_min(1e-300), fallback / row_sums(fallback).clamp_min(1e-300))
 
 
 def _groups(lengths: np.ndarray, step_cost: float) -> list[tuple[int, int]]:

@@ -6,8 +6,10 @@ chain positions (gaps are unobserved positions; the canvas starts at the row's f
 stationary), and each distinct set of visible revealed keys (one per row without a 4-D mask; one per block under a
 block-causal mask) is solved by one leave-one-out forward-backward in float64
 (:func:`~dllm_lit.denoisers.hmm_posterior.hmm_posterior`): a query's row is p(x_i | the keys it sees, i excluded),
-which is its posterior when i is masked.  Trailing unobserved positions change nothing (they sum out), so canvases
-of different lengths share one batched call.
+which is its posterior when i is masked.  A canvas is as long as its row's own extent (from its first to its last
+token): trailing unobserved positions sum out in exact arithmetic but move a float64 row by an ulp, so canvases of
+each length go through their own batched call, and a row's numbers do not depend on the rows padded beside it
+(nor, the forward-backward being batch-invariant, on how many canvases share a call).
 """
 from __future__ import annotations
 
@@ -33,13 +35,20 @@ def world_query_rows(world: HMMWorld, ids: torch.Tensor, token: torch.Tensor, re
     keys[torch.arange(q.numel(), device=dev), i] = False  # leave the query out (its own token is handled outside)
     start = torch.where(token, pos, torch.iinfo(torch.int64).max).amin(1)  # first chain position of each row
     rel = (pos - start[:, None]).clamp_min(0)
-    length = int((torch.where(token, rel, 0).amax() + 1).item()) if bool(token.any()) else 1
+    extent = torch.where(token, rel, 0).amax(1) + 1  # each row's own canvas length
     # one canvas per distinct (batch row, visible key set)
     sets, which = torch.unique(torch.cat([b[:, None], keys.long()], 1), dim=0, return_inverse=True)
     sb, sk = sets[:, 0], sets[:, 1:].bool()
-    canvas = torch.full((sets.shape[0], length), V, dtype=torch.long, device=dev)
-    r, c = sk.nonzero(as_tuple=True)
-    canvas[r, rel[sb[r], c]] = ids[sb[r], c].long()
-    post = hmm_posterior(world, canvas.cpu(), leave_one_out=True).to(dev)  # [n_sets, length, V]
-    rows = post[which, rel[b, i]]
+    length, target = extent[sb], rel[b, i]
+    rows = torch.empty(q.numel(), V, dtype=torch.float64, device=dev)
+    for n in torch.unique(length).tolist():  # one batched call per canvas length (module docstring)
+        own = (length == n).nonzero()[:, 0]
+        canvas = torch.full((own.numel(), n), V, dtype=torch.long, device=dev)
+        r, c = sk[own].nonzero(as_tuple=True)
+        canvas[r, rel[sb[own[r]], c]] = ids[sb[own[r]], c].long()
+        post = hmm_posterior(world, canvas.cpu(), leave_one_out=True).to(dev)  # [own, n, V]
+        slot = torch.empty(sets.shape[0], dtype=torch.long, device=dev)
+        slot[own] = torch.arange(own.numel(), device=dev)
+        hit = length[which] == n
+        rows[hit] = post[slot[which[hit]], target[hit]]
     return torch.unique(rows, dim=0, return_inverse=True)
