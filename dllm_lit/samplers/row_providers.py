@@ -88,6 +88,15 @@ class LeaveOneOutRows:
             return got
         return self._derive(self.den.probs_given_neighbours(*query)), torch.arange(b.numel(), device=b.device)
 
+    def grid(self, z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """:meth:`rows` at every position of z [B, T], row-major (the index has B T entries)."""
+        if self.provider != "memo":
+            B, T = z.shape
+            flat = torch.arange(B * T, device=z.device)
+            return self.rows(z, torch.div(flat, T, rounding_mode="floor"), flat % T)
+        left, right = nearest_revealed(z, self.den.mask_id)
+        return self.memo.features, self.memo.slots(self.den.grid_query(z, left, right))
+
     def _queries(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Neighbour queries at (b, p): by the two scans of :func:`nearest_revealed` when the call covers at least an
         eighth of z (7x faster than the binary search for all positions on the CPU), else by the binary search."""
