@@ -137,6 +137,13 @@ class LocalDenoiser(Denoiser):
         return (z.gather(1, a.clamp(min=0)).view(-1), d1.view(-1), z.gather(1, c.clamp(max=T - 1)).view(-1),
                 d2.view(-1))
 
+    def grid_keys(self, z: torch.Tensor) -> tuple[torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
+        """(keys, query): :meth:`neighbour_keys` of every position's leave-one-out neighbourhood in z [B, T]
+        (flattened row-major; None when the denoiser names no keys) and the :meth:`grid_query` it was computed from
+        (None where a subclass computes the keys without it)."""
+        query = self.grid_query(z, *nearest_revealed(z, self.mask_id))
+        return self.neighbour_keys(*query), query
+
     def probs_from_neighbours(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor,
                               a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         """:meth:`probs_given_neighbours` for masked positions (b, p) of z with neighbour indices a, c."""

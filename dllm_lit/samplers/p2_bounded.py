@@ -74,27 +74,32 @@ class BoundedPlanning:
         if noise is not None:
             bound += noise
         keys = torch.where(masked, -torch.inf, bound)
-        if bool(bound.isnan().any()):  # the direct computation
+        width = GUESS_MARGIN * max(self.s.gumbel_scale, 1.0)
+        nan = bool(bound.isnan().any())
+        if nan:  # the direct computation: every masked position drawn
             cand = masked
         else:
             guess = self.guess
             if guess is None:
                 guess = bound.kthvalue(m + 1, dim=1, keepdim=True).values
-            cand = masked & (bound >= guess - GUESS_MARGIN * max(self.s.gumbel_scale, 1.0))
+            cand = masked & (bound >= guess - width)
         undrawn = masked.clone()
         while True:
             at = flat_nonzero(cand)
             w = draw(at)
             keys.view(-1)[at] = w if noise is None else w + noise.view(-1).index_select(0, at)
-            undrawn.view(-1)[at] = False
-            if bool(keys.isnan().any()):  # every masked position drawn (NaN only where a bound is NaN)
+            if nan:  # NaN keys (only where a bound is NaN) in the sort's order
                 from dllm_lit.samplers.p2 import lowest  # (p2 imports this module)
-                return torch.where(lowest(keys, m), self.M, x0)
+                return x0.masked_fill_(lowest(keys, m), self.M)
+            undrawn.view(-1)[at] = False
             t = keys.kthvalue(m + 1, dim=1, keepdim=True).values  # the (T - m)-th largest known key
             cand = undrawn & (bound >= t)
             if not bool(cand.any()):
                 break
         self.guess = t
-        below, tie = keys < t, keys == t
-        low = below | (tie & (tie.cumsum(1) <= m - below.sum(1, keepdim=True)))
-        return torch.where(low, self.M, x0)
+        low = keys < t  # at most m per sequence: the rest of the m lowest tie at t, lower positions first
+        need = m - low.sum(1, keepdim=True)
+        if bool((need > 0).any()):
+            tie = keys == t
+            low |= tie & (tie.cumsum(1) <= need)
+        return x0.masked_fill_(low, self.M)

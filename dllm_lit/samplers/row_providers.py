@@ -94,8 +94,14 @@ class LeaveOneOutRows:
             B, T = z.shape
             flat = torch.arange(B * T, device=z.device)
             return self.rows(z, torch.div(flat, T, rounding_mode="floor"), flat % T)
-        left, right = nearest_revealed(z, self.den.mask_id)
-        return self.memo.features, self.memo.slots(self.den.grid_query(z, left, right))
+        keys, query = self.den.grid_keys(z)
+        if query is None:  # the queries of the new keys' positions only
+            T = z.shape[1]
+
+            def query(at: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                b = torch.div(at, T, rounding_mode="floor")
+                return neighbour_queries(self.den, z, b, at - b * T)
+        return self.memo.features, self.memo.slots(query, keys)
 
     def _queries(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Neighbour queries at (b, p): by the two scans of :func:`nearest_revealed` when the call covers at least an
