@@ -33,8 +33,8 @@ CHAINS = _chains()
 LLADA21 = [{}, {"temperature": 0.0}, {"temperature": 0.7, "block_length": 8}, {"editing_threshold": None},
            {"threshold": 0.3, "editing_threshold": 0.2, "max_post_steps": 2}, {"threshold": 0.0, "block_length": 16},
            {"threshold": 1.0, "editing_threshold": 1.0, "max_post_steps": 0}]
-P2_OPTIONS = [{}, {"temperature": 0.0}, {"gumbel_scale": 0.0}, {"temperature": 0.0, "gumbel_scale": 0.0}, {"eta": 0.5, "gumbel_scale": 0.0},
-              {"eta": 0.0, "temperature": 0.7}, {"eta": 2.0, "gumbel_scale": 0.5}]
+P2_OPTIONS = [{}, {"temperature": 0.0}, {"gumbel_scale": 0.0}, {"temperature": 0.0, "gumbel_scale": 0.0},
+              {"eta": 0.5, "gumbel_scale": 0.0}, {"eta": 0.0, "temperature": 0.7}, {"eta": 2.0, "gumbel_scale": 0.5}]
 
 
 def _same(sampler, den, steps: tuple[int, ...], T: int = 32) -> None:

@@ -100,8 +100,9 @@ class LLaDA21(NFECountingSampler):
         nfe = torch.zeros(B, dtype=torch.long, device=dev)
         tok_u = StepUniforms(seed, indices, steps)
         col = torch.arange(L, device=dev)
-        loo = LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
-        bounded = BoundedRefinement(self, z, tok_u) if loo.provider == "memo" else None
+        memo = LeaveOneOutRows.provider_for(self.denoiser, dev, cache) == "memo"
+        bounded = BoundedRefinement(self, z, tok_u) if memo else None
+        loo = None if memo else LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
         while True:
             rows = flat_nonzero(blk < nb)
             if rows.numel() == 0:

@@ -91,8 +91,9 @@ class P2(NFECountingSampler):
         p = torch.arange(T, device=dev).repeat(B)
         tok_u = StepUniforms(seed, indices, steps)
         key_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
-        loo = LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
-        bounded = BoundedPlanning(self, tok_u, dev) if loo.provider == "memo" else None
+        memo = LeaveOneOutRows.provider_for(self.denoiser, dev, cache) == "memo"
+        bounded = BoundedPlanning(self, tok_u, dev) if memo else None
+        loo = None if memo else LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
         for i in range(1, S + 1):
             m = masked_after(T, S, i)
             noise = None

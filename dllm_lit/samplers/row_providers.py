@@ -68,10 +68,17 @@ class LeaveOneOutRows:
 
     def __init__(self, denoiser, derive: Derive, device: torch.device, cache: bool = True) -> None:
         self.den, self.derive, self.cache = denoiser, derive, cache
-        local = isinstance(denoiser, LocalDenoiser)
-        use_memo = local and cache and torch.device(device).type == "cpu" and NeighbourhoodRows.applies(denoiser)
-        self.provider = "memo" if use_memo else "neighbour" if local else "dense"
+        self.provider = self.provider_for(denoiser, device, cache)
+        use_memo = self.provider == "memo"
         self.memo = NeighbourhoodRows(denoiser, self._derive, device=device) if use_memo else None
+
+    @staticmethod
+    def provider_for(denoiser, device: torch.device, cache: bool = True) -> str:
+        """The provider (:data:`LOO_PROVIDERS`, module table) that answers ``denoiser``'s rows on ``device``."""
+        if not isinstance(denoiser, LocalDenoiser):
+            return "dense"
+        memo = cache and torch.device(device).type == "cpu" and NeighbourhoodRows.applies(denoiser)
+        return "memo" if memo else "neighbour"
 
     def _derive(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.derive(rows.to(torch.float64))
