@@ -41,17 +41,19 @@ def nearest_revealed(z: torch.Tensor, mask_id: int) -> tuple[torch.Tensor, torch
     return left, right
 
 
-def revealed_neighbours_at(z: torch.Tensor, mask_id: int, b: torch.Tensor,
-                           p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def revealed_neighbours_at(z: torch.Tensor, mask_id: int, b: torch.Tensor, p: torch.Tensor,
+                           revealed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`nearest_revealed` (as int64) at the positions (b, p) only.  On the CPU a binary search of each flat
     index b T + p in the sorted flat indices of the revealed positions, O(B T) for that list plus O(n log(B T)),
     instead of two full scans over [B, T]; elsewhere the two scans (the list's ``nonzero`` waits for the device,
-    the scans do not: on an H100 the scans made the OWT-sized ReMDM grid faster).  Same numbers either way."""
+    the scans do not: on an H100 the scans made the OWT-sized ReMDM grid faster).  Same numbers either way.
+    ``revealed``: that list, ``flat_nonzero(z != mask_id)``, when the caller has it (CPU)."""
     if z.device.type != "cpu":
         left, right = nearest_revealed(z, mask_id)
         return left[b, p].long(), right[b, p].long()
     T = z.shape[1]
-    revealed = flat_nonzero(z != mask_id)
+    if revealed is None:
+        revealed = flat_nonzero(z != mask_id)
     row = b.long() * T
     q = row + p.long()
     if revealed.numel() == 0:
@@ -125,6 +127,22 @@ class LocalDenoiser(Denoiser):
         T = z.shape[1]
         d1, d2 = neighbour_distances(p, a, c, T)
         return z[b, a.clamp(min=0)], d1, z[b, c.clamp(max=T - 1)], d2
+
+    def grid_query(self, z: torch.Tensor, a: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """:meth:`neighbour_query` at every position of z [B, T] (flattened row-major), with nearest revealed
+        positions a, c [B, T] (:func:`nearest_revealed`): the same numbers by gathers along the rows."""
+        T = z.shape[1]
+        a, c = a.long(), c.long()
+        d1, d2 = neighbour_distances(torch.arange(T, device=z.device), a, c, T)
+        return (z.gather(1, a.clamp(min=0)).view(-1), d1.view(-1), z.gather(1, c.clamp(max=T - 1)).view(-1),
+                d2.view(-1))
+
+    def grid_keys(self, z: torch.Tensor) -> tuple[torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
+        """(keys, query): :meth:`neighbour_keys` of every position's leave-one-out neighbourhood in z [B, T]
+        (flattened row-major; None when the denoiser names no keys) and the :meth:`grid_query` it was computed from
+        (None where a subclass computes the keys without it)."""
+        query = self.grid_query(z, *nearest_revealed(z, self.mask_id))
+        return self.neighbour_keys(*query), query
 
     def probs_from_neighbours(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor,
                               a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from dllm_lit.denoisers.hmm_first_order import numba_available
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.denoisers.oracle_cache import load_or_build
 from dllm_lit.markov.chain import MarkovChain
@@ -196,6 +197,17 @@ class OracleDenoiser(LocalDenoiser):
             return None
         r_idx, c_idx = self.table_rows(x_left, d_left, x_right, d_right)
         return r_idx * self.table.shape[0] + c_idx
+
+    def grid_keys(self, z: torch.Tensor) -> tuple[torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
+        """:meth:`LocalDenoiser.grid_keys`; on the CPU with numba in two compiled scans per sequence (the same
+        integers, no query formed: ``dllm_lit/denoisers/oracle_keys_kernel.py``)."""
+        if not self.certified or z.device.type != "cpu" or not numba_available() or z.numel() == 0:
+            return super().grid_keys(z)
+        from dllm_lit.denoisers.oracle_keys_kernel import grid_keys
+        out = torch.empty(z.shape, dtype=torch.int64)
+        grid_keys(z.contiguous().numpy(), self.mask_id, self.vocab_size, self.depth, self.table.shape[0],
+                  out.numpy())
+        return out.view(-1), None
 
     def neighbour_key_count(self) -> int | None:
         """Keys are (left row, right row) of the power table: table rows squared (None without certified keys)."""

@@ -212,6 +212,15 @@ class StepUniforms:
         h_self, h_other = rng._absorb(self.keys, step)[:, None], rng._absorb(other.keys, step)[:, None]
         return rng.bits_below_where(which, h_self, h_other, counts(threshold), counts(other_threshold), pos)
 
+    def at_sequences(self, step: int | torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor,
+                     slot: int = 0) -> torch.Tensor:
+        """:meth:`at` with ``step`` an int or one step per sequence of the batch [B] (not per pair): the (key, step)
+        hash is taken once per sequence, then one finaliser per pair (the same numbers, half the hashing)."""
+        if not 0 <= int(slot) < 16:
+            raise ValueError(f"slot must lie in [0, 16), got {slot}")
+        h = rng._absorb(self.keys, step if isinstance(step, int) else step.to(torch.int64))
+        return rng.uniform_from_hash(h.index_select(0, batch_index), position_index.to(torch.int64) * 16 + int(slot))
+
     def at(self, step: int | torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor, slot: int = 0) -> torch.Tensor:
         """Float64 [n] uniforms at the listed (batch, position) pairs (``step``: an int or one per pair)."""
         return rng.uniform(self.keys[batch_index], step, position_index, slot)

@@ -29,6 +29,7 @@ from dllm_lit.indices import flat_nonzero
 from dllm_lit.samplers.base import NFECountingSampler
 from dllm_lit.samplers.confidence_decoding import check_blocks
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
+from dllm_lit.samplers.llada21_bounded import BoundedRefinement
 from dllm_lit.samplers.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
 from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
 
@@ -83,55 +84,71 @@ class LLaDA21(NFECountingSampler):
         return {"cdf": law.cumsum(-1), "law": law, "sum": total, "cmax": law.amax(-1) / total}
 
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int, cache: bool = True):
-        """Samples and NFE; ``cache=False`` computes every call's rows afresh (identical draws, tested)."""
+        """Samples and NFE; ``cache=False`` computes every call's rows afresh (identical draws, tested).  Where the
+        engine memoises rows by neighbourhood key (the exact oracle on the CPU) a call draws only where a proposal
+        can commit or edit (:mod:`.llada21_bounded`: the same draws, tested)."""
         B, T, dev, M = indices.numel(), seq_len, indices.device, self.mask_id
         L = self.block_length or T
         nb = T // L
         S = steps // nb
         k_of = torch.tensor(transfer_schedule(L, S), dtype=torch.long, device=dev)
-        edit_on = self.editing_threshold is not None
         z = torch.full((B, T), M, dtype=torch.long, device=dev)
         blk = torch.zeros(B, dtype=torch.long, device=dev)
         j = torch.zeros(B, dtype=torch.long, device=dev)        # mask-filling steps in the block
         post = torch.zeros(B, dtype=torch.long, device=dev)     # post-mask calls in the block
+        left = torch.full((B,), L, dtype=torch.long, device=dev)  # masks left in the block
         nfe = torch.zeros(B, dtype=torch.long, device=dev)
         tok_u = StepUniforms(seed, indices, steps)
         col = torch.arange(L, device=dev)
-        loo = LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
+        memo = LeaveOneOutRows.provider_for(self.denoiser, dev, cache) == "memo"
+        bounded = BoundedRefinement(self, z, tok_u) if memo else None
+        loo = None if memo else LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
         while True:
             rows = flat_nonzero(blk < nb)
             if rows.numel() == 0:
                 break
-            R = rows.numel()
-            pos = blk[rows, None] * L + col[None, :]
-            bb = rows[:, None].expand(R, L)
-            zb = z[bb, pos]
-            masked = zb == M
-            has_mask = masked.any(1)  # read before the call, as the pipeline's masks_remaining
+            has_mask = left[rows] > 0  # read before the call, as the pipeline's masks_remaining
             post[rows] += (~has_mask).long()
-            edit = torch.zeros_like(masked)
-            if edit_on or bool(has_mask.any()):  # editing off, a full block's call changes nothing: no rows read
-                x0, conf = self._proposals(loo, z, zb, bb, pos, masked, nfe, tok_u, edit_on)
-                # mask filling
+            edited = torch.zeros_like(has_mask)
+            if self.editing_threshold is not None or bool(has_mask.any()):  # else a call changes nothing
                 k = k_of[j[rows].clamp(max=S - 1)]
-                score = torch.where(masked, conf, float("-inf"))
-                high = (score > self.threshold) & masked
-                enough = high.sum(1) >= k
-                fill = high & masked
-                ranked = flat_nonzero(~enough & has_mask)  # the most confident min(k, #masked): where needed only
-                if ranked.numel():
-                    fill[ranked] = topk_stable_mask(score[ranked], torch.minimum(k, masked.sum(1))[ranked]) \
-                        & masked[ranked]
-                if edit_on:
-                    edit = ~masked & (x0 != zb) & (conf > self.editing_threshold)
-                z[bb, pos] = torch.where(fill | edit, x0, zb)
+                if bounded is None:
+                    pos = blk[rows, None] * L + col[None, :]
+                    idx, tok, edited, filled = self._direct_call(loo, z, rows, pos, has_mask, k, nfe, tok_u)
+                else:
+                    idx, tok, edited, filled = bounded.call(z, rows, blk[rows] * L, L, has_mask, k, left[rows], nfe)
+                z.view(-1)[idx] = tok
+                left[rows] -= filled
+                if bounded is not None:
+                    bounded.changed(z, idx)
             nfe[rows] += 1
             j[rows] += has_mask.long()
             # the pipeline's check_block_should_continue: a filling call ends the block if it was the S-th; a
             # post-mask call if it edited nothing (always, editing off) or was the (max_post_steps + 1)-th
-            done = torch.where(has_mask, j[rows] >= S, ~edit.any(1) | (post[rows] > self.max_post_steps))
-            self._next_block(torch.zeros_like(blk, dtype=torch.bool).index_fill_(0, rows[done], True), blk, j, post)
+            done = torch.where(has_mask, j[rows] >= S, ~edited | (post[rows] > self.max_post_steps))
+            which = torch.zeros_like(blk, dtype=torch.bool).index_fill_(0, rows[done], True)
+            self._next_block(which, blk, j, post)
+            left.masked_fill_(which, L)
         return z, nfe.to(torch.float64)
+
+    def _direct_call(self, loo: LeaveOneOutRows, z: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor,
+                     has_mask: torch.Tensor, k: torch.Tensor, nfe: torch.Tensor, tok_u: StepUniforms):
+        """One call of the sequences ``rows`` at their block positions ``pos`` [R, L], scoring every position:
+        (flat positions, their new tokens, whether each sequence edited, tokens filled per sequence)."""
+        bb = rows[:, None].expand_as(pos)
+        zb = z[bb, pos]
+        masked = zb == self.mask_id
+        x0, conf = self._proposals(loo, z, zb, bb, pos, masked, nfe, tok_u, self.editing_threshold is not None)
+        score = torch.where(masked, conf, float("-inf"))
+        fill = (score > self.threshold) & masked
+        ranked = flat_nonzero((fill.sum(1) < k) & has_mask)  # the most confident min(k, #masked): where needed
+        if ranked.numel():
+            fill[ranked] = topk_stable_mask(score[ranked], torch.minimum(k, masked.sum(1))[ranked]) & masked[ranked]
+        edit = torch.zeros_like(masked)
+        if self.editing_threshold is not None:
+            edit = ~masked & (x0 != zb) & (conf > self.editing_threshold)
+        change = fill | edit
+        return (bb * z.shape[1] + pos)[change], x0[change], edit.any(1), fill.sum(1)
 
     def _proposals(self, loo: LeaveOneOutRows, z: torch.Tensor, zb: torch.Tensor, bb: torch.Tensor, pos: torch.Tensor,
                    masked: torch.Tensor, nfe: torch.Tensor, tok_u: StepUniforms,

@@ -54,19 +54,22 @@ class NeighbourhoodRows:
         """Whether :class:`NeighbourhoodRows` can serve ``den``."""
         return cls.key_count(den) is not None
 
-    def slots(self, query: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def slots(self, query, keys: torch.Tensor | None = None) -> torch.Tensor:
         """Slots (int64 [n]) of the rows of the queries (x_left, d_left, x_right, d_right); rows of keys not met
-        before are computed (one per new key) and their features appended."""
-        keys = self.den.neighbour_keys(*query)
+        before are computed (one per new key) and their features appended.  With the queries' ``keys`` given,
+        ``query`` may instead be a function returning the queries at given indices (called for new keys only)."""
+        keys = self.den.neighbour_keys(*query) if keys is None else keys
         slot = self._lookup(keys)
         new = slot < 0
         if bool(new.any()):
             idx = new.nonzero().squeeze(1)
             rep, inv = distinct_queries(keys.index_select(0, idx))
-            rows = self.den.probs_given_neighbours(*(q.index_select(0, idx.index_select(0, rep)) for q in query))
+            at = idx.index_select(0, rep)
+            rows = self.den.probs_given_neighbours(*(query(at) if callable(query) else
+                                                     (q.index_select(0, at) for q in query)))
             self._append(self.derive(rows))
             fresh = torch.arange(self.size - rep.numel(), self.size, device=keys.device)
-            self._insert(keys.index_select(0, idx.index_select(0, rep)), fresh)
+            self._insert(keys.index_select(0, at), fresh)
             slot[idx] = fresh.index_select(0, inv)
         return slot
 

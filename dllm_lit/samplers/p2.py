@@ -30,6 +30,7 @@ from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.indices import flat_nonzero
 from dllm_lit.samplers.base import NFECountingSampler
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
+from dllm_lit.samplers.p2_bounded import BoundedPlanning
 from dllm_lit.samplers.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
 from dllm_lit.samplers.wino import stable_ranks
 
@@ -81,15 +82,28 @@ class P2(NFECountingSampler):
         return {"probs": rows, "argmax": rows.argmax(-1)} if law is None else {"probs": rows, "cdf": law.cumsum(-1)}
 
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int, cache: bool = True):
-        """Samples and NFE; ``cache=False`` computes every step's rows afresh (identical draws, tested)."""
+        """Samples and NFE; ``cache=False`` computes every step's rows afresh (identical draws, tested).  Where the
+        engine memoises rows by neighbourhood key (the exact oracle on the CPU) a step draws only at masked
+        positions that can be kept (:mod:`.p2_bounded`: the same draws, tested)."""
         B, T, S, M, dev = indices.numel(), seq_len, steps, self.mask_id, indices.device
         z = torch.full((B, T), M, dtype=torch.long, device=dev)
         b = torch.arange(B, device=dev).repeat_interleave(T)
         p = torch.arange(T, device=dev).repeat(B)
         tok_u = StepUniforms(seed, indices, steps)
         key_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
-        loo = LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
+        memo = LeaveOneOutRows.provider_for(self.denoiser, dev, cache) == "memo"
+        bounded = BoundedPlanning(self, tok_u, dev) if memo else None
+        loo = None if memo else LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
         for i in range(1, S + 1):
+            m = masked_after(T, S, i)
+            noise = None
+            if m > 0 and self.gumbel_scale > 0:
+                noise = key_u.grid(i - 1, T).log_().neg_().log_().neg_()  # G = -log(-log u), in place
+                if self.gumbel_scale != 1.0:
+                    noise.mul_(self.gumbel_scale)
+            if bounded is not None:
+                z = bounded.step(z, i, m, noise)
+                continue
             feat, row = loo.rows(z, b, p)                                                    # row of each of B T
             masked = z == M
             x0 = z.clone()
@@ -98,12 +112,8 @@ class P2(NFECountingSampler):
             w = feat["probs"][row, x0.view(-1)].view(B, T).log()
             if self.eta != 1.0:  # eta = 0 leaves revealed weights at 0 (also where the probability is 0)
                 w = torch.where(masked, w, 0.0 if self.eta == 0 else self.eta * w)
-            m = masked_after(T, S, i)
             if m > 0:
-                if self.gumbel_scale > 0:
-                    g = -torch.log(-torch.log(key_u.grid(i - 1, T)))
-                    w = w + self.gumbel_scale * g
-                z = torch.where(lowest(w, m), M, x0)
+                z = torch.where(lowest(w if noise is None else w + noise, m), M, x0)
             else:
                 z = x0
         return z, torch.full((B,), float(S), dtype=torch.float64, device=dev)

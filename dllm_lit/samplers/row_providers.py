@@ -68,10 +68,17 @@ class LeaveOneOutRows:
 
     def __init__(self, denoiser, derive: Derive, device: torch.device, cache: bool = True) -> None:
         self.den, self.derive, self.cache = denoiser, derive, cache
-        local = isinstance(denoiser, LocalDenoiser)
-        use_memo = local and cache and torch.device(device).type == "cpu" and NeighbourhoodRows.applies(denoiser)
-        self.provider = "memo" if use_memo else "neighbour" if local else "dense"
+        self.provider = self.provider_for(denoiser, device, cache)
+        use_memo = self.provider == "memo"
         self.memo = NeighbourhoodRows(denoiser, self._derive, device=device) if use_memo else None
+
+    @staticmethod
+    def provider_for(denoiser, device: torch.device, cache: bool = True) -> str:
+        """The provider (:data:`LOO_PROVIDERS`, module table) that answers ``denoiser``'s rows on ``device``."""
+        if not isinstance(denoiser, LocalDenoiser):
+            return "dense"
+        memo = cache and torch.device(device).type == "cpu" and NeighbourhoodRows.applies(denoiser)
+        return "memo" if memo else "neighbour"
 
     def _derive(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.derive(rows.to(torch.float64))
@@ -87,6 +94,21 @@ class LeaveOneOutRows:
         if got is not None:
             return got
         return self._derive(self.den.probs_given_neighbours(*query)), torch.arange(b.numel(), device=b.device)
+
+    def grid(self, z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """:meth:`rows` at every position of z [B, T], row-major (the index has B T entries)."""
+        if self.provider != "memo":
+            B, T = z.shape
+            flat = torch.arange(B * T, device=z.device)
+            return self.rows(z, torch.div(flat, T, rounding_mode="floor"), flat % T)
+        keys, query = self.den.grid_keys(z)
+        if query is None:  # the queries of the new keys' positions only
+            T = z.shape[1]
+
+            def query(at: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                b = torch.div(at, T, rounding_mode="floor")
+                return neighbour_queries(self.den, z, b, at - b * T)
+        return self.memo.features, self.memo.slots(query, keys)
 
     def _queries(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Neighbour queries at (b, p): by the two scans of :func:`nearest_revealed` when the call covers at least an
