@@ -72,6 +72,7 @@ def test_grid_units_and_jobs_give_the_same_table() -> None:
     assert "5 units" in one and _kl_table(one) == _kl_table(two)
 
 
+@pytest.mark.slow  # a fresh interpreter running the script (6 CPU s); the metric it prints: tests/test_greedy.py
 def test_greedy_benchmark_runs() -> None:
     out = _run("benchmarks/greedy.py", "--seq-len", "8", "--prefix", "4", "--prompts", "2", "--steps", "4",
                "--configs", "llada", "pc_sampler")

@@ -17,6 +17,7 @@ A README command that needs a placeholder filled in (``<name>``) or is not this 
 """
 from __future__ import annotations
 
+import importlib
 import re
 import shlex
 from pathlib import Path
@@ -46,6 +47,11 @@ CASES: list[tuple[str, str, list[str]]] = [
     ("decompose --config configs/decompose.yaml", "small",
      ["--data.num_sequences", "8", "--data.seq_len", "16", "--denoiser_sequences", "8", "--bootstrap_resamples", "10",
       "--sampler.init_args.steps", "[4]"]),
+    ("decompose --config configs/cache_study.yaml", "small",
+     ["--data.num_sequences", "8", "--data.seq_len", "16", "--denoiser_sequences", "8", "--bootstrap_resamples", "10",
+      "--law_permutations", "9", "--sampler.init_args.steps", "[4]", "--sampler.init_args.block_length", "8",
+      "--sampler.init_args.denoiser.init_args.path", "outputs/denoiser/checkpoints/last.ckpt"]),
+    ("dllm_lit.experiments.conditional --help", "module", []),
     ("sweep sweeps/", "small", ["--dry-run"]),
     ("python cli.py --help", "run", []),
     ("python cli.py conform --help", "run", []),
@@ -143,6 +149,15 @@ def test_readme_command_as_printed(command: str, scratch: Path, monkeypatch) -> 
     if mode == "script":
         path = REPO / shlex.split(command)[1]
         compile(path.read_text(), str(path), "exec")
+        return
+    if mode == "module":  # python -m <module> <args>: the module's own main
+        argv = shlex.split(command)
+        module = importlib.import_module(argv[2])
+        try:
+            code = module.main(argv[3:])
+        except SystemExit as exc:  # argparse's --help
+            code = exc.code
+        assert code in (0, None), command
         return
     argv = _argv(command)
     if mode in ("wire", "parse"):
