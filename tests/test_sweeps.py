@@ -3,6 +3,7 @@ offline mode (no account), logging its config, every row, the table, the figures
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,11 @@ def test_sweep_point_offline(tmp_path: Path, monkeypatch) -> None:
     assert table["columns"][:3] == ["sampler", "label", "steps"] and table["data"][1][1] == "remdm_conf[top_p=1]"
     (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
     run = summary(run_file)
+    for _ in range(100):  # W&B's service may still be writing the run's last records (seen under load): wait <= 10 s
+        if run.get("name") is not None and "kl" in run.get("history", {}):
+            break
+        time.sleep(0.1)
+        run = summary(run_file)
     assert run["name"] == "remdm_conf-top_p1-steps4-seed123"
     assert run["config"]["point"]["model.top_p"] == 1.0 and run["config"]["run"]["num_sequences"] == 8
     assert run["config"]["rows"]["remdm_conf[top_p=1]@4"]["top_p"] == 1.0
