@@ -50,8 +50,10 @@ def kept_set_laws(weights: list[float], k: int) -> dict[frozenset, float]:
     return law
 
 
-def p2_law(den, T: int, S: int, tau: float, eta: float, scale: float) -> torch.Tensor:
-    """Exact law of P2 (scale > 0) by a DP over partially masked states, step by step."""
+def p2_law(den, T: int, S: int, tau: float, eta: float, scale: float, planner: str = "z") -> torch.Tensor:
+    """Exact law of P2 (scale > 0) by a DP over partially masked states, step by step.  A revealed position j weighs
+    p(z_j | z_{-j}) (``planner="z"``, the sampler) or p(z_j | x0_{-j}) given the proposal sequence x0, no MASK
+    (``planner="proposals"``, what upstream's planner is fed)."""
     M = V
     dist = {(M,) * T: 1.0}
     for i in range(1, S + 1):
@@ -68,7 +70,9 @@ def p2_law(den, T: int, S: int, tau: float, eta: float, scale: float) -> torch.T
                 x0 = list(z)
                 for j, v in zip(mset, draw):
                     x0[j] = v
-                w = [rows[j][x0[j]] ** ((1.0 if z[j] == M else eta) / scale) for j in range(T)]
+                back = rows if planner == "z" else [loo_row(den, tuple(x0), j) for j in range(T)]
+                w = [(rows if z[j] == M else back)[j][x0[j]] ** ((1.0 if z[j] == M else eta) / scale)
+                     for j in range(T)]
                 for kept, pk in kept_set_laws(w, keep).items():
                     new = tuple(x0[j] if j in kept else M for j in range(T))
                     nxt[new] = nxt.get(new, 0.0) + pd * pk
