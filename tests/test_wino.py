@@ -42,8 +42,12 @@ def ranked(scores: dict[int, float], descending: bool) -> list[int]:
     return sorted(scores, key=lambda i: (-scores[i] if descending else scores[i], i))
 
 
-def wino_law(den, T: int, L: int, thr: float, thr_back: float, tau: float, cap: int) -> torch.Tensor:
-    """Exact law of WINO by a DP over (z, previous commit count, calls in the block)."""
+def wino_law(den, T: int, L: int, thr: float, thr_back: float, tau: float, cap: int, at_threshold: bool = False,
+             cap_by_this_call: bool = False) -> torch.Tensor:
+    """Exact law of WINO by a DP over (z, previous commit count, calls in the block).  Defaults: the authors' loop
+    (commit above ``thr``; at least ``n`` low tokens: re-mask the ``n - 1`` lowest, ``n`` the previous call's commit
+    count).  d2Cache's HEAD ``wino.py`` differs in both flags: ``at_threshold`` commits at ``>= thr``,
+    ``cap_by_this_call`` takes ``n`` = this call's commit count."""
     M = V
     dist = {((M,) * T, 30, 0): 1.0}
     final: dict[tuple, float] = {}
@@ -65,7 +69,7 @@ def wino_law(den, T: int, L: int, thr: float, thr_back: float, tau: float, cap: 
                 x0 = dict(zip(mset, draw))
                 conf = {i: rows[i][x0[i]] for i in mset}
                 most = min(max(int(len(mset) * 0.7), 5), 20)
-                above = [i for i in mset if conf[i] > thr]
+                above = [i for i in mset if (conf[i] >= thr if at_threshold else conf[i] > thr)]
                 if len(above) > most:
                     commit = ranked(conf, True)[:most]
                 elif not above:
@@ -75,7 +79,8 @@ def wino_law(den, T: int, L: int, thr: float, thr_back: float, tau: float, cap: 
                 remask = []
                 if len(commit) > 1 and k < cap:
                     low = [i for i in back if back[i] < thr_back]
-                    remask = ranked(back, False)[:max(last - 1, 0)] if len(low) >= last else low
+                    n = len(commit) if cap_by_this_call else last
+                    remask = ranked(back, False)[:max(n - 1, 0)] if len(low) >= n else low
                 new = list(z)
                 for i in commit:
                     new[i] = x0[i]

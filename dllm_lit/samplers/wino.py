@@ -1,8 +1,9 @@
 """WINO, wide-in narrow-out decoding with revocable tokens; see ``docs/samplers/wino.md``.
 
 Hong et al., "Wide-In, Narrow-Out: Revokable Decoding for Diffusion Large Language Models" (arXiv:2507.18578);
-followed in Kamichanw/d2Cache ``src/generation/wino_official.py`` (``decoding_wino``, the authors' loop) and
-``src/generation/wino.py``.
+followed in Kamichanw/d2Cache ``src/generation/wino_official.py`` at commit b8d5f1e (``decoding_wino``, the authors'
+loop; deleted later).  d2Cache's HEAD ``src/generation/wino.py`` commits at >= the threshold and caps re-masking by
+the current call's commit count (docs).
 
 Blocks of ``block_length`` (None: one block) left to right; inside a block, every call scores all block positions
 at once (upstream's "shadow block" with a leave-one-out attention mask):
