@@ -34,7 +34,8 @@ def test_samples_follow_the_official_loop(den) -> None:
     counts = sequence_counts(x, V)
     p_official = chi_square_pvalue(counts, wino_law(den, **CASE))
     p_head = chi_square_pvalue(counts, wino_law(den, **CASE, at_threshold=True, cap_by_this_call=True))
-    print(f"WINO T=4 L=4 thr=0.5 N={N}: p against the official loop's law {p_official:.3g}, against HEAD's {p_head:.3g}")
+    print(f"WINO T=4 L=4 thr=0.5 N={N}: p against the official loop's law {p_official:.3g}, "
+          f"against HEAD's {p_head:.3g}")
     assert p_official > ALPHA and p_head < ALPHA
 
 

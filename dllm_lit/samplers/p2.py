@@ -18,7 +18,8 @@ with weights exp(w_j / s) (s = ``gumbel_scale``; s = 0: the deterministic lowest
 Departures: upstream's score is the log-softmax of the Gumbel-perturbed logits at their argmax (the token draw and
 the planner share one noise), without a planner it scores revealed positions by a fresh proposal, and its planner is
 fed the proposal sequence (no MASK); here the token draw and the position draw use separate uniforms and revealed
-positions are scored by the leave-one-out probability of the token they hold given z, MASKs included.  m_i in integers (upstream: a float product truncated).  NFE = S.
+positions are scored by the leave-one-out probability of the token they hold given z, MASKs included.  m_i in
+integers (upstream: a float product truncated).  NFE = S.
 Randomness: proposals from Stream.TOKEN, Gumbel keys from Stream.ORDER uniforms, both at (step, position).
 """
 from __future__ import annotations

@@ -20,8 +20,9 @@ From uniform tokens, on t = linspace(1, t_min, steps + 1):
   renormalised (the law of upstream's race, which never picks a negative entry).
 
 Final ``denoise`` step (upstream ``Denoiser``, on by default): the analytic formula with dsigma = sigma(t_min),
-i.e. a draw from the exact posterior p(x_i | z).  NFE = steps + 1 (steps without ``denoise``).  Uniforms: prior
-at slot 3 of step 0; step j's draws slot 0 of step j; the denoise step at step ``steps``.
+i.e. a draw from the exact posterior p(x_i | z).  NFE = steps + 1 (steps without ``denoise``).  All in float64:
+upstream's float32 loses the first geometric step at steps <= 6 (``benchmarks/sedd_uniform_float32.py``).
+Uniforms: prior at slot 3 of step 0; step j's draws slot 0 of step j; the denoise step at step ``steps``.
 """
 from __future__ import annotations
 
