@@ -10,8 +10,9 @@ weights token y at position i by
     stag_y trans_y,   stag = (e - 1) / (V e) sum(s) + s / e,   e = exp(-dsigma),
 
 and at sigma(1) = sigma_max = 20 every exact score s_y = 1 + O(e^-20) rounds to 1, while e - 1 rounds to -1 once
-dsigma > 17.3 (steps <= 6 at the defaults): stag is the difference of two numbers near 1 / e ~ 5e8 whose float32
-spacing is 32, so it comes out -32 or 0 for every token, not the exact (alpha_s q_y + (1 - alpha_s) / V) / p_t(z_i).
+dsigma > 25 ln 2 = 17.33 (steps <= 6 at the defaults): stag is the difference of two numbers near 1 / e ~ 5e8 whose
+float32 spacing is 32, so it comes out -32 or 0 for every token, not the exact
+(alpha_s q_y + (1 - alpha_s) / V) / p_t(z_i).
 Upstream's Gumbel argmax then draws a nearly uniform token (all weights negative) or token 0 (all weights zero).
 
 This script re-implements that float32 arithmetic (the same operations in the same order, drawn with torch's global
