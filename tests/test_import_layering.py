@@ -28,7 +28,7 @@ PACKAGE = ROOT / "dllm_lit"
 LAZY_CYCLES = {
     frozenset({"dllm_lit.markov.hmm", "dllm_lit.markov.hmm_exact"}):
         "HMMWorld.ngram_marginals delegates to hmm_exact, which computes on an HMMWorld; the call imports it",
-    frozenset({"dllm_lit.samplers.rule", "dllm_lit.samplers.providers"}):
+    frozenset({"dllm_lit.samplers.rule", "dllm_lit.decoding.providers"}):
         "RuleSampler.generate hands the rule to the engine's provider choice, which runs RuleSampler hooks; the call "
         "imports it",
     frozenset({"dllm_lit.denoisers.hmm_first_order", "dllm_lit.denoisers.hmm_first_order_kernel"}):

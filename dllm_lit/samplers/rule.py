@@ -19,7 +19,7 @@ counter, which keys its uniforms and counts its denoiser evaluations (NFE per se
 randomness.
 
 :func:`reference_decode` is this loop, line for line, on ``Denoiser.probs_at`` (the dense direct provider);
-:func:`dllm_lit.samplers.providers.decode_rule` runs the same rule through the provider the denoiser allows (the
+:func:`dllm_lit.decoding.providers.decode_rule` runs the same rule through the provider the denoiser allows (the
 exact oracle's neighbourhood cache, compact columns and bounded draws) with identical draws (tested).
 
 Declaring a bound.  ``bound = "pmax"`` states score(probs, tok, pos) <= max_v probs[v] for every row and every
@@ -28,7 +28,7 @@ score_bound(max_v probs, pos) (the PC-sampler's position-weighted score).  The e
 can reach the k-th best (the large fast path).  The declaration is checked wherever a score is computed: a score
 above its row's maximum is refused in one line instead of silently changing the draws.  An adaptive rule with a
 bound that also overrides ``count_decided`` (Fast-dLLM's rules) is scored the same way: best bounds first, until
-its count and its committed set are certain (:mod:`dllm_lit.samplers.bounded_counts`).
+its count and its committed set are certain (:mod:`dllm_lit.decoding.bounded_counts`).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import TIE_SLOT
+from dllm_lit.decoding.confidence_decoding import TIE_SLOT
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.selection import TIE_RULES, rank_positions, transfer_schedule
 
@@ -164,13 +164,13 @@ class RuleSampler(Sampler):
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                  log_q: torch.Tensor | None = None) -> torch.Tensor:
-        """Samples by the engine-chosen provider (:func:`~dllm_lit.samplers.providers.decode_rule`)."""
+        """Samples by the engine-chosen provider (:func:`~dllm_lit.decoding.providers.decode_rule`)."""
         return self._decode(indices, seq_len, steps, seed, log_q)[0]
 
     def _decode(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                 log_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Samples and the denoiser evaluations of each sequence (float64 [B])."""
-        from dllm_lit.samplers.providers import decode_rule
+        from dllm_lit.decoding.providers import decode_rule
 
         if not self.uses_steps:
             steps = None  # counts(n, None); the uniforms are keyed by step 0

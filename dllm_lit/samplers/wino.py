@@ -29,7 +29,7 @@ from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import NFECountingSampler
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
-from dllm_lit.samplers.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
+from dllm_lit.decoding.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
 
 __all__ = ["WINO", "stable_ranks"]
 
