@@ -25,6 +25,8 @@ wherever a score is computed and records log q at the committed positions.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from dllm_lit import checks, rng
@@ -32,7 +34,10 @@ from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
 from dllm_lit.decoding.confidence_decoding import StepView, decode_blocks
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows, rows_by_key
-from dllm_lit.samplers.rule import RuleSampler, check_bound, check_count, reference_decode
+from dllm_lit.decoding.reference import check_bound, check_count, reference_decode
+
+if TYPE_CHECKING:
+    from dllm_lit.samplers.rule import RuleSampler
 
 __all__ = ["PROVIDERS", "choose_provider", "check_provider", "decode_rule", "run_memo", "keyed_rows"]
 
