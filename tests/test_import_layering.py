@@ -6,8 +6,8 @@ The import graph is read from the source (AST), not by importing:
   ``if TYPE_CHECKING:``) is an edge to the named module and to every package above it that is not above
   the importing module too (Python runs those packages' ``__init__`` first: a package that re-exports a
   high-level module makes every importer of its low-level modules depend on it);
-- an import inside a function runs later, when every module is loaded; it still must not close a cycle,
-  except the ones in :data:`LAZY_CYCLES`, each with its reason.
+- an import inside a function runs later, when every module is loaded (an optional compiled kernel, a heavy
+  library); it still must not close a cycle: there is no exception list.
 
 Lightning is imported only by the LightningModule wrappers (samplers, training), the data module, the
 results writer and the CLI; a subprocess checks that the denoisers, the oracle, ``dllm_lit.samplers``,
@@ -23,19 +23,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dllm_lit"
-
-#: cycles closed only by imports inside functions, allowed with a reason
-LAZY_CYCLES = {
-    frozenset({"dllm_lit.markov.hmm", "dllm_lit.markov.hmm_exact"}):
-        "HMMWorld.ngram_marginals delegates to hmm_exact, which computes on an HMMWorld; the call imports it",
-    frozenset({"dllm_lit.samplers.rule", "dllm_lit.decoding.providers"}):
-        "RuleSampler.generate hands the rule to the engine's provider choice, which runs RuleSampler hooks; the call "
-        "imports it",
-    frozenset({"dllm_lit.denoisers.hmm_first_order", "dllm_lit.denoisers.hmm_first_order_kernel"}):
-        "the optional numba kernel (extra `fast`) is loaded on first use, so importing the oracle never loads numba; "
-        "the kernel reads its TINY threshold from the module that calls it",
-}
-
 
 def _modules() -> dict[str, Path]:
     out = {}
@@ -134,9 +121,10 @@ def test_no_import_cycle_at_module_level() -> None:
     assert _cycles(_graph(in_functions=False)) == []
 
 
-def test_imports_inside_functions_close_only_documented_cycles() -> None:
-    cycles = _cycles(_graph(in_functions=True))
-    assert [sorted(c) for c in cycles if c not in LAZY_CYCLES] == []
+def test_imports_inside_functions_close_no_cycle() -> None:
+    """Not even a lazy one (the rule and its providers, the HMM world and its exact laws, the first-order oracle
+    and its kernel each import one way)."""
+    assert [sorted(c) for c in _cycles(_graph(in_functions=True))] == []
 
 
 def test_the_plan_imports_no_sampler_and_the_experiments_no_cli() -> None:

@@ -22,13 +22,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dllm_lit.denoisers.hmm_products import numba_available, torch_product
+from dllm_lit.denoisers.hmm_products import TINY, numba_available, torch_product
 from dllm_lit.reductions import fixed_order_sum
 
 __all__ = ["first_order_posterior", "first_order_posterior_torch", "numba_available", "TINY"]
-
-#: messages and sums below this count as vanishing (the general loop's fallbacks then apply)
-TINY = 1e-300
 
 
 def first_order_posterior(A: torch.Tensor, mu: torch.Tensor, E: torch.Tensor, L: torch.Tensor, z: torch.Tensor,

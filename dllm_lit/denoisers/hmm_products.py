@@ -28,7 +28,11 @@ from dllm_lit.markov.hmm import HMMWorld
 from dllm_lit.reductions import fixed_order_sum
 
 __all__ = ["WorldProducts", "dense_product", "torch_product", "context_blocks", "right_product", "left_product",
-           "context_sums", "normalised", "normalise_or", "numba_available"]
+           "context_sums", "normalised", "normalise_or", "numba_available", "TINY"]
+
+#: messages and sums below this count as vanishing (the first-order posterior's kernels and torch path then return
+#: None and the general loop's fallbacks apply); here, below the compiled kernels, so a kernel never imports its caller
+TINY = 1e-300
 
 
 @functools.cache
