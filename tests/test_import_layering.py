@@ -9,6 +9,9 @@ The import graph is read from the source (AST), not by importing:
 - an import inside a function runs later, when every module is loaded (an optional compiled kernel, a heavy
   library); it still must not close a cycle: there is no exception list.
 
+The decoding engine (``dllm_lit.decoding``) is private: a sampler module imports only the entry points its
+package ``__all__`` lists (documented in its docstring), never one of its modules, and the engine imports no sampler.
+
 Lightning is imported only by the LightningModule wrappers (samplers, training), the data module, the
 results writer and the CLI; a subprocess checks that the denoisers, the oracle, ``dllm_lit.samplers``,
 every sampler module that is not a LightningModule, the run plan and the metrics registry import without it.
@@ -136,11 +139,61 @@ def test_the_plan_imports_no_sampler_and_the_experiments_no_cli() -> None:
             assert "dllm_lit.cli" not in edges, name
 
 
+def _decoding_entry_points() -> tuple[set[str], str]:
+    """``dllm_lit.decoding.__all__`` and the package docstring, read from its source."""
+    tree = ast.parse((PACKAGE / "decoding" / "__init__.py").read_text())
+    names = next(ast.literal_eval(node.value) for node in tree.body
+                 if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets))
+    return set(names), ast.get_docstring(tree) or ""
+
+
+def test_the_engine_entry_points_are_documented_and_exist() -> None:
+    import dllm_lit.decoding as decoding
+
+    names, doc = _decoding_entry_points()
+    assert sorted(n for n in names if f"`{n}`" not in doc) == []
+    assert sorted(n for n in names if not hasattr(decoding, n)) == []
+
+
+def test_samplers_import_only_the_engine_entry_points() -> None:
+    """An algorithm module (everything in ``dllm_lit/samplers/``) imports from ``dllm_lit.decoding`` only the names
+    of its ``__all__``, from the package itself: never a module of the engine, not even inside a function."""
+    names, _ = _decoding_entry_points()
+    found = []
+    for path in sorted((PACKAGE / "samplers").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found += [(path.name, a.name) for a in node.names if a.name.startswith("dllm_lit.decoding")]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dllm_lit.decoding"):
+                if node.module != "dllm_lit.decoding":
+                    found.append((path.name, node.module))
+                found += [(path.name, a.name) for a in node.names if a.name not in names]
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                found.append((path.name, "relative import"))
+    assert found == []
+
+
+def test_the_engine_imports_no_sampler() -> None:
+    """Nothing in ``dllm_lit.decoding`` reaches a sampler class (``samplers.base``, hence the rule and the algorithm
+    modules), even through an import inside a function: the engine sits below the samplers."""
+    graph = _graph(in_functions=True)
+    for name in graph:
+        if name.startswith("dllm_lit.decoding"):
+            seen, todo = set(), [name]
+            while todo:
+                v = todo.pop()
+                if v not in seen:
+                    seen.add(v)
+                    todo.extend(graph.get(v, ()))
+            assert "dllm_lit.samplers.base" not in seen, name
+
+
 def _light_modules() -> list[str]:
     """The denoisers, the oracle, the plan, the metrics registry and the sampler modules that define no LightningModule."""
     modules = _modules()
     graph = _graph(in_functions=False)
     light = ["dllm_lit.denoisers", "dllm_lit.denoisers.oracle", "dllm_lit.denoisers.hmm_oracle", "dllm_lit.samplers",
+             "dllm_lit.decoding",
              "dllm_lit.engine", "dllm_lit.engine.plan", "dllm_lit.exact", "dllm_lit.markov", "dllm_lit.results",
              "dllm_lit.results.registry", "dllm_lit.results.files"]
     def reaches_base(name: str) -> bool:

@@ -30,16 +30,13 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import (NeighbourhoodRows, ReferenceScoreBounds, coin_decode_steps, decode_blocks,
+                               decode_in_order, has_max_prob_bound, propose_tokens, ranking_options, with_tie_rule)
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.oracle import OracleDenoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.decoding.confidence_decoding import (decode_blocks, has_max_prob_bound, propose_tokens,
-                                                   ranking_options, with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen
-from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.nucleus import check_top_p, top_k_filter, top_p_filter
-from dllm_lit.decoding.ordered_decoding import coin_decode_steps, decode_in_order
-from dllm_lit.decoding.score_envelopes import ReferenceScoreBounds
 
 __all__ = ["Dream", "ALGS", "dream_grid", "dream_schedule", "dream_law"]
 

@@ -26,10 +26,10 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks
+from dllm_lit.decoding import decode_in_order
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, tempered_draw
-from dllm_lit.decoding.ordered_decoding import decode_in_order
 
 __all__ = ["DUS", "dilated_levels", "dus_block_length", "dus_decode_steps"]
 

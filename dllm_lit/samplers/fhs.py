@@ -33,10 +33,10 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks
+from dllm_lit.decoding import decode_in_order, random_order_steps
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
-from dllm_lit.decoding.ordered_decoding import decode_in_order, random_order_steps
 
 __all__ = ["FHS"]
 

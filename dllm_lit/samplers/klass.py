@@ -38,14 +38,13 @@ import math
 import torch
 
 from dllm_lit import checks
+from dllm_lit.decoding import (BlockPosteriors, NeighbourhoodRows, cache_width, confidence, in_sub_batches,
+                               proposal_features, proposal_widths, propose_step)
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.decoding.confidence_decoding import (BlockPosteriors, cache_width, confidence, in_sub_batches,
-                                                   proposal_features, proposal_widths, propose_step)
 from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries, neighbour_distances
 from dllm_lit.samplers.draws import StepUniforms, row_chunks
-from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
 
 __all__ = ["KLASS", "KL_EPS", "stability_kl"]

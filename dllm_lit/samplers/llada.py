@@ -53,13 +53,11 @@ from collections.abc import Sequence
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import (block_bounds, check_blocks, confidence, decode_blocks, decode_in_order,
+                               proposal_features, proposal_widths, propose_tokens, random_order_steps, with_tie_rule)
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.decoding.confidence_decoding import (block_bounds, check_blocks, confidence,
-                                                   decode_blocks, proposal_features, proposal_widths, propose_tokens,
-                                                   with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, tempered_draw, tempered_law
-from dllm_lit.decoding.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts

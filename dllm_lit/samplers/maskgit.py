@@ -41,13 +41,12 @@ import math
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import (BlockPosteriors, CompactBlock, ROUNDS_MIN_VOCAB, StepView, cache_width, compact_applies,
+                               confidence, first_draws, has_max_prob_bound, in_sub_batches, proposal_features,
+                               proposal_widths, propose_step, propose_tokens)
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.indices import flat_nonzero, nonzero_pairs
-from dllm_lit.decoding.compact_decoding import CompactBlock, compact_applies
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.decoding.confidence_decoding import (ROUNDS_MIN_VOCAB, BlockPosteriors, StepView, cache_width,
-                                                   confidence, first_draws, has_max_prob_bound, in_sub_batches,
-                                                   proposal_features, proposal_widths, propose_step, propose_tokens)
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 from dllm_lit.samplers.selection import topk_stable_mask
 

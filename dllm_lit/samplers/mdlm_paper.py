@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import torch
 
+from dllm_lit.decoding import decode_in_order, random_order_steps
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.selection import transfer_schedule
-from dllm_lit.decoding.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from dllm_lit.decoding.ordered_decoding import decode_in_order
+from dllm_lit.decoding import decode_in_order
 
 __all__ = ["reference_log_ratio", "teacher_forced_log_q", "order_log_conditionals", "forward_stats", "random_order_theory", "chain_information", "LOG_FLOOR", "LogLaw",
            "THEORY_STATS"]
@@ -76,7 +76,7 @@ def order_log_conditionals(chain, denoiser, indices: torch.Tensor, seq_len: int,
     For any law, E c_j - E c_1 = Z_j (the information curve: o_j is uniform and {o_1..o_{j-1}} a uniform
     (j - 1)-subset of the others), so these give an exact-sample Monte Carlo estimate of Z and of a schedule's
     expected KL where no closed form is implemented (HMM worlds; :func:`dllm_lit.theory.monte_carlo.schedule_kl_estimate`)."""
-    from dllm_lit.decoding.ordered_decoding import random_order_steps
+    from dllm_lit.decoding import random_order_steps
     from dllm_lit.samplers.draws import drawn_log_prob
 
     T = int(seq_len)

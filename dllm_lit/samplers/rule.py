@@ -37,7 +37,7 @@ from abc import abstractmethod
 import torch
 
 from dllm_lit import checks
-from dllm_lit.decoding.providers import decode_rule
+from dllm_lit.decoding import decode_rule
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 

@@ -57,12 +57,11 @@ import math
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import PosteriorCache, decode_in_order
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen, tempered_draw
-from dllm_lit.decoding.ordered_decoding import decode_in_order
-from dllm_lit.decoding.posterior_cache import PosteriorCache
 from dllm_lit.samplers.schedules import time_grid
 
 __all__ = ["SEDD", "PREDICTORS", "loglinear_sigma", "loglinear_rate", "step_scale", "step_probabilities", "token_law"]
