@@ -96,7 +96,7 @@ def test_conform_refuses_a_function(tmp_path, capsys) -> None:
 
 
 def test_decompose_refuses_a_function(tmp_path, capsys) -> None:
-    from dllm_lit.engine.decompose import main
+    from dllm_lit.experiments.decompose import main
 
     cfg, marker = _os_system(tmp_path, key="sampler")
     with pytest.raises(SystemExit) as info:

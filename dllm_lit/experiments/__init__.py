@@ -4,7 +4,7 @@
 (:mod:`~dllm_lit.experiments.sweep`); ``python cli.py report RUN_DIRS... --out DIR`` aggregates
 finished runs into tables and figures (:mod:`~dllm_lit.experiments.report`); ``python cli.py decompose
 --config configs/decompose.yaml`` splits a learned denoiser's error from its sampler's
-(:mod:`~dllm_lit.engine.decompose`); one grid point is
+(:mod:`~dllm_lit.experiments.decompose`); one grid point is
 :mod:`~dllm_lit.experiments.point` (what ``sweeps/run_point.py`` and W&B agents run).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _decompose(argv: list[str]) -> int:
 
     if refused("decompose", argv):  # a missing or unsafe config file, a bad size: before the libraries load
         return 2
-    from dllm_lit.engine.decompose import main
+    from dllm_lit.experiments.decompose import main
 
     main(argv)
     return 0
