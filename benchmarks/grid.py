@@ -108,7 +108,7 @@ def build_direct(config: str, args: argparse.Namespace, out: str, steps: list[in
     import lightning as L
     import yaml
 
-    from dllm_lit.config_classes import instantiate
+    from dllm_lit.cli.config_classes import instantiate
     from dllm_lit.data import MarkovDataModule
     from dllm_lit.results import ResultsWriter
 

@@ -31,7 +31,7 @@ def _conform(argv: list[str]) -> int:
 
 
 def _decompose(argv: list[str]) -> int:
-    from dllm_lit.cli_precheck import refused
+    from dllm_lit.cli.precheck import refused
 
     if refused("decompose", argv):  # a missing or unsafe config file, a bad size: before the libraries load
         return 2

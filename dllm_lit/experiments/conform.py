@@ -143,7 +143,7 @@ def _model_block(spec: str, field: str) -> dict[str, Any]:
 
 def build_sampler(spec: str, field: str = "--sampler"):
     """The sampler a config's ``model:`` block describes (class path and init args)."""
-    from dllm_lit.config_classes import instantiate
+    from dllm_lit.cli.config_classes import instantiate
 
     return instantiate(_model_block(spec, field), "sampler", field)  # a sampler class only: nothing else runs
 

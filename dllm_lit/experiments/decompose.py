@@ -237,8 +237,8 @@ def _figure(table: dict[str, Any], path: Path) -> None:
 def main(args: list[str] | None = None) -> dict[str, Any]:
     """``python cli.py decompose --config configs/decompose.yaml [--data.seq_len 64] ...`` (or ``python -m
     dllm_lit.experiments.decompose``)."""
-    from dllm_lit.config_classes import documented_class
-    from dllm_lit.lightning_cli import DEFAULT_SEED, DllmParser, exit_on_user_error
+    from dllm_lit.cli.config_classes import documented_class
+    from dllm_lit.cli.lightning_cli import DEFAULT_SEED, DllmParser, exit_on_user_error
 
     # the CLI's parser: a bad option or a class that is not a sampler is refused in one line
     parser = DllmParser(prog="cli.py decompose", description=__doc__.split("\n\n")[0])

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from dllm_lit.config_files import read_yaml, yaml_problem
+from dllm_lit.cli.config_files import read_yaml, yaml_problem
 from dllm_lit.workers import GRACE_SECONDS, die_with_parent, end_processes
 
 __all__ = ["load_sweep", "grid_points", "point_argv", "main"]
@@ -101,9 +101,9 @@ def _sampler_class(pns: argparse.Namespace) -> tuple[str, str | None]:
 
 
 def check_points(points: list[argparse.Namespace]) -> None:
-    """Every point's files exist and are plain YAML, and its ``model`` is a sampler class (:mod:`dllm_lit.config_classes`):
+    """Every point's files exist and are plain YAML, and its ``model`` is a sampler class (:mod:`dllm_lit.cli.config_classes`):
     a bad point is refused in one line before any point runs."""
-    from dllm_lit.config_classes import documented_class
+    from dllm_lit.cli.config_classes import documented_class
 
     checked: set[str] = set()
     for pns in points:

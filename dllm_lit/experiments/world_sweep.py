@@ -46,7 +46,7 @@ def collect(paths: list[str], option: str) -> list[dict[str, Any]]:
 
 
 def _world(meta: dict[str, Any]):
-    from dllm_lit.config_classes import instantiate
+    from dllm_lit.cli.config_classes import instantiate
 
     return instantiate(_source(meta), "source", "meta.chain.source").build()  # a chain source class only
 

@@ -55,7 +55,7 @@ def resolve(field: str, path: str) -> Any:
         for part in name.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError, ValueError) as exc:
-        from dllm_lit.cli_messages import missing_module_hint
+        from dllm_lit.cli.messages import missing_module_hint
 
         raise ValueError(f"{field}: cannot import {path!r} ({type(exc).__name__}: {exc}); give 'package.module:name'"
                          f"{missing_module_hint(str(exc))}") from None
