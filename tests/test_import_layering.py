@@ -143,6 +143,14 @@ def test_the_plan_imports_no_sampler_and_the_experiments_no_cli() -> None:
             assert not edges & top, name
 
 
+def test_the_utilities_import_nothing_above_them() -> None:
+    """``dllm_lit.util`` is the bottom floor: its modules import no other part of dllm_lit."""
+    graph = _graph(in_functions=True)
+    for name, edges in graph.items():
+        if name.startswith("dllm_lit.util"):
+            assert {e for e in edges if not e.startswith("dllm_lit.util")} == set(), name
+
+
 def _decoding_entry_points() -> tuple[set[str], str]:
     """``dllm_lit.decoding.__all__`` and the package docstring, read from its source."""
     tree = ast.parse((PACKAGE / "decoding" / "__init__.py").read_text())

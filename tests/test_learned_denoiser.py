@@ -306,7 +306,7 @@ def test_fit_with_two_ddp_processes(tmp_path) -> None:
 def test_learned_row_label_names_the_checkpoint(trained: Path) -> None:
     """A learned denoiser's row is never labelled like the oracle's: its label (printed at the end of a run) names
     the checkpoint file (issue 40)."""
-    from dllm_lit.console import summary
+    from dllm_lit.util.console import summary
     from dllm_lit.engine.plan import row_label
 
     sampler = MDLM(CheckpointDenoiser(str(trained / "checkpoints" / "last.ckpt")), steps=8)

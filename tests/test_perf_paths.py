@@ -241,7 +241,7 @@ def test_chunked_grid_hash_equals_one_pass(monkeypatch) -> None:
 def test_nonzero_helpers_equal_torch_nonzero() -> None:
     """flat_nonzero / nonzero_pairs (numpy on the CPU) list the same indices in the same order as torch.nonzero,
     for empty, full, sparse, non-contiguous and zero-row masks."""
-    from dllm_lit.indices import flat_nonzero, nonzero_pairs
+    from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
     g = torch.Generator().manual_seed(3)
     masks = [torch.rand(7, 13, generator=g) < f for f in (0.0, 0.01, 0.5, 1.0)]
     masks += [(torch.rand(13, 7, generator=g) < 0.4).t(), torch.zeros(0, 5, dtype=torch.bool),

@@ -16,7 +16,7 @@ a module of this package must not import the dispatcher, which imports the exper
 """
 from __future__ import annotations
 
-from dllm_lit.lazy_exports import lazy_exports
+from dllm_lit.util.lazy_exports import lazy_exports
 
 _EXPORTS = {name: "dispatch" for name in ("main", "console_main", "trap_startup_signals", "USAGE", "RunStopped")}
 _EXPORTS.update({name: "lightning_cli" for name in ("DllmCLI", "DllmParser", "DEFAULT_SEED")})

@@ -14,7 +14,7 @@ import lightning as L
 import torch
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from dllm_lit import console
+from dllm_lit.util import console
 from dllm_lit.cli.messages import condense_parser_error, one_line
 from dllm_lit.cli.precheck import GROUPS, check_seed, check_steps_arguments, precheck
 from dllm_lit.cli.config_classes import documented_class

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
-from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import ROW_CHUNK_ELEMENTS, categorical, categorical_from_stored_cdf, row_chunks
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows, rows_by_key, law_row_features
 

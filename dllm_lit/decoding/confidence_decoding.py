@@ -34,7 +34,7 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.local import LocalDenoiser
-from dllm_lit.indices import flat_nonzero, nonzero_pairs
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.decoding.bounded_counts import score_until_counted
 from dllm_lit.decoding.compact_decoding import CompactBlock, compact_applies, compact_counts
 from dllm_lit.decoding.gap_decoding import GapBlock, decode_gaps, gaps_apply

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
-from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import categorical, categorical_from_stored_cdf, row_chunks
 from dllm_lit.decoding.sparse_rows import SparseNeighbourhoodRows, keyed_rows
 from dllm_lit.samplers.selection import rank_positions, top_n_mask, unique_top_n

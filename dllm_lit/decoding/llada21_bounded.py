@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from dllm_lit.indices import flat_nonzero, nonzero_pairs
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.decoding.row_providers import draw_stored
 from dllm_lit.samplers.selection import topk_stable_mask

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from dllm_lit.indices import flat_nonzero
+from dllm_lit.util.indices import flat_nonzero
 from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.decoding.row_providers import LeaveOneOutRows, draw_stored
 

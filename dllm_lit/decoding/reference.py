@@ -9,7 +9,7 @@ import torch
 
 from dllm_lit import rng
 from dllm_lit.decoding.confidence_decoding import TIE_SLOT
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.selection import rank_positions
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dllm_lit.engine.plan import REFERENCE_NAME, Row, RunPlan, WorkItem
-from dllm_lit.lazy_exports import lazy_exports
+from dllm_lit.util.lazy_exports import lazy_exports
 
 __all__ = ["REFERENCE_NAME", "Row", "RunPlan", "WorkItem", "connect", "connect_training", "predict"]
 

@@ -29,7 +29,7 @@ from typing import Any, Optional
 import torch
 
 from dllm_lit.data.datamodule import MarkovDataModule
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.experiments.decompose_stats import DIFF_INTERVAL, KL_INTERVAL
 from dllm_lit.experiments.decompose_stats import centred_interval as _centred
 from dllm_lit.experiments.decompose_stats import transition_kl as _kl

@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dllm_lit.atomic import atomic_write_text
+from dllm_lit.util.atomic import atomic_write_text
 
 __all__ = ["build_args", "option_value", "parse", "point_name", "point_params", "run", "main", "PASSTHROUGH"]
 

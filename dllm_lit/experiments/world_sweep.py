@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from dllm_lit.atomic import atomic_write_text
+from dllm_lit.util.atomic import atomic_write_text
 
 __all__ = ["WORLD_KEYS", "collect", "main"]
 

@@ -43,7 +43,7 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.decoding import decode_in_order
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.nucleus import check_top_p, top_p_filter

@@ -34,7 +34,7 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.user_code import user_code
+from dllm_lit.util.user_code import user_code
 
 __all__ = ["ExternalSampler", "ExternalSamplerError", "resolve"]
 
@@ -77,7 +77,7 @@ class ExternalSampler(Sampler):
         name: the results rows' name (default ``external_<function or pipeline name>``).
         timeout: seconds one call of the user's code may take (None: no limit); past it the run ends with one
             line, as it does when that code raises ``SystemExit`` or ``KeyboardInterrupt``
-            (:mod:`dllm_lit.user_code`).
+            (:mod:`dllm_lit.util.user_code`).
     """
 
     #: options the row label leaves out: the function is in the name, the argument names are bookkeeping

@@ -41,7 +41,7 @@ from dllm_lit import checks
 from dllm_lit.decoding import (BlockPosteriors, NeighbourhoodRows, cache_width, confidence, in_sub_batches,
                                proposal_features, proposal_widths, propose_step)
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import flat_nonzero, nonzero_pairs
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries, neighbour_distances
 from dllm_lit.samplers.draws import StepUniforms, row_chunks

@@ -45,7 +45,7 @@ from dllm_lit.decoding import (BlockPosteriors, CompactBlock, ROUNDS_MIN_VOCAB, 
                                confidence, first_draws, has_max_prob_bound, in_sub_batches, proposal_features,
                                proposal_widths, propose_step, propose_tokens)
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import flat_nonzero, nonzero_pairs
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 from dllm_lit.samplers.selection import topk_stable_mask

@@ -22,7 +22,7 @@ import torch
 from dllm_lit import checks
 from dllm_lit.decoding import coin_decode_steps, decode_in_order
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical, drawn_log_prob
 from dllm_lit.samplers.path_sandwich import add_sandwich

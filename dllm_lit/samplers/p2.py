@@ -28,7 +28,7 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.decoding import BoundedPlanning, LeaveOneOutRows, check_leave_one_out, draw_stored
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import flat_nonzero
+from dllm_lit.util.indices import flat_nonzero
 from dllm_lit.samplers.base import NFECountingSampler
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 from dllm_lit.samplers.wino import stable_ranks

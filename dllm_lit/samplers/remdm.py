@@ -60,7 +60,7 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.decoding import NeighbourhoodRows, keyed_rows, run_memo
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import (ROW_CHUNK_ELEMENTS, StepUniforms, argmax_fill, categorical,
                                    categorical_from_stored_cdf, masked_posterior_chunks)

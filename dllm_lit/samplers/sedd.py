@@ -59,7 +59,7 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.decoding import PosteriorCache, decode_in_order
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen, tempered_draw
 from dllm_lit.samplers.schedules import time_grid
