@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tiny_worlds import V, WORLDS
-from dllm_lit.engine.prompted import draw_prompts, law_is_exact, sample_prompted
+from dllm_lit.experiments.prompted import draw_prompts, law_is_exact, sample_prompted
 from dllm_lit.exact import all_sequences, mdlm_paper_law
 from dllm_lit.markov.world_api import ConditionedWorld
 from dllm_lit.metrics.functional.conditional import conditional_values

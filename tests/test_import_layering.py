@@ -143,6 +143,16 @@ def test_the_plan_imports_no_sampler_and_the_experiments_no_cli() -> None:
             assert not edges & top, name
 
 
+def test_the_engine_is_the_low_floor() -> None:
+    """``dllm_lit.engine`` (plan, budget, process group, threads) sits below the denoisers and the samplers: none of
+    its modules imports a model, a sampler, the decoding engine, an experiment or the command line."""
+    above = ("dllm_lit.denoisers", "dllm_lit.samplers", "dllm_lit.decoding", "dllm_lit.experiments", "dllm_lit.cli")
+    graph = _graph(in_functions=True)
+    for name, edges in graph.items():
+        if name.startswith("dllm_lit.engine"):
+            assert sorted(e for e in edges if e.startswith(above)) == [], name
+
+
 def test_the_utilities_import_nothing_above_them() -> None:
     """``dllm_lit.util`` is the bottom floor: its modules import no other part of dllm_lit."""
     graph = _graph(in_functions=True)

@@ -1,5 +1,5 @@
-"""The low floor of a run, below the samplers: its plan (rows and work items), the size budget, the process group,
-sampling threads and prompted runs.
+"""The low floor of a run, below the samplers: its plan (rows and work items), the size budget, the process group
+and sampling threads.
 
 The wiring step lives with the command line (:mod:`dllm_lit.cli.wiring`, above the samplers); its names
 ``connect``, ``connect_training`` and ``predict`` are also offered here, loaded on first use, so that

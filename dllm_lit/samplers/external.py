@@ -20,7 +20,7 @@ chunking (``data.chunk_size``) - results are reproducible for a fixed chunk size
 NFE: the model's forward calls during the item, counted for every sequence of the item.
 Prompts: the first P tokens of an exact chain sample per sequence (Stream.PROMPT), so the full sequence
 (prompt + generated) has the chain's law when the sampler is exact, and every metric applies to it; in a prompted
-run (:mod:`dllm_lit.engine.prompted`) the prompt's prefix instead (``given_prompt``, P its length).
+run (:mod:`dllm_lit.experiments.prompted`) the prompt's prefix instead (``given_prompt``, P its length).
 """
 from __future__ import annotations
 
