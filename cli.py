@@ -1,5 +1,5 @@
 """dllm_lit command line: ``python cli.py predict --config configs/remdm_conf.yaml`` (``python cli.py --help``)."""
-from dllm_lit.orphan import watch_launcher
+from dllm_lit.util.orphan import watch_launcher
 
 watch_launcher()  # a ddp rank launched by rank 0 ends with one line if rank 0 dies, even while the libraries load
 from dllm_lit.cli import console_main, trap_startup_signals  # noqa: E402 - a light module: the heavy ones load later

@@ -2,7 +2,7 @@
 
 Each zoo config runs at temperature 0 (its other options as shipped; one block over the generated part) on M prompts
 drawn from the world (a prefix of P tokens; T tokens in all, G = T - P generated), one continuation each, on the
-conditioned oracle (:mod:`dllm_lit.engine.prompted`).  Every output is scored against the exact mode and k best given
+conditioned oracle (:mod:`dllm_lit.experiments.prompted`).  Every output is scored against the exact mode and k best given
 its prompt (:mod:`dllm_lit.metrics.functional.greedy`): per-token regret with its interval over prompts (Hall's
 skewness-corrected t), the fraction of outputs that are a mode, the median rank (k + 1 = beyond the k best), NFE,
 and the sampler's CPU seconds (``time.process_time``, this process, one thread).
@@ -23,7 +23,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dllm_lit.engine.prompted import draw_prompts, sample_prompted  # noqa: E402
+from dllm_lit.experiments.prompted import draw_prompts, sample_prompted  # noqa: E402
 from dllm_lit.experiments.conform import build_sampler  # noqa: E402
 from dllm_lit.metrics.functional.greedy import greedy_scores  # noqa: E402
 from dllm_lit.metrics.functional.conditional import per_prompt_mean  # noqa: E402

@@ -19,8 +19,8 @@ is shared); the whole-grid time is then the wall time of the slowest worker.  Pe
 prints the summed wall and CPU time of its units.  Results do not depend on ``--jobs``.
 
 SIGINT / SIGTERM end the whole grid: the parent stops every worker (SIGTERM, then SIGKILL after
-:data:`dllm_lit.workers.GRACE_SECONDS`) and exits with 128 + the signal number; a worker whose parent dies for
-any reason (SIGKILL included) is ended by the kernel (:func:`dllm_lit.workers.die_with_parent`).
+:data:`dllm_lit.util.workers.GRACE_SECONDS`) and exits with 128 + the signal number; a worker whose parent dies for
+any reason (SIGKILL included) is ended by the kernel (:func:`dllm_lit.util.workers.die_with_parent`).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's dllm_lit, also when another copy is installed
 if __name__ == "__mp_main__":  # a spawned pool worker: end with the parent from its first line on (not only
-    from dllm_lit.workers import die_with_parent  # once torch has loaded, which takes seconds on a busy machine)
+    from dllm_lit.util.workers import die_with_parent  # once torch has loaded, which takes seconds on a busy machine)
 
     die_with_parent()
 
@@ -71,7 +71,7 @@ def has_steps(config: str) -> bool:
 def build(config: str, args: argparse.Namespace, out: str, steps: list[int]):
     """Instantiate sampler, data module, trainer and results writer from ``config`` exactly as the CLI does
     (a ``DllmCLI``; the CLI, Lightning included, is imported here, in the workers: the parent only schedules)."""
-    from dllm_lit import console
+    from dllm_lit.util import console
     from dllm_lit.cli import DllmCLI
     argv = ["--config", config]
     if args.synthetic:
@@ -108,7 +108,7 @@ def build_direct(config: str, args: argparse.Namespace, out: str, steps: list[in
     import lightning as L
     import yaml
 
-    from dllm_lit.config_classes import instantiate
+    from dllm_lit.cli.config_classes import instantiate
     from dllm_lit.data import MarkovDataModule
     from dllm_lit.results import ResultsWriter
 
@@ -169,7 +169,7 @@ def run_unit(config: str, steps: list[int],
 
 def _worker_start(parent: int) -> None:
     """A pool worker's first action: end with the parent (the kernel's parent-death signal); default SIGTERM."""
-    from dllm_lit.workers import die_with_parent
+    from dllm_lit.util.workers import die_with_parent
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent(parent)
@@ -178,7 +178,7 @@ def _worker_start(parent: int) -> None:
 def stop_workers_on_signal() -> None:
     """SIGINT / SIGTERM in the parent: end every pool worker (SIGTERM, SIGKILL after the grace), then exit with
     128 + the signal number, without waiting for the pool's queue."""
-    from dllm_lit.workers import end_processes
+    from dllm_lit.util.workers import end_processes
 
     def handler(signum, frame):
         print(f"grid: stopped by {signal.Signals(signum).name}; ending the workers", file=sys.stderr, flush=True)

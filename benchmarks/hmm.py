@@ -112,7 +112,7 @@ def posterior(args: argparse.Namespace) -> None:
 def calls(args: argparse.Namespace) -> None:
     import yaml
 
-    from dllm_lit.config_classes import documented_class
+    from dllm_lit.cli.config_classes import documented_class
     from dllm_lit.denoisers.oracle import OracleDenoiser
     from dllm_lit.sources.english import english_char_chain
 

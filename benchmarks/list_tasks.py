@@ -26,7 +26,7 @@ SKIP = {"decompose.yaml", "train_denoiser.yaml"}
 def run_config(config: Path, task: str, args: argparse.Namespace) -> list[dict]:
     import yaml
 
-    from dllm_lit import console
+    from dllm_lit.util import console
     from dllm_lit.cli import DllmCLI
     from dllm_lit.engine import predict
 

@@ -6,9 +6,9 @@ choice buys back.
 
 On the bundled English chain with the exact oracle, one shipped sampler's rule two or three ways, same seed: the
 built-in class (fast paths chosen by hand; ``--sampler`` llada or pc_sampler with its shipped config's options), the
-same rule through the engine-chosen provider (:func:`~dllm_lit.samplers.providers.decode_rule`:
+same rule through the engine-chosen provider (:func:`~dllm_lit.decoding.providers.decode_rule`:
 :class:`~dllm_lit.samplers.llada_rule.LLaDARule`, :class:`~dllm_lit.samplers.pc_rule.PCRule`) and, with
-``--plain``, the rule run plainly (:func:`~dllm_lit.samplers.rule.reference_decode`: ``probs_at`` at every masked
+``--plain``, the rule run plainly (:func:`~dllm_lit.decoding.reference.reference_decode`: ``probs_at`` at every masked
 position every step, the loop the docs once showed).  Prints wall and CPU (process) seconds per step count and in
 all, the ratios to the built-in path, and checks that the paths give identical samples.
 """
@@ -21,8 +21,8 @@ import torch
 
 from dllm_lit.samplers import LLaDA
 from dllm_lit.samplers.llada_rule import LLaDARule
-from dllm_lit.samplers.providers import choose_provider
-from dllm_lit.samplers.rule import reference_decode
+from dllm_lit.decoding.providers import choose_provider
+from dllm_lit.decoding.reference import reference_decode
 from dllm_lit.sources import english_char_chain
 
 

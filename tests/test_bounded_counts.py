@@ -1,4 +1,4 @@
-"""The bounded provider under adaptive counts (``dllm_lit.samplers.bounded_counts``, Fast-dLLM's threshold and factor
+"""The bounded provider under adaptive counts (``dllm_lit.decoding.bounded_counts``, Fast-dLLM's threshold and factor
 rules): its ``count_decided`` is sound against brute force, and it draws what the dense direct path draws (samples
 and NFE per sequence, torch.equal) under every tie rule, with thresholds that cut through exact ties."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import torch
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.samplers import FastDLLM
 from dllm_lit.samplers.fast_dllm import factor_count, threshold_count
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
-from dllm_lit.samplers.providers import check_provider, choose_provider, decode_rule
+from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.decoding.providers import check_provider, choose_provider, decode_rule
 from dllm_lit.samplers.rule import RuleSampler
 from dllm_lit.sources import english_char_chain
 

@@ -1,5 +1,5 @@
-"""LLaDA 2.1's and P2's bounded paths (``samplers/llada21_bounded.py``, ``samplers/p2_bounded.py``, with the rows kept
-across calls by ``samplers/tracked_rows.py`` and the oracle's compiled grid keys) draw exactly what the direct
+"""LLaDA 2.1's and P2's bounded paths (``decoding/llada21_bounded.py``, ``decoding/p2_bounded.py``, with the rows kept
+across calls by ``decoding/tracked_rows.py`` and the oracle's compiled grid keys) draw exactly what the direct
 computation draws (``cache=False``: every call's rows afresh, a proposal at every masked position).
 
 Chains with exact ties: a uniform kernel (every row the same numbers, so every confidence and every weight ties and
@@ -14,9 +14,10 @@ from conftest import TINY_KERNEL, counted_calls
 from dllm_lit.denoisers import OracleDenoiser, oracle
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
-from dllm_lit.samplers import LLaDA21, P2, llada21_bounded, p2_bounded
-from dllm_lit.samplers.row_providers import LeaveOneOutRows
-from dllm_lit.samplers.tracked_rows import TrackedRows
+from dllm_lit.samplers import LLaDA21, P2
+from dllm_lit.decoding import llada21_bounded, p2_bounded
+from dllm_lit.decoding.row_providers import LeaveOneOutRows
+from dllm_lit.decoding.tracked_rows import TrackedRows
 from dllm_lit.sources import english_char_chain
 
 pytestmark = pytest.mark.usefixtures("single_thread")

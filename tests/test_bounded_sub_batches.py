@@ -8,7 +8,8 @@ import torch
 
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import synthetic_chain
-from dllm_lit.samplers import MaskGIT, PCSampler, confidence_decoding, posterior_cache
+from dllm_lit.samplers import MaskGIT, PCSampler
+from dllm_lit.decoding import confidence_decoding, posterior_cache
 
 
 @pytest.mark.parametrize("make", [lambda den, tau: MaskGIT(den, temperature=tau),

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import TINY_KERNEL
-from dllm_lit.conformance import goodness_of_fit
-from dllm_lit.engine.cache_study import law_test
+from dllm_lit.exact.conformance import goodness_of_fit
+from dllm_lit.experiments.cache_study import law_test
 from dllm_lit.exact.path_law import cached_llada_law
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers import LLaDA

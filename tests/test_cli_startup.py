@@ -1,5 +1,5 @@
 """A refusal costs no start-up: what the command line and the config files alone show is refused before
-Lightning, transformers or the samplers load (dllm_lit.cli_precheck), in one line; ``--help`` lists every verb."""
+Lightning, transformers or the samplers load (dllm_lit.cli.precheck), in one line; ``--help`` lists every verb."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("lightning", "transformers", "dllm_lit.samplers.base", "dllm_lit.lightning_cli")
+HEAVY = ("lightning", "transformers", "dllm_lit.samplers.base", "dllm_lit.cli.lightning_cli")
 
 #: runs cli.py as ``python cli.py ...`` would, once per argument list, and reports the exit status, stderr and
 #: which heavy modules were loaded at the point of refusal
@@ -60,7 +60,7 @@ def test_bad_command_lines_are_refused_before_the_libraries_load(tmp_path) -> No
 
 def test_help_lists_every_verb() -> None:
     from dllm_lit.cli import USAGE
-    from dllm_lit.cli_precheck import GROUPS
+    from dllm_lit.cli.precheck import GROUPS
     from dllm_lit.experiments import COMMANDS
 
     verbs = USAGE.split("verbs:")[1].splitlines()

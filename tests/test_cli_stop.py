@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dllm_lit import cli
+from dllm_lit.cli import dispatch as cli
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_LINE = "stopped: interrupted by SIGINT during start-up, before any row was sampled"

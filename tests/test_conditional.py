@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tiny_worlds import V, WORLDS
-from dllm_lit.engine.prompted import draw_prompts, law_is_exact, sample_prompted
+from dllm_lit.experiments.prompted import draw_prompts, law_is_exact, sample_prompted
 from dllm_lit.exact import all_sequences, mdlm_paper_law
 from dllm_lit.markov.world_api import ConditionedWorld
 from dllm_lit.metrics.functional.conditional import conditional_values
@@ -162,7 +162,7 @@ def test_external_sampler_continues_prefix_prompts_with_its_exact_law() -> None:
     """The LLaDA generate() example (ExternalSampler, its config's prompt_length 1 replaced by the prompt's P = 2)
     continuing a given prefix in the order-2 world: the continuations follow LLaDA's exact law on the conditioned
     world (goodness of fit, 1500 draws; tie-free generic rows), no log q is recorded, and infilling is refused."""
-    from dllm_lit.conformance import goodness_of_fit
+    from dllm_lit.exact.conformance import goodness_of_fit
     from dllm_lit.exact import llada_law
     from dllm_lit.experiments.conform import build_sampler
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tiny_worlds import V, WORLDS, brute_log_probs
-from dllm_lit.engine.prompted import draw_prompts, sample_prompted
+from dllm_lit.experiments.prompted import draw_prompts, sample_prompted
 from dllm_lit.metrics.functional.conditional_pairs import PAIR_KEYS, pair_terms, pair_values
 from dllm_lit.samplers import AR, ASSD, MDLMPaper
 

@@ -1,5 +1,5 @@
 """A config never runs code: every entry point builds only the classes it documents and refuses anything else
-in one line, before anything is called (dllm_lit.config_classes).
+in one line, before anything is called (dllm_lit.cli.config_classes).
 
 Each test names a callable or a class that writes a marker file when called; the marker must not appear.
 """
@@ -49,7 +49,7 @@ def touch_module(tmp_path, monkeypatch) -> Path:
 
 
 def test_the_helper_accepts_documented_classes_only() -> None:
-    from dllm_lit.config_classes import documented_class
+    from dllm_lit.cli.config_classes import documented_class
     from dllm_lit.samplers import MDLM
     from dllm_lit.sources import EnglishChars
 
@@ -96,7 +96,7 @@ def test_conform_refuses_a_function(tmp_path, capsys) -> None:
 
 
 def test_decompose_refuses_a_function(tmp_path, capsys) -> None:
-    from dllm_lit.engine.decompose import main
+    from dllm_lit.experiments.decompose import main
 
     cfg, marker = _os_system(tmp_path, key="sampler")
     with pytest.raises(SystemExit) as info:

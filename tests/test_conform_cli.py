@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm_lit.conformance import assert_conforms, detectable_tv, goodness_of_fit
+from dllm_lit.exact.conformance import assert_conforms, detectable_tv, goodness_of_fit
 from dllm_lit.exact import chain_law
 from dllm_lit.experiments.conform import main, named_chain
 

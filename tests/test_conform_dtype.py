@@ -16,7 +16,7 @@ from fractions import Fraction
 import pytest
 import torch
 
-from dllm_lit.conformance import detectable_tv, law_dof, samples_for_tv
+from dllm_lit.exact.conformance import detectable_tv, law_dof, samples_for_tv
 from dllm_lit.exact import llada_law
 from dllm_lit.experiments.conform import TARGET_TV, confidence_ties, main, named_chain
 from dllm_lit.hf import OracleForMaskedLM

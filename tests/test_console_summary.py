@@ -2,7 +2,7 @@
 (the certified bracket, and the upper end's estimate with its interval), kl_excess with its interval, the plug-in kl."""
 from __future__ import annotations
 
-from dllm_lit.console import COLUMNS, LABEL_WIDTH, LEGEND, summary
+from dllm_lit.util.console import COLUMNS, LABEL_WIDTH, LEGEND, summary
 
 ROW = {"sampler": "mdlm", "label": "mdlm", "steps": 8, "nfe": 8.0, "kl": 0.2448, "kl_excess": 0.2206,
        "kl_excess_ci": [0.157, 0.2839], "seq_kl_lower": 0.1168, "seq_kl_lower_ci": [0.0550, 0.1786],

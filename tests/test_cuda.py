@@ -3,7 +3,7 @@ denoiser and the CLI.  Skipped where torch sees no CUDA device (CI); run them on
 ``pytest tests/test_cuda.py``.
 
 Tolerances: the counter-based uniforms are integer arithmetic and must be bit-identical; oracle rows are
-elementwise products divided by a fixed-order sum (dllm_lit.reductions), so they must be bit-identical too;
+elementwise products divided by a fixed-order sum (dllm_lit.util.reductions), so they must be bit-identical too;
 samples of every config must then agree sequence for sequence (what remains device-dependent is float64 rounding
 of about 1e-16 in cumulative sums, which changes a draw about once in 10^13; see docs/exactness.md).
 """

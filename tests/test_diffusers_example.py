@@ -6,7 +6,7 @@ import torch
 
 pytest.importorskip("diffusers")
 
-from dllm_lit.conformance import goodness_of_fit  # noqa: E402
+from dllm_lit.exact.conformance import goodness_of_fit  # noqa: E402
 from dllm_lit.exact import ranked_choice, score_select_law, tempered_options  # noqa: E402
 from dllm_lit.exact.rules import _prompt_init  # noqa: E402
 from dllm_lit.experiments.conform import named_chain  # noqa: E402
@@ -88,7 +88,7 @@ def test_llada21_follows_the_pipeline_loop(editing, max_post) -> None:
     (max_post_steps + 1 calls), and with editing off the one extra call.  Two-sample chi-square tests at N = 4000
     a side; the chain is tie-free and every confidence lies far from the thresholds, so the pipeline's float32
     comparisons decide as the project's float64 ones."""
-    from dllm_lit.conformance import two_sample
+    from dllm_lit.exact.conformance import two_sample
     from dllm_lit.samplers import LLaDA21
 
     chain = named_chain("generic")

@@ -15,7 +15,7 @@ from conftest import TINY_KERNEL, counted_calls
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.samplers import Dream
-from dllm_lit.samplers import confidence_decoding, neighbourhood_rows
+from dllm_lit.decoding import confidence_decoding, neighbourhood_rows
 from dllm_lit.sources import english_char_chain
 
 pytestmark = pytest.mark.usefixtures("single_thread")

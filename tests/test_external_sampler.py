@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import TINY_KERNEL
-from dllm_lit.conformance import goodness_of_fit, two_sample
+from dllm_lit.exact.conformance import goodness_of_fit, two_sample
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers import LLaDA
 from dllm_lit.samplers.external import ExternalSampler, ExternalSamplerError

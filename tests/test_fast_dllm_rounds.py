@@ -9,9 +9,9 @@ import torch
 
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.samplers import FastDLLM
-from dllm_lit.samplers import confidence_decoding as cd
-from dllm_lit.samplers.posterior_cache import PosteriorCache as cache
-from dllm_lit.samplers.providers import decode_rule
+from dllm_lit.decoding import confidence_decoding as cd
+from dllm_lit.decoding.posterior_cache import PosteriorCache as cache
+from dllm_lit.decoding.providers import decode_rule
 from dllm_lit.sources import english_char_chain
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -6,8 +6,11 @@ The import graph is read from the source (AST), not by importing:
   ``if TYPE_CHECKING:``) is an edge to the named module and to every package above it that is not above
   the importing module too (Python runs those packages' ``__init__`` first: a package that re-exports a
   high-level module makes every importer of its low-level modules depend on it);
-- an import inside a function runs later, when every module is loaded; it still must not close a cycle,
-  except the ones in :data:`LAZY_CYCLES`, each with its reason.
+- an import inside a function runs later, when every module is loaded (an optional compiled kernel, a heavy
+  library); it still must not close a cycle: there is no exception list.
+
+The decoding engine (``dllm_lit.decoding``) is private: a sampler module imports only the entry points its
+package ``__all__`` lists (documented in its docstring), never one of its modules, and the engine imports no sampler.
 
 Lightning is imported only by the LightningModule wrappers (samplers, training), the data module, the
 results writer and the CLI; a subprocess checks that the denoisers, the oracle, ``dllm_lit.samplers``,
@@ -23,19 +26,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dllm_lit"
-
-#: cycles closed only by imports inside functions, allowed with a reason
-LAZY_CYCLES = {
-    frozenset({"dllm_lit.markov.hmm", "dllm_lit.markov.hmm_exact"}):
-        "HMMWorld.ngram_marginals delegates to hmm_exact, which computes on an HMMWorld; the call imports it",
-    frozenset({"dllm_lit.samplers.rule", "dllm_lit.samplers.providers"}):
-        "RuleSampler.generate hands the rule to the engine's provider choice, which runs RuleSampler hooks; the call "
-        "imports it",
-    frozenset({"dllm_lit.denoisers.hmm_first_order", "dllm_lit.denoisers.hmm_first_order_kernel"}):
-        "the optional numba kernel (extra `fast`) is loaded on first use, so importing the oracle never loads numba; "
-        "the kernel reads its TINY threshold from the module that calls it",
-}
-
 
 def _modules() -> dict[str, Path]:
     out = {}
@@ -134,18 +124,90 @@ def test_no_import_cycle_at_module_level() -> None:
     assert _cycles(_graph(in_functions=False)) == []
 
 
-def test_imports_inside_functions_close_only_documented_cycles() -> None:
-    cycles = _cycles(_graph(in_functions=True))
-    assert [sorted(c) for c in cycles if c not in LAZY_CYCLES] == []
+def test_imports_inside_functions_close_no_cycle() -> None:
+    """Not even a lazy one (the rule and its providers, the HMM world and its exact laws, the first-order oracle
+    and its kernel each import one way)."""
+    assert [sorted(c) for c in _cycles(_graph(in_functions=True))] == []
 
 
 def test_the_plan_imports_no_sampler_and_the_experiments_no_cli() -> None:
-    """The reference sampler is supplied by the wiring step; grid points run the predict CLI, not the dispatcher."""
+    """The reference sampler is supplied by the wiring step; grid points run the predict CLI, not the dispatcher;
+    below the command line, nothing imports its top floor (the dispatcher, the LightningCLI, the wiring step)."""
     graph = _graph(in_functions=True)
     assert not any(m.startswith("dllm_lit.samplers") for m in graph["dllm_lit.engine.plan"])
+    top = {"dllm_lit.cli.dispatch", "dllm_lit.cli.lightning_cli", "dllm_lit.cli.wiring"}
     for name, edges in graph.items():
         if name.startswith(("dllm_lit.experiments", "dllm_lit.engine")):
-            assert "dllm_lit.cli" not in edges, name
+            assert "dllm_lit.cli.dispatch" not in edges, name
+        if not name.startswith(("dllm_lit.experiments", "dllm_lit.cli")):
+            assert not edges & top, name
+
+
+def test_the_engine_is_the_low_floor() -> None:
+    """``dllm_lit.engine`` (plan, budget, process group, threads) sits below the denoisers and the samplers: none of
+    its modules imports a model, a sampler, the decoding engine, an experiment or the command line."""
+    above = ("dllm_lit.denoisers", "dllm_lit.samplers", "dllm_lit.decoding", "dllm_lit.experiments", "dllm_lit.cli")
+    graph = _graph(in_functions=True)
+    for name, edges in graph.items():
+        if name.startswith("dllm_lit.engine"):
+            assert sorted(e for e in edges if e.startswith(above)) == [], name
+
+
+def test_the_utilities_import_nothing_above_them() -> None:
+    """``dllm_lit.util`` is the bottom floor: its modules import no other part of dllm_lit."""
+    graph = _graph(in_functions=True)
+    for name, edges in graph.items():
+        if name.startswith("dllm_lit.util"):
+            assert {e for e in edges if not e.startswith("dllm_lit.util")} == set(), name
+
+
+def _decoding_entry_points() -> tuple[set[str], str]:
+    """``dllm_lit.decoding.__all__`` and the package docstring, read from its source."""
+    tree = ast.parse((PACKAGE / "decoding" / "__init__.py").read_text())
+    names = next(ast.literal_eval(node.value) for node in tree.body
+                 if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets))
+    return set(names), ast.get_docstring(tree) or ""
+
+
+def test_the_engine_entry_points_are_documented_and_exist() -> None:
+    import dllm_lit.decoding as decoding
+
+    names, doc = _decoding_entry_points()
+    assert sorted(n for n in names if f"`{n}`" not in doc) == []
+    assert sorted(n for n in names if not hasattr(decoding, n)) == []
+
+
+def test_samplers_import_only_the_engine_entry_points() -> None:
+    """An algorithm module (everything in ``dllm_lit/samplers/``) imports from ``dllm_lit.decoding`` only the names
+    of its ``__all__``, from the package itself: never a module of the engine, not even inside a function."""
+    names, _ = _decoding_entry_points()
+    found = []
+    for path in sorted((PACKAGE / "samplers").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found += [(path.name, a.name) for a in node.names if a.name.startswith("dllm_lit.decoding")]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dllm_lit.decoding"):
+                if node.module != "dllm_lit.decoding":
+                    found.append((path.name, node.module))
+                found += [(path.name, a.name) for a in node.names if a.name not in names]
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                found.append((path.name, "relative import"))
+    assert found == []
+
+
+def test_the_engine_imports_no_sampler() -> None:
+    """Nothing in ``dllm_lit.decoding`` reaches a sampler class (``samplers.base``, hence the rule and the algorithm
+    modules), even through an import inside a function: the engine sits below the samplers."""
+    graph = _graph(in_functions=True)
+    for name in graph:
+        if name.startswith("dllm_lit.decoding"):
+            seen, todo = set(), [name]
+            while todo:
+                v = todo.pop()
+                if v not in seen:
+                    seen.add(v)
+                    todo.extend(graph.get(v, ()))
+            assert "dllm_lit.samplers.base" not in seen, name
 
 
 def _light_modules() -> list[str]:
@@ -153,6 +215,7 @@ def _light_modules() -> list[str]:
     modules = _modules()
     graph = _graph(in_functions=False)
     light = ["dllm_lit.denoisers", "dllm_lit.denoisers.oracle", "dllm_lit.denoisers.hmm_oracle", "dllm_lit.samplers",
+             "dllm_lit.decoding",
              "dllm_lit.engine", "dllm_lit.engine.plan", "dllm_lit.exact", "dllm_lit.markov", "dllm_lit.results",
              "dllm_lit.results.registry", "dllm_lit.results.files"]
     def reaches_base(name: str) -> bool:

@@ -11,7 +11,7 @@ from conftest import counted_calls
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.samplers import KLASS, klass
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 from test_perf_paths import _chains
 
 

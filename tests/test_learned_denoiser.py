@@ -221,7 +221,7 @@ def test_cli_bad_path_subprocess(tmp_path) -> None:
 
 
 def test_decompose_writes_table_and_figure(trained: Path, tmp_path) -> None:
-    from dllm_lit.engine.decompose import main as decompose_main
+    from dllm_lit.experiments.decompose import main as decompose_main
 
     out = tmp_path / "dec"
     table = decompose_main(["--config", str(REPO / "configs/decompose.yaml"),
@@ -237,7 +237,7 @@ def test_decompose_writes_table_and_figure(trained: Path, tmp_path) -> None:
 
 
 def test_decompose_with_caches_splits_sampler_model_and_cache(trained: Path, tmp_path) -> None:
-    from dllm_lit.engine.decompose import main as decompose_main
+    from dllm_lit.experiments.decompose import main as decompose_main
 
     out = tmp_path / "cache"
     table = decompose_main(["--config", str(REPO / "configs/cache_study.yaml"),
@@ -265,7 +265,7 @@ def test_decompose_with_caches_splits_sampler_model_and_cache(trained: Path, tmp
 ])
 def test_decompose_refuses_bad_caches_in_one_line(trained: Path, tmp_path, capsys, config: str, caches: str,
                                                   message: str) -> None:
-    from dllm_lit.engine.decompose import main as decompose_main
+    from dllm_lit.experiments.decompose import main as decompose_main
 
     with pytest.raises(SystemExit):
         decompose_main(["--config", str(REPO / "configs" / config), "--sampler.init_args.denoiser.init_args.path",
@@ -306,7 +306,7 @@ def test_fit_with_two_ddp_processes(tmp_path) -> None:
 def test_learned_row_label_names_the_checkpoint(trained: Path) -> None:
     """A learned denoiser's row is never labelled like the oracle's: its label (printed at the end of a run) names
     the checkpoint file (issue 40)."""
-    from dllm_lit.console import summary
+    from dllm_lit.util.console import summary
     from dllm_lit.engine.plan import row_label
 
     sampler = MDLM(CheckpointDenoiser(str(trained / "checkpoints" / "last.ckpt")), steps=8)

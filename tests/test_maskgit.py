@@ -114,7 +114,7 @@ def test_compact_rounds_of_large_vocabularies_give_the_dense_draws(den, monkeypa
     """The compact loop's regime of large vocabularies (row-free bounds, proposals drawn in rounds of 4x growing
     size, best bounds first) on a small chain: the draws of the dense loop without cache, with exact ties at the
     cut (c = 0: equal confidences, handed to the bounded loop) and without (c > 0); the capped rounds do run."""
-    import dllm_lit.samplers.confidence_decoding as confidence_decoding
+    import dllm_lit.decoding.confidence_decoding as confidence_decoding
     import dllm_lit.samplers.maskgit as maskgit
 
     monkeypatch.setattr(maskgit, "ROUNDS_MIN_VOCAB", 1)

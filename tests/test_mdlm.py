@@ -63,7 +63,7 @@ def test_ordered_fast_path_equals_generic_path(sampler: MDLM) -> None:
 
 
 def test_previous_and_next_smaller() -> None:
-    from dllm_lit.samplers.ordered_decoding import next_smaller, previous_smaller
+    from dllm_lit.decoding.ordered_decoding import next_smaller, previous_smaller
 
     g = torch.Generator().manual_seed(0)
     s = torch.randint(-1, 6, (30, 37), generator=g)

@@ -145,7 +145,7 @@ def _llada_example(world, n: int, generate: str = "examples.llada_generate:gener
 def test_llada_example_conforms_in_worlds_beyond_first_order(name) -> None:
     """Fast version (T = 3, N = 1000) of the acceptance test below: the LLaDA generate() example on the oracle
     model of an order-2 world and of a hidden-state HMM follows LLaDA's exact law (p > 0.01)."""
-    from dllm_lit.conformance import goodness_of_fit
+    from dllm_lit.exact.conformance import goodness_of_fit
     from dllm_lit.exact import llada_law
     from dllm_lit.experiments.conform import named_chain
 
@@ -160,7 +160,7 @@ def test_llada_example_conforms_through_cli_conform(name, capsys) -> None:
     """Acceptance (issue 38 item 4): ``cli.py conform`` of examples/llada_conform.yaml against LLaDA's exact law in
     an order-2 world and an HMM world (tie-free given the prompt token), N = 4000; the copy with one step's k off by
     one is caught there (p < 1e-6)."""
-    from dllm_lit.conformance import goodness_of_fit
+    from dllm_lit.exact.conformance import goodness_of_fit
     from dllm_lit.exact import llada_law
     from dllm_lit.experiments.conform import main, named_chain
 

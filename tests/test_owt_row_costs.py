@@ -11,8 +11,9 @@ import torch
 from conftest import counted_calls
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
-from dllm_lit.samplers import KLASS, MaskGIT, posterior_cache
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.samplers import KLASS, MaskGIT
+from dllm_lit.decoding import posterior_cache
+from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

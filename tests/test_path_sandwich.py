@@ -49,7 +49,7 @@ def test_rescoring_is_the_sampler_law_and_fresh_orders_are_uniform() -> None:
 
     from dllm_lit.exact import random_order_steps_law
     from dllm_lit.samplers.draws import drawn_log_prob
-    from dllm_lit.samplers.ordered_decoding import random_order_steps
+    from dllm_lit.decoding.ordered_decoding import random_order_steps
     from dllm_lit.samplers.path_sandwich import path_seed
     from dllm_lit.samplers.reference_scoring import teacher_forced_log_q
     from dllm_lit.samplers.selection import transfer_schedule

@@ -118,6 +118,6 @@ def test_killing_rank_0_of_a_cli_ddp_run_ends_rank_1(tmp_path) -> None:
 
 def test_the_launcher_watch_loads_nothing_heavy() -> None:
     """cli.py starts it before the libraries load, so an orphan is noticed even while they load."""
-    code = "import sys, dllm_lit.orphan; print(sorted(m for m in ('torch', 'lightning', 'numpy') if m in sys.modules))"
+    code = "import sys, dllm_lit.util.orphan; print(sorted(m for m in ('torch', 'lightning', 'numpy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]"

@@ -9,7 +9,7 @@ import torch
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.samplers import LLaDA
-from dllm_lit.samplers import posterior_cache
+from dllm_lit.decoding import posterior_cache
 from dllm_lit.samplers.selection import topk_stable, topk_stable_mask
 
 
@@ -80,7 +80,7 @@ def test_llada_cache_dedupe_and_sub_batches_are_exact(name, tau, block, monkeypa
     sub = s.sample(7, T, steps, seed=4)
     assert torch.equal(direct, cached) and torch.equal(direct, sub)
     # compact columns without the per-run rows memoised by neighbourhood key (rows once per distinct key per step)
-    from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+    from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
     monkeypatch.setattr(NeighbourhoodRows, "applies", classmethod(lambda cls, den: False))
     assert torch.equal(direct, s.sample(7, T, steps, seed=4))
 
@@ -165,7 +165,7 @@ def test_max_prob_bound_bounds_every_row(name) -> None:
 
 def test_llada_uses_row_free_bounds_with_the_oracle() -> None:
     """At temperature > 0 the LLaDA cache refreshes bounds from the neighbours alone (no row features)."""
-    from dllm_lit.samplers.confidence_decoding import BlockPosteriors, has_max_prob_bound
+    from dllm_lit.decoding.confidence_decoding import BlockPosteriors, has_max_prob_bound
 
     chain = _chains()["sparse_teleport"]
     oracle = OracleDenoiser(chain)
@@ -181,7 +181,7 @@ def test_compact_block_keeps_the_nearest_revealed_neighbours(name, lo, hi) -> No
     """CompactBlock's incremental neighbours and bounds after every commit equal nearest_revealed and the
     posterior row maxima of the new state (revealed tokens before the block, masks and tokens after it)."""
     from dllm_lit.denoisers.local import nearest_revealed, neighbour_distances
-    from dllm_lit.samplers.compact_decoding import CompactBlock
+    from dllm_lit.decoding.compact_decoding import CompactBlock
     chain = _chains()[name]
     oracle = OracleDenoiser(chain)
     g = torch.Generator().manual_seed(3)
@@ -241,7 +241,7 @@ def test_chunked_grid_hash_equals_one_pass(monkeypatch) -> None:
 def test_nonzero_helpers_equal_torch_nonzero() -> None:
     """flat_nonzero / nonzero_pairs (numpy on the CPU) list the same indices in the same order as torch.nonzero,
     for empty, full, sparse, non-contiguous and zero-row masks."""
-    from dllm_lit.indices import flat_nonzero, nonzero_pairs
+    from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
     g = torch.Generator().manual_seed(3)
     masks = [torch.rand(7, 13, generator=g) < f for f in (0.0, 0.01, 0.5, 1.0)]
     masks += [(torch.rand(13, 7, generator=g) < 0.4).t(), torch.zeros(0, 5, dtype=torch.bool),
@@ -346,7 +346,7 @@ def test_remdm_fast_step_equals_direct_step(name: str, kwargs: dict, monkeypatch
     position."""
     from dllm_lit.denoisers.local import LocalDenoiser
     from dllm_lit.samplers import ReMDM
-    from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+    from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
     chain = _chains()[name]
     sampler = ReMDM(OracleDenoiser(chain), **kwargs)
     sampler.connect(chain)
@@ -381,11 +381,11 @@ def test_remdm_fast_step_equals_direct_step(name: str, kwargs: dict, monkeypatch
 def test_neighbourhood_rows_are_the_direct_rows(monkeypatch) -> None:
     """NeighbourhoodRows answers queries met over several calls (new keys, known keys, growing tables) with the rows
     and derived features of direct probs_given_neighbours calls; it refuses denoisers without a small key range."""
-    from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+    from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
     chain = _chains()["dense"]
     den = OracleDenoiser(chain)
     assert NeighbourhoodRows.applies(den) and not NeighbourhoodRows.applies(object())
-    from dllm_lit.samplers import neighbourhood_rows
+    from dllm_lit.decoding import neighbourhood_rows
     with monkeypatch.context() as m:
         m.setattr(neighbourhood_rows, "MAX_KEYS", den.neighbour_key_count() - 1)  # a key range too large to map
         assert not NeighbourhoodRows.applies(den)
@@ -408,7 +408,7 @@ def test_neighbourhood_rows_are_the_direct_rows(monkeypatch) -> None:
 def test_commits_equal_the_stable_topk(tie_rule: str) -> None:
     """The commits of a compact LLaDA step (argmax rounds for small k, topk with a tie pass above) are the stable
     top-k columns under the tie rule, also with many ties and with rows holding fewer than k finite scores."""
-    from dllm_lit.samplers.confidence_decoding import _commits
+    from dllm_lit.decoding.confidence_decoding import _commits
     from dllm_lit.samplers.selection import topk_mask_by_rule
     g = torch.Generator().manual_seed(4)
     for n in (1, 3, 17):
@@ -476,7 +476,7 @@ def test_posterior_cache_neighbour_updates_equal_full_scans(by_key: bool) -> Non
     masked position of the block, and its features those of a fresh cache (by key or stored), step after step;
     a position revealed outside the block or masked again falls back to the full scan."""
     from dllm_lit.denoisers.local import nearest_revealed
-    from dllm_lit.samplers.confidence_decoding import proposal_features, proposal_widths
+    from dllm_lit.decoding.confidence_decoding import proposal_features, proposal_widths
     chain, oracle = _oracle("sparse_teleport")
     B, T, lo, hi, M = 5, 40, 8, 32, oracle.mask_id
     g = torch.Generator().manual_seed(3)
@@ -508,7 +508,8 @@ def test_eb_prefix_count_equals_the_full_sort(name: str, monkeypatch) -> None:
     """EB's step by a topk prefix (count from the first COUNT_PREFIX sorted entropies when they provably decide it,
     commits by the n-th value) gives the draws and NFE of the full stable sort, at budgets from one commit per
     step to many, both deterministic tie rules, argmax and sampled proposals."""
-    from dllm_lit.samplers import EBSampler, confidence_decoding
+    from dllm_lit.samplers import EBSampler
+    from dllm_lit.decoding import confidence_decoding
     chain, oracle = _oracle(name)
     for gamma, tie_rule, tau in ((0.0, "lowest", 1.0), (0.05, "highest", 0.0), (0.5, "lowest", 1.0),
                                  (3.0, "highest", 1.0)):
@@ -529,7 +530,8 @@ def test_eb_gap_candidates_equal_the_dense_loop(name: str, monkeypatch) -> None:
     the oracle's key depth; mirrored for "highest") gives the draws and NFE of the dense loop over a posterior cache,
     on sequences long enough that gaps hold positions left out, at budgets from one commit per step to counts the
     8-prefix does not decide (every position of the row then sorted), argmax and sampled proposals."""
-    from dllm_lit.samplers import EBSampler, confidence_decoding
+    from dllm_lit.samplers import EBSampler
+    from dllm_lit.decoding import confidence_decoding
     from dllm_lit.sources import english_char_chain
     if name == "english":
         chain = english_char_chain()

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from dllm_lit.cli import DllmCLI, main
-from dllm_lit.engine.wiring import connect, connect_training
+from dllm_lit.cli.wiring import connect, connect_training
 from dllm_lit.results.writer import ResultsWriter
 
 REPO = Path(__file__).resolve().parents[1]

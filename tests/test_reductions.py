@@ -6,7 +6,7 @@ import torch
 
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import synthetic_chain
-from dllm_lit.reductions import fixed_order_sum
+from dllm_lit.util.reductions import fixed_order_sum
 
 
 def _tree(row: list[float], dtype: torch.dtype) -> torch.Tensor:

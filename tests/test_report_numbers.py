@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from dllm_lit.data import MarkovDataModule  # noqa: E402
-from dllm_lit.engine import decompose as dec  # noqa: E402
+from dllm_lit.experiments import decompose as dec  # noqa: E402
 from dllm_lit.engine import predict  # noqa: E402
 from dllm_lit.experiments import report  # noqa: E402
 from dllm_lit.results import ResultsWriter  # noqa: E402

@@ -103,7 +103,7 @@ def test_rows_without_saved_samples_are_sealed_by_their_values(tmp_path) -> None
 
 def test_dllm_lit_warnings_print_as_one_line() -> None:
     import dllm_lit.results.writer as writer_module
-    from dllm_lit import console
+    from dllm_lit.util import console
 
     console.configure()
     text = warnings.formatwarning("out: row(s) mdlm@2 fail their seal", UserWarning, writer_module.__file__, 245,

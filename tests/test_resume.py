@@ -16,7 +16,7 @@ import lightning as L
 import pytest
 import torch
 
-from dllm_lit.atomic import atomic_write_text
+from dllm_lit.util.atomic import atomic_write_text
 from dllm_lit.data import MarkovDataModule
 from dllm_lit.engine import predict
 from dllm_lit.engine.plan import RunPlan

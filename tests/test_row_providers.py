@@ -1,4 +1,4 @@
-"""The engine's leave-one-out row providers (``dllm_lit/samplers/row_providers.py``): every provider gives the same
+"""The engine's leave-one-out row providers (``dllm_lit/decoding/row_providers.py``): every provider gives the same
 rows, equal to forward-backward; the memoised rows give LLaDA 2.1, WINO and P2 the draws of the uncached
 computation; P2's selection equals the stable sort; no sampler module tests the denoiser's type.
 
@@ -16,9 +16,9 @@ from dllm_lit.denoisers.channels import ABSORBING
 from dllm_lit.denoisers.hmm_posterior import hmm_posterior
 from dllm_lit.markov.hmm import HMMWorld
 from dllm_lit.samplers import LLaDA21, P2, WINO
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.p2 import lowest
-from dllm_lit.samplers.row_providers import LeaveOneOutRows
+from dllm_lit.decoding.row_providers import LeaveOneOutRows
 from dllm_lit.samplers.wino import stable_ranks
 from test_sampler_contract import CHAINS, GenericDenoiser  # teleport + sparse, and zero transitions
 

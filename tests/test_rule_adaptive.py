@@ -12,11 +12,11 @@ from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit import rng
 from dllm_lit.samplers import FastDLLM
-from dllm_lit.samplers.confidence_decoding import (block_bounds, confidence, decode_blocks, proposal_features,
+from dllm_lit.decoding.confidence_decoding import (block_bounds, confidence, decode_blocks, proposal_features,
                                                    proposal_widths, propose_tokens)
 from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.samplers.fast_dllm import factor_count, threshold_count
-from dllm_lit.samplers.providers import choose_provider, decode_rule
+from dllm_lit.decoding.providers import choose_provider, decode_rule
 from dllm_lit.samplers.rule import RuleSampler
 from dllm_lit.sources import english_char_chain
 

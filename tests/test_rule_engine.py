@@ -12,8 +12,9 @@ from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.samplers import LLaDA
 from dllm_lit.samplers.draws import StepUniforms, tempered_draw
 from dllm_lit.samplers.llada_rule import LLaDARule
-from dllm_lit.samplers.providers import choose_provider, decode_rule
-from dllm_lit.samplers.rule import BOUNDS, RuleSampler, reference_decode
+from dllm_lit.decoding.providers import choose_provider, decode_rule
+from dllm_lit.decoding.reference import reference_decode
+from dllm_lit.samplers.rule import BOUNDS, RuleSampler
 from dllm_lit.sources import english_char_chain
 from examples.my_sampler import LeftToRight
 

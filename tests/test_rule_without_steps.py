@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from dllm_lit.conformance import goodness_of_fit
+from dllm_lit.exact.conformance import goodness_of_fit
 from dllm_lit.exact import chain_law
 from dllm_lit.samplers.rule import RuleSampler
 

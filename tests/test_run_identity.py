@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from dllm_lit.cli import DllmCLI
-from dllm_lit.code_identity import source_digest
+from dllm_lit.util.code_identity import source_digest
 from dllm_lit.data import MarkovDataModule
 from dllm_lit.engine import predict
 from dllm_lit.results import ResultsWriter

@@ -1,4 +1,4 @@
-"""Reference-row score bounds (:mod:`dllm_lit.samplers.score_envelopes`): they hold at every neighbourhood, are far
+"""Reference-row score bounds (:mod:`dllm_lit.decoding.score_envelopes`): they hold at every neighbourhood, are far
 tighter than log max q where a side is flat (here by > 0.5 nats; bound within 1e-3), and Dream's bounded ranking with them draws what the dense ranking draws
 (exact ties included: a uniform kernel makes every row the same numbers)."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ from conftest import TINY_KERNEL
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.samplers import Dream
-from dllm_lit.samplers import neighbourhood_rows
+from dllm_lit.decoding import neighbourhood_rows
 from dllm_lit.samplers.dream import NEGENT_BOUND_SLACK, dream_law
-from dllm_lit.samplers.score_envelopes import ReferenceScoreBounds
+from dllm_lit.decoding.score_envelopes import ReferenceScoreBounds
 from dllm_lit.sources import english_char_chain
 
 pytestmark = pytest.mark.usefixtures("single_thread")

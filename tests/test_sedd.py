@@ -98,7 +98,7 @@ def test_tempered_cache_matches_direct_path(monkeypatch) -> None:
     from dllm_lit.denoisers import OracleDenoiser
     from dllm_lit.sources import english_char_chain
     from dllm_lit.samplers import SEDD
-    from dllm_lit.samplers.posterior_cache import PosteriorCache
+    from dllm_lit.decoding.posterior_cache import PosteriorCache
 
     s = SEDD(OracleDenoiser(english_char_chain()), beta=3.0, token_temperature=0.7)
     cached = s.sample(8, 48, 12, seed=2)

@@ -7,10 +7,11 @@ import torch
 
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
-from dllm_lit.samplers import EBSampler, confidence_decoding, gap_decoding
-from dllm_lit.samplers.confidence_decoding import posterior_entropy
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
-from dllm_lit.samplers.sparse_rows import SparseNeighbourhoodRows, keyed_rows
+from dllm_lit.samplers import EBSampler
+from dllm_lit.decoding import confidence_decoding, gap_decoding
+from dllm_lit.decoding.confidence_decoding import posterior_entropy
+from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.decoding.sparse_rows import SparseNeighbourhoodRows, keyed_rows
 from dllm_lit.sources import english_char_chain
 
 pytestmark = pytest.mark.usefixtures("single_thread")

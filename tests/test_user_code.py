@@ -74,7 +74,7 @@ def test_predict_fails_when_the_sampler_exits(model, tmp_path, monkeypatch, caps
 
 
 def test_nested_limits_share_one_timer() -> None:
-    from dllm_lit.user_code import UserCodeError, user_code
+    from dllm_lit.util.user_code import UserCodeError, user_code
 
     with pytest.raises(UserCodeError, match="inner did not finish within 0.2 s"):
         with user_code("outer", 30.0):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from dllm_lit.conformance import goodness_of_fit
+from dllm_lit.exact.conformance import goodness_of_fit
 from dllm_lit.exact import chain_law
 from examples.my_sampler import LeftToRight
 

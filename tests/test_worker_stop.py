@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dllm_lit.workers import die_with_parent, end_processes
+from dllm_lit.util.workers import die_with_parent, end_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 5.0  # seconds from the signal to the last worker's end
@@ -116,7 +116,7 @@ def test_end_processes_escalates_to_kill() -> None:
 def test_die_with_parent_ends_an_orphan(tmp_path) -> None:
     """A grandchild armed with die_with_parent ends when its parent is killed."""
     pidfile = tmp_path / "pid"
-    inner = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from dllm_lit.workers import die_with_parent; "
+    inner = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from dllm_lit.util.workers import die_with_parent; "
              f"assert die_with_parent(); open({str(pidfile)!r}, 'w').write(str(__import__('os').getpid())); "
              "time.sleep(60)")
     outer = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {inner!r}]); time.sleep(60)"

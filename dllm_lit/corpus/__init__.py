@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dllm_lit.lazy_exports import lazy_exports
+from dllm_lit.util.lazy_exports import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     # charlevel

@@ -175,7 +175,7 @@ def train_bytelevel_bpe(
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
     """Write ``tokenizer`` as ``tokenizer.json``-style JSON to ``path`` atomically (temp file + rename)."""
-    from dllm_lit.atomic import atomic_write_text
+    from dllm_lit.util.atomic import atomic_write_text
 
     return atomic_write_text(path, tokenizer.to_str())
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dllm_lit.hashing import canonical_json, sha256_file, sha256_text
+from dllm_lit.util.hashing import canonical_json, sha256_file, sha256_text
 
 __all__ = ["CACHE_FORMAT_VERSION", "MANIFEST_NAME", "CacheEntryError", "CacheUnwritableError", "SettingsCache"]
 

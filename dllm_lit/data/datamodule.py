@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from dllm_lit import checks
-from dllm_lit.console import log
+from dllm_lit.util.console import log
 from dllm_lit.engine.plan import RunPlan, WorkItem
 from dllm_lit.markov import MarkovChain
 from dllm_lit.sources import ChainSource, EnglishChars, TextDecoder

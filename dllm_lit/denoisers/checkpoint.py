@@ -26,7 +26,7 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.learned import DenoiserLoadError, LearnedDenoiser
-from dllm_lit.safe_load import load_failure
+from dllm_lit.util.safe_load import load_failure
 
 __all__ = ["CheckpointDenoiser", "CHECKPOINT_KEY", "model_from_config", "load_checkpoint"]
 

@@ -8,7 +8,7 @@ Scaled forward-backward with E(z) the evidence row of the noisy token z (:mod:`d
 
 sc(m) = m 2^-e with e the binary exponent of max(m) (an exact rescaling, so it never changes a posterior).  Every
 matrix-vector product is summed in index order k = 0, 1, ... with separate IEEE multiplications and additions
-and the final sum is :func:`~dllm_lit.reductions.fixed_order_sum`'s pairwise tree: no BLAS call, whose rounding
+and the final sum is :func:`~dllm_lit.util.reductions.fixed_order_sum`'s pairwise tree: no BLAS call, whose rounding
 depends on the batch size and on the rows' memory alignment.  :func:`first_order_posterior` runs a numba kernel
 on the CPU where the optional extra ``fast`` is installed (:mod:`~dllm_lit.denoisers.hmm_first_order_kernel`,
 loaded on first use; O(T S^2) per sequence, one thread) and the same operations as torch ops elsewhere (:func:`first_order_posterior_torch`; the tests check that
@@ -22,13 +22,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dllm_lit.denoisers.hmm_products import numba_available, torch_product
-from dllm_lit.reductions import fixed_order_sum
+from dllm_lit.denoisers.hmm_products import TINY, numba_available, torch_product
+from dllm_lit.util.reductions import fixed_order_sum
 
 __all__ = ["first_order_posterior", "first_order_posterior_torch", "numba_available", "TINY"]
-
-#: messages and sums below this count as vanishing (the general loop's fallbacks then apply)
-TINY = 1e-300
 
 
 def first_order_posterior(A: torch.Tensor, mu: torch.Tensor, E: torch.Tensor, L: torch.Tensor, z: torch.Tensor,

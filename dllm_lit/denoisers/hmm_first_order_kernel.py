@@ -11,7 +11,7 @@ import math
 import numba
 import numpy as np
 
-from dllm_lit.denoisers.hmm_first_order import TINY
+from dllm_lit.denoisers.hmm_products import TINY
 
 __all__ = ["first_order_batch", "BLOCK"]
 

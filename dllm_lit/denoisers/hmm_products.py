@@ -25,10 +25,14 @@ import numpy as np
 import torch
 
 from dllm_lit.markov.hmm import HMMWorld
-from dllm_lit.reductions import fixed_order_sum
+from dllm_lit.util.reductions import fixed_order_sum
 
 __all__ = ["WorldProducts", "dense_product", "torch_product", "context_blocks", "right_product", "left_product",
-           "context_sums", "normalised", "normalise_or", "numba_available"]
+           "context_sums", "normalised", "normalise_or", "numba_available", "TINY"]
+
+#: messages and sums below this count as vanishing (the first-order posterior's kernels and torch path then return
+#: None and the general loop's fallbacks apply); here, below the compiled kernels, so a kernel never imports its caller
+TINY = 1e-300
 
 
 @functools.cache
@@ -120,7 +124,7 @@ def context_sums(x: torch.Tensor) -> torch.Tensor:
 
 def normalised(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """(x / max(s, 1e-300), s, whether every s > 0) for x [n, S], s [n, 1] its row sums by
-    :func:`~dllm_lit.reductions.fixed_order_sum`'s tree (compiled on the CPU in float64: the same bits)."""
+    :func:`~dllm_lit.util.reductions.fixed_order_sum`'s tree (compiled on the CPU in float64: the same bits)."""
     if not _compiled(x):
         s = fixed_order_sum(x, keepdim=True)
         return x / s.clamp_min(1e-300), s, bool((s > 0).all())

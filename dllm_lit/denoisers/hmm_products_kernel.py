@@ -85,7 +85,7 @@ def blocked_product(x: np.ndarray, Q: np.ndarray, out: np.ndarray) -> None:
 
 @numba.njit(cache=True)
 def fixed_row_sums(x: np.ndarray, out: np.ndarray) -> None:
-    """out[i] = sum_j x[i, j] by :func:`~dllm_lit.reductions.fixed_order_sum`'s pairwise tree (the same bits)."""
+    """out[i] = sum_j x[i, j] by :func:`~dllm_lit.util.reductions.fixed_order_sum`'s pairwise tree (the same bits)."""
     n, S = x.shape
     buf = np.empty(S)
     for i in range(n):

@@ -17,7 +17,7 @@ per-row operations whatever else is batched with it, so they are kept in a bound
 sampler steps only the segments whose evidence changed are recomputed (at 256 steps on T = 256, one or two
 per row).  Results are the same with the memo on or off, and for any batch composition (tested: torch.equal):
 every product and normaliser is one of :mod:`~dllm_lit.denoisers.hmm_products`' (index-order sums of separate IEEE
-multiplications and additions, :func:`~dllm_lit.reductions.fixed_order_sum`'s tree), never a BLAS call or
+multiplications and additions, :func:`~dllm_lit.util.reductions.fixed_order_sum`'s tree), never a BLAS call or
 ``torch.sum``, whose rounding can depend on the number of rows and their alignment (a memo row would then differ
 from a fresh one by an ulp).
 """

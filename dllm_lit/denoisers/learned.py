@@ -366,7 +366,7 @@ def load_masked_lm(name: str, trust_remote_code: bool = False):
 def _weights_problem(name: str, config: Any, exc: BaseException) -> str:
     """Why the weights of ``name`` did not load, in one line: the refused pickle's globals, or a tensor whose
     shape its config does not describe, or the error's first line."""
-    from dllm_lit.safe_load import load_failure
+    from dllm_lit.util.safe_load import load_failure
 
     pickled = os.path.join(os.path.expanduser(name), "pytorch_model.bin")
     if os.path.isfile(pickled) and (isinstance(exc, pickle.UnpicklingError) or "weights only" in str(exc).lower()):

@@ -19,7 +19,7 @@ import torch
 
 from dllm_lit.denoisers.base import Denoiser, check_tokens
 from dllm_lit.denoisers.channels import AbsorbingMask
-from dllm_lit.indices import flat_nonzero
+from dllm_lit.util.indices import flat_nonzero
 
 __all__ = ["LocalDenoiser", "nearest_revealed", "revealed_neighbours_at", "neighbour_distances", "distinct_queries"]
 

@@ -40,7 +40,7 @@ from dllm_lit.denoisers.hmm_first_order import numba_available
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.denoisers.oracle_cache import load_or_build
 from dllm_lit.markov.chain import MarkovChain
-from dllm_lit.reductions import fixed_order_sum
+from dllm_lit.util.reductions import fixed_order_sum
 
 __all__ = ["OracleDenoiser"]
 

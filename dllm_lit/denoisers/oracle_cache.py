@@ -21,7 +21,7 @@ one ulp (docs/oracle.md).
 
 Disk cache.  ``load_or_build(..., cache_dir=...)`` keys the table by the chain's fingerprint
 (:func:`chain_fingerprint`) and the oracle's settings.  The table file is written atomically
-(:mod:`dllm_lit.atomic`) with a CRC-32 per block, then a small JSON record (depth, certified,
+(:mod:`dllm_lit.util.atomic`) with a CRC-32 per block, then a small JSON record (depth, certified,
 residual, checksums, and a SHA-256 over all of these) is written atomically: the record is the commit marker.  Processes on a node
 take an exclusive ``flock`` on ``<key>.lock`` before building, so one builds while the others wait
 and then read; readers memory-map the file (read-only pages shared by all processes on the node)
@@ -45,9 +45,9 @@ from typing import IO
 
 import torch
 
-from dllm_lit.atomic import atomic_write, atomic_write_text
+from dllm_lit.util.atomic import atomic_write, atomic_write_text
 from dllm_lit.engine.budget import check_memory
-from dllm_lit.hashing import canonical_json, sha256_text
+from dllm_lit.util.hashing import canonical_json, sha256_text
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.markov.mixing import certification_depth, second_eigenvalue_modulus
 from dllm_lit.markov.structure import chain_structure

@@ -14,7 +14,7 @@ released; under an external launcher (``torchrun``, SLURM, ...) the group is lef
 
 :func:`watch_peers` guards the set-up of a ``ddp`` run (rank 0 starts the other ranks as child
 processes running the same command).  Rank 0 hands its pid to the ranks it launches, which end with
-one line as soon as it has died (:mod:`dllm_lit.orphan`: an orphaned rank would otherwise wait in
+one line as soon as it has died (:mod:`dllm_lit.util.orphan`: an orphaned rank would otherwise wait in
 ``init_process_group`` for up to Lightning's 30-minute timeout), and every rank ends with one line when
 the process group is not set up within ``DLLM_LIT_DDP_SETUP_TIMEOUT`` seconds (default 300) of its own
 wiring.  Lightning's own observer in rank 0 already ends the run when a child rank exits with an error.
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from dllm_lit.orphan import LAUNCHER_PID_ENV, stop_watching_launcher, watch_launcher
+from dllm_lit.util.orphan import LAUNCHER_PID_ENV, stop_watching_launcher, watch_launcher
 
 if TYPE_CHECKING:
     import lightning as L

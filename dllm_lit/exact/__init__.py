@@ -1,6 +1,6 @@
 """Exact output laws of sampler rules on tiny chains, by dynamic programming over partially masked states.
 
-The references of the samplers' law tests and of ``python cli.py conform`` (:mod:`dllm_lit.conformance`).
+The references of the samplers' law tests and of ``python cli.py conform`` (:mod:`dllm_lit.exact.conformance`).
 :data:`LAWS` names the rules the command line offers; each takes ``(chain, T, **options)``.
 """
 import torch

@@ -4,7 +4,7 @@
 (:mod:`~dllm_lit.experiments.sweep`); ``python cli.py report RUN_DIRS... --out DIR`` aggregates
 finished runs into tables and figures (:mod:`~dllm_lit.experiments.report`); ``python cli.py decompose
 --config configs/decompose.yaml`` splits a learned denoiser's error from its sampler's
-(:mod:`~dllm_lit.engine.decompose`); one grid point is
+(:mod:`~dllm_lit.experiments.decompose`); one grid point is
 :mod:`~dllm_lit.experiments.point` (what ``sweeps/run_point.py`` and W&B agents run).
 """
 from __future__ import annotations
@@ -31,11 +31,11 @@ def _conform(argv: list[str]) -> int:
 
 
 def _decompose(argv: list[str]) -> int:
-    from dllm_lit.cli_precheck import refused
+    from dllm_lit.cli.precheck import refused
 
     if refused("decompose", argv):  # a missing or unsafe config file, a bad size: before the libraries load
         return 2
-    from dllm_lit.engine.decompose import main
+    from dllm_lit.experiments.decompose import main
 
     main(argv)
     return 0

@@ -66,7 +66,7 @@ def _fmt(value, interval) -> str:
 
 
 def run(ns: argparse.Namespace) -> str:
-    from dllm_lit.engine.prompted import draw_prompts, sample_prompted
+    from dllm_lit.experiments.prompted import draw_prompts, sample_prompted
     from dllm_lit.experiments.conform import build_sampler
     from dllm_lit.metrics.functional.conditional import conditional_values, per_prompt_mean
     from dllm_lit.metrics.functional.greedy import greedy_scores

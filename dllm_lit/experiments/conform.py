@@ -10,7 +10,7 @@ drawn with seed ``--seed`` (``--against`` with seed + 1) on the chain ``--chain`
 ties: P(a, a) > 0 and an impossible transition), ``generic`` (V = 3, a random kernel: tie-free given a prompt
 token), ``order2`` / ``hmm`` (V = 3 worlds beyond first order: an order-2 context chain, a 4-state hidden HMM;
 random rows, tie-free given a prompt token) or a kernel as a YAML list of rows.  The report
-(dllm_lit.conformance) gives chi-square, dof, p-value, TV, the most over- and under-sampled sequences, the
+(dllm_lit.exact.conformance) gives chi-square, dof, p-value, TV, the most over- and under-sampled sequences, the
 verdict and the power (the TV the test detects); N is
 ``--samples``, or by default the smallest N whose test detects ``--target-tv`` (0.01).  Where two positions'
 probabilities are equal or closer than float32 resolves, a ``dtype-sensitive`` line says in how many states
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import yaml
 
-from dllm_lit.conformance import Conformance, goodness_of_fit, law_dof, samples_for_tv, two_sample
+from dllm_lit.exact.conformance import Conformance, goodness_of_fit, law_dof, samples_for_tv, two_sample
 from dllm_lit.markov import HMMWorld, MarkovChain
 
 __all__ = ["main", "build_sampler", "named_chain", "CHAINS", "law_options", "law_help", "resolve_law_options",
@@ -143,7 +143,7 @@ def _model_block(spec: str, field: str) -> dict[str, Any]:
 
 def build_sampler(spec: str, field: str = "--sampler"):
     """The sampler a config's ``model:`` block describes (class path and init args)."""
-    from dllm_lit.config_classes import instantiate
+    from dllm_lit.cli.config_classes import instantiate
 
     return instantiate(_model_block(spec, field), "sampler", field)  # a sampler class only: nothing else runs
 
@@ -196,7 +196,7 @@ def confidence_ties(chain: MarkovChain | HMMWorld, T: int, prompt_len: int = 0,
 
 def _draw(sampler, chain: MarkovChain, n: int, T: int, steps: int, seed: int, chunk: int,
           timeout: float | None = None) -> torch.Tensor:
-    from dllm_lit.user_code import user_code
+    from dllm_lit.util.user_code import user_code
 
     # the sampler may be the user's code: a SystemExit in it, or a draw past --timeout, is one line (exit 2)
     with user_code(f"the sampler {getattr(sampler, 'name', type(sampler).__name__)}", timeout, "--timeout"):

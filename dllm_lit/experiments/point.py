@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dllm_lit.atomic import atomic_write_text
+from dllm_lit.util.atomic import atomic_write_text
 
 __all__ = ["build_args", "option_value", "parse", "point_name", "point_params", "run", "main", "PASSTHROUGH"]
 
@@ -160,7 +160,7 @@ def run(ns: argparse.Namespace) -> None:
     """Run the point; on success write ``point.json`` beside its results."""
     import sys
 
-    from dllm_lit.lightning_cli import run as run_cli  # the predict CLI (never the verb dispatcher: no cycle)
+    from dllm_lit.cli.lightning_cli import run as run_cli  # the predict CLI (never the verb dispatcher: no cycle)
 
     argv, sys.argv = sys.argv, sys.argv[:1]  # the CLI gets its arguments from build_args only
     try:

@@ -32,7 +32,7 @@ from collections import Counter, OrderedDict, defaultdict
 from pathlib import Path
 from typing import Any
 
-from dllm_lit.atomic import atomic_write_text
+from dllm_lit.util.atomic import atomic_write_text
 
 __all__ = ["collect_runs", "group_runs", "group_names", "combine_rows", "aggregate_seeds", "markdown_table", "theory_table",
            "latex_table", "varying_options", "write_report", "main"]

@@ -9,9 +9,9 @@ on a CPU machine).  A point whose folder already holds a complete run for the sa
 (``point.json`` and a complete ``metrics.json``) is skipped; an unfinished point resumes row by row.
 
 SIGINT / SIGTERM stop the running points (each commits its finished rows and stops; a point still running
-:data:`~dllm_lit.workers.GRACE_SECONDS` later is killed with its process group, losing no committed row) and the
+:data:`~dllm_lit.util.workers.GRACE_SECONDS` later is killed with its process group, losing no committed row) and the
 runner exits with 128 + the signal number; rerunning the command finishes the rest.  A point whose runner dies
-(SIGKILL included) is ended by the kernel (:func:`~dllm_lit.workers.die_with_parent`).
+(SIGKILL included) is ended by the kernel (:func:`~dllm_lit.util.workers.die_with_parent`).
 
     python cli.py sweep sweeps/paper_grid.yaml                         # the whole grid
     python cli.py sweep sweeps/paper_grid.yaml --set num_sequences=64 --set seq_len=128 --set steps=8,64
@@ -33,8 +33,8 @@ from typing import Any
 
 import yaml
 
-from dllm_lit.config_files import read_yaml, yaml_problem
-from dllm_lit.workers import GRACE_SECONDS, die_with_parent, end_processes
+from dllm_lit.cli.config_files import read_yaml, yaml_problem
+from dllm_lit.util.workers import GRACE_SECONDS, die_with_parent, end_processes
 
 __all__ = ["load_sweep", "grid_points", "point_argv", "main"]
 
@@ -101,9 +101,9 @@ def _sampler_class(pns: argparse.Namespace) -> tuple[str, str | None]:
 
 
 def check_points(points: list[argparse.Namespace]) -> None:
-    """Every point's files exist and are plain YAML, and its ``model`` is a sampler class (:mod:`dllm_lit.config_classes`):
+    """Every point's files exist and are plain YAML, and its ``model`` is a sampler class (:mod:`dllm_lit.cli.config_classes`):
     a bad point is refused in one line before any point runs."""
-    from dllm_lit.config_classes import documented_class
+    from dllm_lit.cli.config_classes import documented_class
 
     checked: set[str] = set()
     for pns in points:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from dllm_lit.atomic import atomic_write_text
+from dllm_lit.util.atomic import atomic_write_text
 
 __all__ = ["WORLD_KEYS", "collect", "main"]
 
@@ -46,7 +46,7 @@ def collect(paths: list[str], option: str) -> list[dict[str, Any]]:
 
 
 def _world(meta: dict[str, Any]):
-    from dllm_lit.config_classes import instantiate
+    from dllm_lit.cli.config_classes import instantiate
 
     return instantiate(_source(meta), "source", "meta.chain.source").build()  # a chain source class only
 

@@ -32,7 +32,7 @@ from dllm_lit.hf.config import OracleConfig
 from dllm_lit.hf.evidence import NO_LEFT, neighbours, read_evidence
 from dllm_lit.hf.ties import exact_logits, jitter_logits
 from dllm_lit.hf.world_rows import world_query_rows
-from dllm_lit.indices import flat_nonzero
+from dllm_lit.util.indices import flat_nonzero
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.markov.hmm import HMMWorld
 

@@ -20,8 +20,8 @@ import torch
 
 from dllm_lit import rng
 from dllm_lit.markov import mixing
-from dllm_lit.hashing import sha256_tensors
-from dllm_lit.reductions import fixed_order_sum
+from dllm_lit.util.hashing import sha256_tensors
+from dllm_lit.util.reductions import fixed_order_sum
 
 __all__ = ["MarkovChain", "ChainError"]
 
@@ -260,7 +260,7 @@ class MarkovChain:
         Matrix products and ``torch.sum`` group their additions by the CPU's vector width and the BLAS
         build (AVX2, AVX-512, ARM), which moved pi, and with it ``unigram_l1``, by a few ulps between
         machines.  Here every product is elementwise, the scatter-add visits the pairs in row order
-        and the teleport mass is a :func:`~dllm_lit.reductions.fixed_order_sum`.
+        and the teleport mass is a :func:`~dllm_lit.util.reductions.fixed_order_sum`.
         """
         flow = (pi[:, None] * self.nbr_prob).reshape(-1)
         out = torch.zeros_like(pi).index_add_(0, self.nbr_idx.reshape(-1), flow)

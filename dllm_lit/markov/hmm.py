@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from dllm_lit import rng
-from dllm_lit.hashing import sha256_tensors
+from dllm_lit.util.hashing import sha256_tensors
 from dllm_lit.markov.chain import ChainError, MarkovChain, inverse_cdf, inverse_cdf_1d
 
 __all__ = ["HMMWorld", "ROW_SUM_TOL"]

@@ -16,11 +16,14 @@ mu A^t), the laws the plug-in estimators pooling every position estimate; I(d) f
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
 from dllm_lit.markov.chain import ChainError
-from dllm_lit.markov.hmm import HMMWorld
+
+if TYPE_CHECKING:
+    from dllm_lit.markov.hmm import HMMWorld
 
 __all__ = ["ngram_marginals", "dependence_profile", "mutual_information", "entropy_rate", "EntropyRate"]
 

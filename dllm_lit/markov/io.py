@@ -6,7 +6,7 @@ The artifact is a ``torch.save`` dict, written atomically::
      "stationary", "metadata", "sha256"}
 
 ``sha256`` covers the tensors and the settings (``eps``, ``metadata``, ``version``), so a damaged or
-edited file is detected on load.  Version 2 computes it with :func:`dllm_lit.hashing.sha256_tensors`;
+edited file is detected on load.  Version 2 computes it with :func:`dllm_lit.util.hashing.sha256_tensors`;
 files written as version 1 (an earlier digest of the same fields) are still read and verified.
 """
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from dllm_lit.atomic import atomic_torch_save
-from dllm_lit.hashing import sha256_tensors
+from dllm_lit.util.atomic import atomic_torch_save
+from dllm_lit.util.hashing import sha256_tensors
 from dllm_lit.markov.chain import ChainError, MarkovChain
-from dllm_lit.safe_load import load_failure
+from dllm_lit.util.safe_load import load_failure
 
 __all__ = ["save_chain", "load_chain", "ARTIFACT_FORMAT", "ARTIFACT_VERSION", "READABLE_VERSIONS"]
 

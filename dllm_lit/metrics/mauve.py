@@ -17,7 +17,7 @@ from torchmetrics import Metric
 
 from dllm_lit import checks
 from dllm_lit.corpus.cache import CacheEntryError, SettingsCache
-from dllm_lit.hashing import canonical_json, sha256_text
+from dllm_lit.util.hashing import canonical_json, sha256_text
 from dllm_lit.metrics.bootstrap import IntervalPolicy
 from dllm_lit.metrics.distributed import EmptyMetricError, TypedCatStateMixin
 from dllm_lit.metrics.functional.mauve import featurize_texts, mauve_from_features

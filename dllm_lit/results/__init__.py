@@ -3,7 +3,7 @@ table are the entries of :data:`dllm_lit.results.registry.METRICS`.  Names load 
 registry, the file formats and the figures import without Lightning (only the writer needs it)."""
 from typing import TYPE_CHECKING
 
-from dllm_lit.lazy_exports import lazy_exports
+from dllm_lit.util.lazy_exports import lazy_exports
 
 _EXPORTS = {"METRICS": "registry", "MetricContext": "registry", "MetricSpec": "registry", "ResultsWriter": "writer",
             "load_metrics": "files", "plot_metric": "figures", "register": "registry", "write_figures": "figures"}

@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 
-from dllm_lit.atomic import atomic_write  # noqa: E402
+from dllm_lit.util.atomic import atomic_write  # noqa: E402
 from dllm_lit.results import registry  # noqa: E402
 
 __all__ = ["plot_metric", "plot_nfe_front", "plot_kl_bracket", "plot_forward_kl", "write_figures", "run_caption", "save_figure",

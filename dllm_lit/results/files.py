@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from dllm_lit.atomic import atomic_torch_save, atomic_write_text
-from dllm_lit.hashing import sha256_tensors, sha256_text
+from dllm_lit.util.atomic import atomic_torch_save, atomic_write_text
+from dllm_lit.util.hashing import sha256_tensors, sha256_text
 
 __all__ = ["FIGURE_FORMATS", "METRICS_FORMAT", "METRICS_VERSION", "RESULT_FILES", "ROW_HEAD", "SAMPLES_FORMAT",
            "SEALS_FORMAT", "load_metrics", "read_seals", "row_seals", "seal_holds", "row_title", "write_metrics", "write_samples",

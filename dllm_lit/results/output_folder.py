@@ -6,7 +6,7 @@ first is alive.  The kernel drops the lock when the holder exits, however it end
 so a lock never outlives its run.
 
 :func:`remove_leftovers` deletes the temporary files of interrupted atomic writes
-(:func:`dllm_lit.atomic.atomic_write` names them ``.<file>.<random>.tmp``) of the files a run writes;
+(:func:`dllm_lit.util.atomic.atomic_write` names them ``.<file>.<random>.tmp``) of the files a run writes;
 it is called with the lock held, so no live writer owns them.
 """
 from __future__ import annotations

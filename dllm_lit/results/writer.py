@@ -38,7 +38,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from dllm_lit import checks
-from dllm_lit.atomic import atomic_write_text
+from dllm_lit.util.atomic import atomic_write_text
 from dllm_lit.results import loggers as logger_export
 from dllm_lit.results import registry
 from dllm_lit.results.accumulator import MetricAccumulator
@@ -242,7 +242,7 @@ class ResultsWriter(Callback):
         if self._kept:
             from lightning.pytorch.utilities import rank_zero_only
 
-            from dllm_lit.console import log
+            from dllm_lit.util.console import log
 
             kept = ", ".join(plan.rows[i].key for i in sorted(self._kept))
             left = len(plan.rows) - len(self._kept)

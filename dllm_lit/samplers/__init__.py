@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from dllm_lit.lazy_exports import lazy_exports
+from dllm_lit.util.lazy_exports import lazy_exports
 
 #: exported name -> the module of this package that defines it
 _EXPORTS: dict[str, str] = {

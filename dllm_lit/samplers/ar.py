@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks
-from dllm_lit.code_identity import source_digest
+from dllm_lit.util.code_identity import source_digest
 from dllm_lit.engine.plan import Row
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.samplers.base import Sampler

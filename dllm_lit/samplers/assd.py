@@ -31,10 +31,10 @@ import math
 import torch
 
 from dllm_lit import rng
+from dllm_lit.decoding import draft_rows
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical
-from dllm_lit.samplers.row_providers import draft_rows
 from dllm_lit.samplers.selection import topk_stable
 
 __all__ = ["ASSD", "draft_length"]

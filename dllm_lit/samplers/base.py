@@ -19,13 +19,13 @@ import lightning as L
 import torch
 
 from dllm_lit import checks, rng
-from dllm_lit.code_identity import source_digest
+from dllm_lit.util.code_identity import source_digest
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.engine.budget import check_steps_count
 from dllm_lit.engine.plan import Row
 from dllm_lit.engine.process_group import release_process_group
 from dllm_lit.markov.chain import MarkovChain
-from dllm_lit.user_code import user_code
+from dllm_lit.util.user_code import user_code
 
 if TYPE_CHECKING:
     from dllm_lit.engine.plan import RunPlan
@@ -125,7 +125,7 @@ class Sampler(L.LightningModule, ABC):
         """Check that a run of ``seq_len`` tokens with ``steps`` steps is possible (subclasses extend)."""
 
     def settings(self) -> dict[str, Any]:
-        """The constructor options, the denoiser's description and ``code`` (:func:`~dllm_lit.code_identity.source_digest`),
+        """The constructor options, the denoiser's description and ``code`` (:func:`~dllm_lit.util.code_identity.source_digest`),
         for run metadata and resume checks."""
         out: dict[str, Any] = {"class": type(self).__name__}
         for name in inspect.signature(type(self).__init__).parameters:

@@ -28,7 +28,7 @@ so block-causal and bidirectional attention coincide here.
 
 Which positions move never depends on the tokens (the stay probability s/t, or a uniform choice
 among the masked), so ``decoding="ordered"`` (default) draws every position's decode step up front
-and decodes with :func:`~dllm_lit.samplers.ordered_decoding.decode_in_order` over each sequence's
+and decodes with :func:`~dllm_lit.decoding.ordered_decoding.decode_in_order` over each sequence's
 dense ranks of its decode steps (draws keyed by the true global step, so the same draws); ``"stepwise"``
 follows upstream's loop literally (fresh coins each step).  Same law, different draws.
 
@@ -41,12 +41,12 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import decode_in_order
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.nucleus import check_top_p, top_p_filter
-from dllm_lit.samplers.ordered_decoding import decode_in_order
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.schedules import time_grid
 

@@ -30,10 +30,10 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import TIE_SLOT, posterior_entropy
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import UniformNoise
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import TIE_SLOT, posterior_entropy
 from dllm_lit.samplers.draws import StepUniforms, sharpen
 from dllm_lit.samplers.eb_sampler import entropy_bound_count
 from dllm_lit.samplers.selection import TIE_RULES, rank_positions

@@ -13,7 +13,7 @@ import torch
 
 from dllm_lit import rng
 from dllm_lit.denoisers.local import LocalDenoiser, revealed_neighbours_at
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 
 __all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "sharpen", "tempered_draw",
            "tempered_law", "drawn_log_prob", "argmax_fill", "masked_posterior_chunks", "neighbour_queries",

@@ -11,7 +11,7 @@ draw from q (tau > 0) or argmax q (tau = 0).
 
 * ``origin``: every masked position is revealed with probability 1 - s/t (1 at the last step)
   with its proposal - MDLM-like.  Which positions reveal does not depend on the tokens, so each
-  position's step is drawn up front (:func:`~dllm_lit.samplers.ordered_decoding.coin_decode_steps`)
+  position's step is drawn up front (:func:`~dllm_lit.decoding.ordered_decoding.coin_decode_steps`)
   and only the revealed positions are queried (:func:`decode_in_order`).
 * ``maskgit_plus`` / ``topk_margin`` / ``entropy``: n = floor(#mask (1 - s/t)) positions
   (all remaining at the last step) commit, the n best by score q(x̂), q_(1) - q_(2), or
@@ -30,16 +30,13 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import (NeighbourhoodRows, ReferenceScoreBounds, coin_decode_steps, decode_blocks,
+                               decode_in_order, has_max_prob_bound, propose_tokens, ranking_options, with_tie_rule)
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.oracle import OracleDenoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (decode_blocks, has_max_prob_bound, propose_tokens,
-                                                   ranking_options, with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.nucleus import check_top_p, top_k_filter, top_p_filter
-from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
-from dllm_lit.samplers.score_envelopes import ReferenceScoreBounds
 
 __all__ = ["Dream", "ALGS", "dream_grid", "dream_schedule", "dream_law"]
 

@@ -18,7 +18,7 @@ race exp(logit) / (-log u)^tau has the law p^(1/tau)); committed tokens never ch
 Because the order is fixed, the output law is prod_levels prod_{i in level} p~(x_i | x_{earlier levels}) and
 ``log_q`` (the path probability) is recorded.  ``steps`` is the row's call budget: the block length is the divisor
 L of T whose NFE = (T / L) * levels(L) is the largest within the budget (the whole sequence as one block when even
-that exceeds it).  Decoding runs through :func:`~dllm_lit.samplers.ordered_decoding.decode_in_order` (Stream.TOKEN
+that exceeds it).  Decoding runs through :func:`~dllm_lit.decoding.ordered_decoding.decode_in_order` (Stream.TOKEN
 uniforms at (global level, position)).
 """
 from __future__ import annotations
@@ -26,10 +26,10 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks
+from dllm_lit.decoding import decode_in_order
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, tempered_draw
-from dllm_lit.samplers.ordered_decoding import decode_in_order
 
 __all__ = ["DUS", "dilated_levels", "dus_block_length", "dus_decode_steps"]
 

@@ -25,10 +25,9 @@ import math
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import decode_blocks, posterior_entropy, propose_tokens, ranking_options, with_tie_rule
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (decode_blocks, posterior_entropy, propose_tokens, ranking_options,
-                                                   with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 
 __all__ = ["EBSampler", "entropy_bound_count", "entropy_bound_prefix_exact"]

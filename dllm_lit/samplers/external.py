@@ -20,7 +20,7 @@ chunking (``data.chunk_size``) - results are reproducible for a fixed chunk size
 NFE: the model's forward calls during the item, counted for every sequence of the item.
 Prompts: the first P tokens of an exact chain sample per sequence (Stream.PROMPT), so the full sequence
 (prompt + generated) has the chain's law when the sampler is exact, and every metric applies to it; in a prompted
-run (:mod:`dllm_lit.engine.prompted`) the prompt's prefix instead (``given_prompt``, P its length).
+run (:mod:`dllm_lit.experiments.prompted`) the prompt's prefix instead (``given_prompt``, P its length).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.user_code import user_code
+from dllm_lit.util.user_code import user_code
 
 __all__ = ["ExternalSampler", "ExternalSamplerError", "resolve"]
 
@@ -55,7 +55,7 @@ def resolve(field: str, path: str) -> Any:
         for part in name.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError, ValueError) as exc:
-        from dllm_lit.cli_messages import missing_module_hint
+        from dllm_lit.cli.messages import missing_module_hint
 
         raise ValueError(f"{field}: cannot import {path!r} ({type(exc).__name__}: {exc}); give 'package.module:name'"
                          f"{missing_module_hint(str(exc))}") from None
@@ -77,7 +77,7 @@ class ExternalSampler(Sampler):
         name: the results rows' name (default ``external_<function or pipeline name>``).
         timeout: seconds one call of the user's code may take (None: no limit); past it the run ends with one
             line, as it does when that code raises ``SystemExit`` or ``KeyboardInterrupt``
-            (:mod:`dllm_lit.user_code`).
+            (:mod:`dllm_lit.util.user_code`).
     """
 
     #: options the row label leaves out: the function is in the name, the argument names are bookkeeping

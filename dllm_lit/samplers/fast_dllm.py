@@ -32,8 +32,8 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks
+from dllm_lit.decoding import with_tie_rule
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.confidence_decoding import with_tie_rule
 from dllm_lit.samplers.llada_rule import LLaDARule
 
 __all__ = ["FastDLLM", "threshold_count", "factor_count", "factor_decided"]

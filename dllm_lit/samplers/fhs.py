@@ -18,8 +18,8 @@ no time argument, so t' is not computed here.
 Because the revealed position does not depend on the drawn tokens, the T iterations are a
 uniformly random order of the positions (within each block, blocks left to right as bd3lms'
 semi-autoregressive loop) decoded one at a time - sequential exact conditionals, so the output
-law is the chain's law exactly.  :func:`~dllm_lit.samplers.ordered_decoding.random_order_steps`
-draws the order and :func:`~dllm_lit.samplers.ordered_decoding.decode_in_order` queries the
+law is the chain's law exactly.  :func:`~dllm_lit.decoding.ordered_decoding.random_order_steps`
+draws the order and :func:`~dllm_lit.decoding.ordered_decoding.decode_in_order` queries the
 denoiser only at the revealed position of each iteration: O(B T V) per run.
 
 Steps.  Upstream's loop runs ``num_steps`` iterations and stops once nothing is masked, so with
@@ -33,10 +33,10 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks
+from dllm_lit.decoding import decode_in_order, random_order_steps
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
-from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 
 __all__ = ["FHS"]
 

@@ -28,7 +28,7 @@ NFE: one per step at which the sequence's block still had a masked position, per
 (``generate_with_nfe``).  Memory: the previous posterior row per position of the block
 (B x block x V, float64; not allocated while all zeros, e.g. in the one block of the cached greedy path, which
 computes KL values from neighbours only where read: :class:`_PendingKL`) plus the posterior cache of the
-confidence-decoding engine (:func:`~dllm_lit.samplers.confidence_decoding.propose_step`, LLaDA's proposals; run in sub-batches that
+confidence-decoding engine (:func:`~dllm_lit.decoding.confidence_decoding.propose_step`, LLaDA's proposals; run in sub-batches that
 fit its memory budget).  Uniforms: Stream.TOKEN at (global step, position).
 """
 from __future__ import annotations
@@ -38,14 +38,13 @@ import math
 import torch
 
 from dllm_lit import checks
+from dllm_lit.decoding import (BlockPosteriors, NeighbourhoodRows, cache_width, confidence, in_sub_batches,
+                               proposal_features, proposal_widths, propose_step)
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import flat_nonzero, nonzero_pairs
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (BlockPosteriors, cache_width, confidence, in_sub_batches,
-                                                   proposal_features, proposal_widths, propose_step)
 from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries, neighbour_distances
 from dllm_lit.samplers.draws import StepUniforms, row_chunks
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
 
 __all__ = ["KLASS", "KL_EPS", "stability_kl"]
@@ -85,7 +84,7 @@ class KLASS(Sampler):
         self.history = checks.integer("history", history)
         self.block_length = checks.optional_integer("block_length", block_length)
         self.temperature = checks.real("temperature", temperature, 0.0)
-        #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
+        #: reuse posterior features between steps (exact; see dllm_lit.decoding.posterior_cache)
         self.use_cache = True
 
     def _blocks(self, seq_len: int) -> tuple[int, int]:

@@ -25,7 +25,7 @@ position ascending ("lowest", default: a stable descending sort over positions i
 order), descending ("highest"), or uniformly at random ("random").  Ties are exact ties of the
 denoiser's floating-point output; under the exact oracle they are frequent, and the rule alone
 moves the output law (docs/samplers/llada.md).  The low-confidence loop is the shared
-:func:`dllm_lit.samplers.confidence_decoding.decode_blocks`.
+:func:`dllm_lit.decoding.confidence_decoding.decode_blocks`.
 
 Efficiency.  ``low_confidence`` needs c_l at every masked position of the current block at
 every step: the denoiser is queried there, and only there (O(#masked V) per step, inherent).
@@ -33,7 +33,7 @@ every step: the denoiser is queried there, and only there (O(#masked V) per step
 remaining masked positions at each step is the same, in law, as a uniformly random order of the
 block's positions drawn once at the block's start and consumed k_i at a time (i.i.d. keys,
 stable sort).  Every position's decode step is then known up front and
-:func:`dllm_lit.samplers.ordered_decoding.decode_in_order` queries the denoiser only at the k_i
+:func:`dllm_lit.decoding.ordered_decoding.decode_in_order` queries the denoiser only at the k_i
 committed positions (O(k V) per step; with the oracle's neighbour fast path no O(B T) scan).
 
 Prompts.  ``prompt`` fixes tokens at positions 0..P-1; ``prompt_mode`` (the paper's conditional
@@ -53,13 +53,11 @@ from collections.abc import Sequence
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import (block_bounds, check_blocks, confidence, decode_blocks, decode_in_order,
+                               proposal_features, proposal_widths, propose_tokens, random_order_steps, with_tie_rule)
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence,
-                                                   decode_blocks, proposal_features, proposal_widths, propose_tokens,
-                                                   with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, tempered_draw, tempered_law
-from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts
@@ -155,7 +153,7 @@ class LLaDA(Sampler):
         self.block_length = block_length
         self.prompt = list(prompt) if prompt is not None else []
         self.prompt_mode = prompt_mode
-        #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
+        #: reuse posterior features between steps (exact; see dllm_lit.decoding.posterior_cache)
         self.use_cache = True
 
     # ------------------------------------------------------------------ settings

@@ -24,13 +24,11 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks
+from dllm_lit.decoding import BoundedRefinement, LeaveOneOutRows, check_blocks, check_leave_one_out, draw_stored
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import flat_nonzero
+from dllm_lit.util.indices import flat_nonzero
 from dllm_lit.samplers.base import NFECountingSampler
-from dllm_lit.samplers.confidence_decoding import check_blocks
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
-from dllm_lit.samplers.llada21_bounded import BoundedRefinement
-from dllm_lit.samplers.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
 from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
 
 __all__ = ["LLaDA21"]

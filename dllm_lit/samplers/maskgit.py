@@ -28,7 +28,7 @@ Every step calls the model (upstream has no cache): NFE = S.  With S > T some st
 (one position stays masked until the last step); upstream spends those calls too.
 
 Implementation: proposals and confidences come from the confidence-decoding engine
-(:func:`~dllm_lit.samplers.confidence_decoding.propose_step`, LLaDA's proposals, with a
+(:func:`~dllm_lit.decoding.confidence_decoding.propose_step`, LLaDA's proposals, with a
 :class:`PosteriorCache` refreshed only where a nearest revealed neighbour changed, run in sub-batches
 that fit its memory budget); uniforms are counter-based: proposals Stream.TOKEN, Gumbel noise Stream.ORDER, both at (step t, position).
 The schedule is computed in float64 (upstream: float32, which can round floor(N gamma) down by
@@ -41,13 +41,12 @@ import math
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import (BlockPosteriors, CompactBlock, ROUNDS_MIN_VOCAB, StepView, cache_width, compact_applies,
+                               confidence, first_draws, has_max_prob_bound, in_sub_batches, proposal_features,
+                               proposal_widths, propose_step, propose_tokens)
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import flat_nonzero, nonzero_pairs
-from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (ROUNDS_MIN_VOCAB, BlockPosteriors, StepView, cache_width,
-                                                   confidence, first_draws, has_max_prob_bound, in_sub_batches,
-                                                   proposal_features, proposal_widths, propose_step, propose_tokens)
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 from dllm_lit.samplers.selection import topk_stable_mask
 
@@ -91,7 +90,7 @@ class MaskGIT(Sampler):
         self.choice_temperature = checks.real("choice_temperature", choice_temperature, 0.0)
         self.schedule = checks.choice("schedule", schedule, SCHEDULES)
         self.temperature = checks.real("temperature", temperature, 0.0)
-        #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
+        #: reuse posterior features between steps (exact; see dllm_lit.decoding.posterior_cache)
         self.use_cache = True
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
@@ -141,7 +140,7 @@ class MaskGIT(Sampler):
 
     def _compact(self, x: torch.Tensor, steps: int, tok_u: StepUniforms, gum_u: StepUniforms) -> int:
         """The steps of :meth:`_bounded` from step 0 over the masked positions only (compact columns,
-        :class:`~dllm_lit.samplers.compact_decoding.CompactBlock`): while every sequence commits the same number k
+        :class:`~dllm_lit.decoding.compact_decoding.CompactBlock`): while every sequence commits the same number k
         of tokens - always, unless scores tie at a cut - every sequence holds the same number n of masked positions,
         so bounds, Gumbel noise, the first guess and the cut cost O(B n) instead of O(B T).  Returns the step from
         which :meth:`_bounded` goes on (``steps`` when done): a step whose cut ties in some sequence commits nothing

@@ -10,7 +10,7 @@ with argmax_v p(x0 = v | z) (``noise_removal``), all at once.
 
 Because the stay-masked probability s/t does not depend on the denoiser, a masked position's
 unmasking step is an independent draw with P(step j) = t_j - t_{j+1} and P(final fill) = t_min
-(see :mod:`dllm_lit.samplers.ordered_decoding`).  ``decoding="ordered"`` (default) draws it once
+(see :mod:`dllm_lit.decoding.ordered_decoding`).  ``decoding="ordered"`` (default) draws it once
 per position and decodes with O(k V) work per step; ``decoding="stepwise"`` follows upstream's
 loop literally (a fresh coin per masked position per step, O(B T) per step).  Both have the same
 law (tested against the exact DP law).
@@ -20,11 +20,11 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks
+from dllm_lit.decoding import coin_decode_steps, decode_in_order
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical, drawn_log_prob
-from dllm_lit.samplers.ordered_decoding import coin_decode_steps, decode_in_order
 from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.reference_scoring import forward_stats
 from dllm_lit.samplers.schedules import time_grid

@@ -12,7 +12,7 @@ no final step.  With steps = T (one position per step) this is exact sequential 
 the conditionals in a random order, so its output law is the chain's law.
 
 Implementation: the random subsets are drawn as one uniformly random order of the positions
-consumed k_i at a time (the same law; :func:`~dllm_lit.samplers.ordered_decoding.random_order_steps`,
+consumed k_i at a time (the same law; :func:`~dllm_lit.decoding.ordered_decoding.random_order_steps`,
 shared with LLaDA's ``random`` remasking, so ``LLaDA(remasking="random", temperature=1)`` gives the
 same draws), and the denoiser is queried only at the k_i committed positions (O(k V) per step).
 See ``docs/samplers/llada.md``.
@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import torch
 
+from dllm_lit.decoding import decode_in_order, random_order_steps
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.selection import transfer_schedule
-from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
 from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts

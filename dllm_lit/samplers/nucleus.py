@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from dllm_lit.denoisers.hmm_first_order import numba_available
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 
 __all__ = ["top_p_filter", "top_k_filter", "check_top_p"]
 

@@ -27,12 +27,11 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import BoundedPlanning, LeaveOneOutRows, check_leave_one_out, draw_stored
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import flat_nonzero
+from dllm_lit.util.indices import flat_nonzero
 from dllm_lit.samplers.base import NFECountingSampler
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
-from dllm_lit.samplers.p2_bounded import BoundedPlanning
-from dllm_lit.samplers.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
 from dllm_lit.samplers.wino import stable_ranks
 
 __all__ = ["P2", "masked_after", "lowest"]

@@ -19,11 +19,10 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import (block_bounds, check_blocks, confidence, decode_blocks, has_max_prob_bound,
+                               proposal_features, proposal_widths, propose_tokens, ranking_options, with_tie_rule)
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import (block_bounds, check_blocks, confidence, decode_blocks,
-                                                   has_max_prob_bound, proposal_features, proposal_widths,
-                                                   propose_tokens, ranking_options, with_tie_rule)
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
 from dllm_lit.samplers.selection import transfer_schedule
 

@@ -12,7 +12,7 @@ bounds KL(p || q) of the sampler's marginal law from above.  It is the quantity 
 predicts exactly (:mod:`dllm_lit.theory`, ``docs/theory.md``).  A token the sampler's law gives
 probability 0 (a deterministic argmax fill that disagrees with x) counts log(1e-30), as ``nll`` does.
 
-:func:`reference_log_ratio` teacher-forces x through :func:`~dllm_lit.samplers.ordered_decoding.decode_in_order`
+:func:`reference_log_ratio` teacher-forces x through :func:`~dllm_lit.decoding.ordered_decoding.decode_in_order`
 with the sampler's own decode steps: the denoiser sees exactly the states the sampler would see had it drawn x.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from dllm_lit.samplers.ordered_decoding import decode_in_order
+from dllm_lit.decoding import decode_in_order
 
 __all__ = ["reference_log_ratio", "teacher_forced_log_q", "order_log_conditionals", "forward_stats", "random_order_theory", "chain_information", "LOG_FLOOR", "LogLaw",
            "THEORY_STATS"]
@@ -76,7 +76,7 @@ def order_log_conditionals(chain, denoiser, indices: torch.Tensor, seq_len: int,
     For any law, E c_j - E c_1 = Z_j (the information curve: o_j is uniform and {o_1..o_{j-1}} a uniform
     (j - 1)-subset of the others), so these give an exact-sample Monte Carlo estimate of Z and of a schedule's
     expected KL where no closed form is implemented (HMM worlds; :func:`dllm_lit.theory.monte_carlo.schedule_kl_estimate`)."""
-    from dllm_lit.samplers.ordered_decoding import random_order_steps
+    from dllm_lit.decoding import random_order_steps
     from dllm_lit.samplers.draws import drawn_log_prob
 
     T = int(seq_len)

@@ -58,13 +58,12 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import NeighbourhoodRows, keyed_rows, run_memo
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import (ROW_CHUNK_ELEMENTS, StepUniforms, argmax_fill, categorical,
                                    categorical_from_stored_cdf, masked_posterior_chunks)
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
-from dllm_lit.samplers.providers import keyed_rows, run_memo
 from dllm_lit.samplers.nucleus import top_p_filter
 from dllm_lit.samplers.schedules import time_grid
 
@@ -226,7 +225,7 @@ class ReMDM(Sampler):
         with uniforms ``u``), and with ``with_weight`` their conf weights exp(-psi), psi = q(token) / sum q.
 
         On the CPU a local denoiser's rows are filtered and cumulated once per neighbourhood key
-        (:func:`~dllm_lit.samplers.providers.keyed_rows` decides from the denoiser and the device): once per run
+        (:func:`~dllm_lit.decoding.providers.keyed_rows` decides from the denoiser and the device): once per run
         with ``memo`` (a small key range), else once per step when at most half the positions have distinct keys,
         and drawn from by :func:`categorical_from_stored_cdf`.  Otherwise rows
         are computed per position, in row chunks (temporaries stay small; see

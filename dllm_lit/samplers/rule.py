@@ -18,8 +18,8 @@ step's scores sorted descending.  A block then runs until it has no mask left; e
 counter, which keys its uniforms and counts its denoiser evaluations (NFE per sequence); ``steps`` only keys the
 randomness.
 
-:func:`reference_decode` is this loop, line for line, on ``Denoiser.probs_at`` (the dense direct provider);
-:func:`dllm_lit.samplers.providers.decode_rule` runs the same rule through the provider the denoiser allows (the
+:func:`dllm_lit.decoding.reference.reference_decode` is this loop, line for line, on ``Denoiser.probs_at`` (the dense direct provider);
+:func:`dllm_lit.decoding.providers.decode_rule` runs the same rule through the provider the denoiser allows (the
 exact oracle's neighbourhood cache, compact columns and bounded draws) with identical draws (tested).
 
 Declaring a bound.  ``bound = "pmax"`` states score(probs, tok, pos) <= max_v probs[v] for every row and every
@@ -28,7 +28,7 @@ score_bound(max_v probs, pos) (the PC-sampler's position-weighted score).  The e
 can reach the k-th best (the large fast path).  The declaration is checked wherever a score is computed: a score
 above its row's maximum is refused in one line instead of silently changing the draws.  An adaptive rule with a
 bound that also overrides ``count_decided`` (Fast-dLLM's rules) is scored the same way: best bounds first, until
-its count and its committed set are certain (:mod:`dllm_lit.samplers.bounded_counts`).
+its count and its committed set are certain (:mod:`dllm_lit.decoding.bounded_counts`).
 """
 from __future__ import annotations
 
@@ -36,14 +36,12 @@ from abc import abstractmethod
 
 import torch
 
-from dllm_lit import checks, rng
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit import checks
+from dllm_lit.decoding import decode_rule
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.confidence_decoding import TIE_SLOT
-from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
-from dllm_lit.samplers.selection import TIE_RULES, rank_positions, transfer_schedule
+from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
-__all__ = ["RuleSampler", "BOUNDS", "reference_decode", "check_bound", "check_count", "draw"]
+__all__ = ["RuleSampler", "BOUNDS"]
 
 #: score bounds a rule may declare: None, or "pmax" (score <= max_v p(x0 = v | x) at every position)
 BOUNDS = (None, "pmax")
@@ -164,14 +162,12 @@ class RuleSampler(Sampler):
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                  log_q: torch.Tensor | None = None) -> torch.Tensor:
-        """Samples by the engine-chosen provider (:func:`~dllm_lit.samplers.providers.decode_rule`)."""
+        """Samples by the engine-chosen provider (:func:`~dllm_lit.decoding.providers.decode_rule`)."""
         return self._decode(indices, seq_len, steps, seed, log_q)[0]
 
     def _decode(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                 log_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Samples and the denoiser evaluations of each sequence (float64 [B])."""
-        from dllm_lit.samplers.providers import decode_rule
-
         if not self.uses_steps:
             steps = None  # counts(n, None); the uniforms are keyed by step 0
         if log_q is not None and self.log_q_reason(steps) is not None:
@@ -193,94 +189,3 @@ class RuleSampler(Sampler):
         log_q = self._log_q_buffer(indices, seq_len)
         x, nfe = self._decode(indices, seq_len, steps, seed, log_q)
         return x, self._stats(nfe, log_q, indices.numel())
-
-
-def check_bound(rule: RuleSampler, probs: torch.Tensor, scores: torch.Tensor, pmax: torch.Tensor | None = None,
-                pos: torch.Tensor | None = None) -> None:
-    """Refuse, in one line, a NaN score or a score above the bound its rule declares (at rows ``probs``, whose
-    float64 maxima ``pmax`` are computed when not given, at absolute positions ``pos``)."""
-    if rule.bound == "pmax":
-        pmax = probs.amax(-1).to(torch.float64) if pmax is None else pmax
-        if rule.maps_bound:
-            pmax = rule.score_bound(pmax, pos)
-        if bool((scores <= pmax).all()):  # one pass: NaN compares False
-            return
-    if bool(scores.isnan().any()):
-        raise ValueError(f"{type(rule).__name__}.score returned NaN: scores must be numbers (-inf for never)")
-    if rule.bound == "pmax":
-        i = int((scores > pmax).nonzero()[0, 0])
-        what = "score_bound(max_v p)" if rule.maps_bound else "max_v p"
-        raise ValueError(f"{type(rule).__name__} declares bound='pmax' but scored {float(scores[i]):.6g} where "
-                         f"{what} = {float(pmax[i]):.6g}: fix score() or set bound = None")
-
-
-def draw(law: torch.Tensor | None, probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """The engine's draw: the first argmax of ``probs`` when ``law`` is None, else the inverse CDF of ``law`` at ``u``."""
-    return probs.argmax(-1) if law is None else categorical(law, u)
-
-
-def check_count(rule: RuleSampler, n: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
-    """The adaptive count ``n`` [B] as long, refused in one line unless 1 <= n <= n_masked where n_masked > 0."""
-    n = torch.as_tensor(n, device=n_masked.device).long()
-    bad = (n_masked > 0) & ((n < 1) | (n > n_masked))
-    if n.shape != n_masked.shape or bool(bad.any()):
-        i = int(bad.nonzero()[0, 0]) if n.shape == n_masked.shape else 0
-        raise ValueError(f"{type(rule).__name__}.adaptive_count must give one count per sequence in "
-                         f"[1, masked positions]: got {n.tolist()[i] if n.dim() else n.item()} with "
-                         f"{int(n_masked[i])} masked")
-    return n * (n_masked > 0)
-
-
-@torch.no_grad()
-def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
-                     log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None) -> None:
-    """The rule's loop on ``den.probs_at`` (the dense direct provider): decodes the masked positions of x in place;
-    an adaptive rule adds its steps per sequence to ``taken`` (float64 [B]) when given."""
-    B, M = x.shape[0], den.mask_id
-    tok_u = StepUniforms(seed, indices, steps)
-    tie_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
-    if rule.adaptive:  # each sequence's own step counter; a block runs until it has no mask left
-        blocks, schedules = rule.blocks(x.shape[1]), None
-    else:
-        blocks, schedules = rule.schedule(x.shape[1], steps)
-    j = torch.zeros(B, dtype=torch.long, device=x.device)  # the step index of every sequence (the uniforms' key)
-    for blk, (lo, hi) in enumerate(blocks):
-        den.block_start(lo, hi)
-        i = 0
-        while True:
-            masked = x[:, lo:hi] == M
-            if schedules is None and not bool(masked.any()):
-                break
-            if schedules is not None:
-                if i == len(schedules[blk]):
-                    break
-                k, i = schedules[blk][i], i + 1
-                if k == 0:
-                    j += 1
-                    continue
-            b, p = nonzero_pairs(masked)
-            p = p + lo
-            probs = den.probs_at(x, b, p)
-            law = rule.propose(probs)
-            tok = draw(law, probs, tok_u.at(j[b], b, p))
-            s = rule.score(probs, tok, p).to(torch.float64)
-            check_bound(rule, probs, s, pos=p)
-            scores = torch.full((B, hi - lo), -torch.inf, dtype=torch.float64, device=x.device)
-            scores[b, p - lo] = s
-            proposal = torch.zeros((B, hi - lo), dtype=torch.long, device=x.device)
-            proposal[b, p - lo] = tok
-            keys = tie_u.block(j, lo, hi, slot=TIE_SLOT) if rule.tie_rule == "random" else None
-            order = rank_positions(scores, rule.tie_rule, keys)
-            if schedules is None:
-                n = check_count(rule, rule.adaptive_count(scores.gather(1, order), masked.sum(1)), masked.sum(1))
-                if taken is not None:
-                    taken += (n > 0).to(taken.dtype)
-            else:
-                n = torch.full((B,), k, dtype=torch.long, device=x.device)
-            commit = torch.zeros_like(masked).scatter_(1, order, torch.arange(hi - lo, device=x.device) < n[:, None])
-            if log_q is not None:
-                lq = torch.zeros((B, hi - lo), dtype=torch.float64, device=x.device)
-                lq[b, p - lo] = torch.zeros_like(s) if law is None else drawn_log_prob(law, tok)
-                log_q[:, lo:hi] = torch.where(commit, lq, log_q[:, lo:hi])
-            x[:, lo:hi] = torch.where(commit, proposal, x[:, lo:hi])
-            j += 1 if schedules is not None else (n > 0).long()

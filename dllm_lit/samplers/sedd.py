@@ -44,7 +44,7 @@ tokens, i.e. proportional to p^(beta/tau) - not argmax.
 Efficiency.  With beta = 1 the unmask probability U_j at step j does not depend on the
 denoiser, so each position's unmasking step is drawn once up front (inverse CDF of the
 discrete "first unmask step" law from one uniform per position, the same law as a Bernoulli(U_j)
-per step) and :func:`dllm_lit.samplers.ordered_decoding.decode_in_order` queries the denoiser
+per step) and :func:`dllm_lit.decoding.ordered_decoding.decode_in_order` queries the denoiser
 only at the positions that unmask (O(k V) per step, final step included).
 With beta != 1, U depends on sum_v p_v^beta, so every masked position is queried at every step.
 Uniforms: Stream.ORDER (unmask steps, beta = 1) or slot 0 of Stream.TOKEN (unmask decision,
@@ -57,12 +57,11 @@ import math
 import torch
 
 from dllm_lit import checks, rng
+from dllm_lit.decoding import PosteriorCache, decode_in_order
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.indices import nonzero_pairs
+from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen, tempered_draw
-from dllm_lit.samplers.ordered_decoding import decode_in_order
-from dllm_lit.samplers.posterior_cache import PosteriorCache
 from dllm_lit.samplers.schedules import time_grid
 
 __all__ = ["SEDD", "PREDICTORS", "loglinear_sigma", "loglinear_rate", "step_scale", "step_probabilities", "token_law"]

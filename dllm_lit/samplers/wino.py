@@ -27,10 +27,10 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks
+from dllm_lit.decoding import LeaveOneOutRows, check_leave_one_out, draw_stored
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import NFECountingSampler
 from dllm_lit.samplers.draws import StepUniforms, tempered_law
-from dllm_lit.samplers.row_providers import LeaveOneOutRows, check_leave_one_out, draw_stored
 
 __all__ = ["WINO", "stable_ranks"]
 

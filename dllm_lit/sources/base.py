@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import torch
 
-from dllm_lit.hashing import canonical_json
+from dllm_lit.util.hashing import canonical_json
 from dllm_lit.markov import MarkovChain
 
 __all__ = ["ChainSource", "TextDecoder", "IdDecoder"]

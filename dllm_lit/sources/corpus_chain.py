@@ -37,9 +37,9 @@ from typing import Any
 
 import torch
 
-from dllm_lit.atomic import atomic_torch_save
+from dllm_lit.util.atomic import atomic_torch_save
 from dllm_lit.corpus.documents import PACKAGED_BUILDERS
-from dllm_lit.hashing import sha256_file
+from dllm_lit.util.hashing import sha256_file
 from dllm_lit.markov import MarkovChain, load_chain, save_chain
 from dllm_lit.markov.io import READABLE_VERSIONS
 from dllm_lit.sources.base import ChainSource, TextDecoder

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from dllm_lit.markov import ChainError, MarkovChain
-from dllm_lit.safe_load import load_failure
+from dllm_lit.util.safe_load import load_failure
 from dllm_lit.sources.base import ChainSource, IdDecoder, TextDecoder
 
 __all__ = ["PaperArtifact", "load_paper_artifact", "load_reference_samples"]

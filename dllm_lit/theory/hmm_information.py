@@ -90,7 +90,7 @@ def rao_blackwell_conditionals(chain, denoiser, indices: torch.Tensor, seq_len: 
     """c~[b, j] = -mean over the positions still masked at rank j of the entropy of the oracle's row there, for the
     exact samples and random orders of :func:`~dllm_lit.samplers.reference_scoring.order_log_conditionals`
     (float64 [B, T]; the denoiser's rows read in float64)."""
-    from dllm_lit.samplers.ordered_decoding import random_order_steps
+    from dllm_lit.decoding.ordered_decoding import random_order_steps
     from dllm_lit.samplers.reference_scoring import reference_samples
 
     T = int(seq_len)

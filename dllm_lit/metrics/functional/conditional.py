@@ -1,6 +1,6 @@
 r"""Prompted runs against the exact conditional law: a per-prompt sequence-KL bracket and NLL, averaged over prompts.
 
-M prompts c_m (canvases), R continuations each (:mod:`dllm_lit.engine.prompted`), G_m free positions.  Per
+M prompts c_m (canvases), R continuations each (:mod:`dllm_lit.experiments.prompted`), G_m free positions.  Per
 sequence, log p(x | c) = log p(x) - log p(c) (exact, :func:`~dllm_lit.markov.world_api.conditional_log_prob`).
 Every value is a mean over prompts of a per-prompt mean, and every interval is over the M prompts (the prompts
 are independent; the R continuations of one prompt share it):
@@ -9,7 +9,7 @@ are independent; the R continuations of one prompt share it):
   (samplers whose order ignores the tokens): E_o KL(q(. | o, c) || p(. | c)) / G >= KL(q(. | c) || p(. | c)) / G
   per prompt, as ``seq_kl_upper`` (:mod:`~dllm_lit.metrics.functional.sequence_kl`) but conditional; exactly 0
   with interval [0, 0] for a row whose law is declared exact (``exact``: exact conditional sampling, or a sampler
-  declaring its law exact on the exact oracle, :func:`~dllm_lit.engine.prompted.law_is_exact`), whatever the float
+  declaring its law exact on the exact oracle, :func:`~dllm_lit.experiments.prompted.law_is_exact`), whatever the float
   rounding of log q - log p; else Hall's skewness-corrected t interval over prompts.
 * ``cond_seq_kl_lower``: a Donsker-Varadhan bound KL(q || p) >= E_q[g] - log E_p[e^g] per prompt with
   g(x) = sum_t g_t(x_t) position-wise, cross-fitted: g_t(v) = log q_hat_t(v) - log p_bar_t(v) (smoothed empirical

@@ -18,8 +18,8 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import revealed_neighbours_at
-from dllm_lit.indices import flat_nonzero, ranges
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.util.indices import flat_nonzero, ranges
+from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 
 __all__ = ["TrackedRows"]
 

@@ -1,6 +1,6 @@
 """Posterior rows memoised by neighbourhood key over a key range too large for a dense key -> slot map.
 
-:class:`~dllm_lit.samplers.neighbourhood_rows.NeighbourhoodRows` keeps one int64 slot per possible key, which the
+:class:`~dllm_lit.decoding.neighbourhood_rows.NeighbourhoodRows` keeps one int64 slot per possible key, which the
 OWT-sized chain's oracle (V = 4096, depth D = 20: (2 D V + 2)^2 = 2.7e10 keys) cannot afford.  A run meets few of
 them, though: the EB-sampler decodes nearly left to right, so the keys it asks about are mostly (left token,
 distance <= D, no right neighbour), at most V D = 82k of them however many sequences and steps.  This memo keeps
@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 
 __all__ = ["SparseNeighbourhoodRows", "keyed_rows"]
 

@@ -17,7 +17,7 @@ Rules differ only in the features they read from p_i, the score, and how n is ch
   keeps its own step counter (what a batch of one would do upstream), which also counts its
   denoiser evaluations.
 
-The posterior features of a block come from a :class:`~dllm_lit.samplers.posterior_cache.PosteriorCache`
+The posterior features of a block come from a :class:`~dllm_lit.decoding.posterior_cache.PosteriorCache`
 when it fits in memory (refreshed only where a nearest revealed neighbour changed), else they are
 computed from ``probs_at`` at every step; both give identical draws.
 
@@ -34,16 +34,16 @@ import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.local import LocalDenoiser
-from dllm_lit.indices import flat_nonzero, nonzero_pairs
-from dllm_lit.samplers.bounded_counts import score_until_counted
-from dllm_lit.samplers.compact_decoding import CompactBlock, compact_applies, compact_counts
-from dllm_lit.samplers.gap_decoding import GapBlock, decode_gaps, gaps_apply
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
+from dllm_lit.decoding.bounded_counts import score_until_counted
+from dllm_lit.decoding.compact_decoding import CompactBlock, compact_applies, compact_counts
+from dllm_lit.decoding.gap_decoding import GapBlock, decode_gaps, gaps_apply
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, \
     sharpen, tempered_law
-from dllm_lit.samplers.posterior_cache import PosteriorCache
+from dllm_lit.decoding.posterior_cache import PosteriorCache
 from dllm_lit.samplers.selection import (TIE_RULES, rank_positions, top_n_mask, topk_mask_by_rule, topk_stable_mask,
                                          unique_top_n)
-from dllm_lit.samplers.step_view import StepView
+from dllm_lit.decoding.step_view import StepView
 
 __all__ = ["BlockPosteriors", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
            "propose_tokens", "propose_step", "confidence", "posterior_entropy",
@@ -256,7 +256,7 @@ CountPrefix = Callable[[torch.Tensor], torch.Tensor]
 ROUNDS_MIN_VOCAB = 256
 
 
-#: adaptive counts with a bound on a large vocabulary (:func:`~dllm_lit.samplers.bounded_counts.score_until_counted`):
+#: adaptive counts with a bound on a large vocabulary (:func:`~dllm_lit.decoding.bounded_counts.score_until_counted`):
 #: positions scored first per sequence, and the growth of each later round.  Measured on the OWT-sized chain
 #: (Fast-dLLM, threshold 0.9: about one commit per step, and on average 2.0 positions per step whose bound reaches
 #: the best score): 1 then rounds of 2x scored 2.4 rows per sequence and step against 3.8 for 3 then 4x, and took
@@ -305,7 +305,7 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     :class:`BlockPosteriors`).  The batch runs in :func:`sub_batches` that fit the cache (identical draws).
     With the cache, a ``bound``, a ``law``, a fixed schedule, tie rule "lowest" or "highest" and a local
     denoiser with a row-free bound, a block whose sequences all hold the same number of masked positions is
-    decoded over those positions only (:mod:`~dllm_lit.samplers.compact_decoding`; identical draws).
+    decoded over those positions only (:mod:`~dllm_lit.decoding.compact_decoding`; identical draws).
 
     ``score_reads_tokens=False`` declares that ``score(view)`` reads posterior features only, never ``view.tok``
     (entropy, margin): the positions are then ranked first and proposals drawn only at the committed ones.
@@ -326,7 +326,7 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     positions as the first n of the sorted order under the tie rule); else the full sort.
 
     ``count_decided`` with ``bound`` (adaptive count): the bounded draws of an adaptive count - positions scored best
-    bound first until the count and the committed set are certain (:mod:`~dllm_lit.samplers.bounded_counts`;
+    bound first until the count and the committed set are certain (:mod:`~dllm_lit.decoding.bounded_counts`;
     identical commits).
     """
     B, dev = x.shape[0], x.device
@@ -504,7 +504,7 @@ def _decode_compact(block: CompactBlock, counts: list[int], base: int, propose, 
                     score_bound: ScoreBound | None = None) -> None:
     """Decode ``block`` with ``counts[i]`` commits at step ``base + i``, as :func:`_score_bounded` and the stable
     top-k of :func:`_decode` over the block's masked columns (identical commits; see
-    :mod:`~dllm_lit.samplers.compact_decoding`): after an uncapped round every bound that reaches the k-th
+    :mod:`~dllm_lit.decoding.compact_decoding`): after an uncapped round every bound that reaches the k-th
     score has been drawn, so no further round is checked."""
     B, dev = block.pos.shape[0], block.pos.device
     V = block.den.vocab_size
@@ -702,7 +702,7 @@ def ranking_options(sampler, temperature: float, tie_rule: str, block_length: in
     sampler.temperature = checks.real("temperature", temperature, 0.0)
     sampler.tie_rule = checks.choice("tie_rule", tie_rule, TIE_RULES)
     sampler.block_length = checks.optional_integer("block_length", block_length)
-    #: reuse posterior features between steps (exact; see dllm_lit.samplers.posterior_cache)
+    #: reuse posterior features between steps (exact; see dllm_lit.decoding.posterior_cache)
     sampler.use_cache = True
 
 

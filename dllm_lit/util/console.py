@@ -41,7 +41,7 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # dllm_lit/, above util/
 
 
 def _one_line_warning(message: Any, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:

@@ -14,7 +14,7 @@ provider        chosen when the denoiser                                    a ca
 ``dense``       is not a :class:`~dllm_lit.denoisers.LocalDenoiser` and      ``posterior(z, leave_one_out=True)`` on
                 answers ``supports(ABSORBING, leave_one_out=True)``          the sequences involved
 ``memo``        is local and names few neighbourhood keys, on the CPU       O(n) key lookups; a row (and its features)
-                (:class:`~dllm_lit.samplers.neighbourhood_rows.              only for a neighbourhood not met before in
+                (:class:`~dllm_lit.decoding.neighbourhood_rows.              only for a neighbourhood not met before in
                 NeighbourhoodRows`: the English chain's oracle)              the run
 ``neighbour``   is any other local denoiser (or ``cache=False``)            one row per distinct neighbourhood key
                                                                             among the call's positions (every
@@ -39,7 +39,7 @@ import torch
 from dllm_lit.denoisers.channels import ABSORBING
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, revealed_neighbours_at
 from dllm_lit.samplers.draws import categorical_from_cdf, neighbour_queries, row_chunks
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
+from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows, rows_by_key
 
 __all__ = ["LOO_PROVIDERS", "LeaveOneOutRows", "check_leave_one_out", "draft_rows", "draw_stored"]
 

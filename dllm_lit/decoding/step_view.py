@@ -1,5 +1,5 @@
 """What a confidence-ranked rule's proposal, score and count see at one step (:class:`StepView`), shared by the
-engine (:mod:`~dllm_lit.samplers.confidence_decoding`) and its gap path (:mod:`~dllm_lit.samplers.gap_decoding`)."""
+engine (:mod:`~dllm_lit.decoding.confidence_decoding`) and its gap path (:mod:`~dllm_lit.decoding.gap_decoding`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -11,8 +11,8 @@ import torch
 from dllm_lit.samplers.draws import StepUniforms
 
 if TYPE_CHECKING:
-    from dllm_lit.samplers.compact_decoding import CompactBlock
-    from dllm_lit.samplers.confidence_decoding import BlockPosteriors
+    from dllm_lit.decoding.compact_decoding import CompactBlock
+    from dllm_lit.decoding.confidence_decoding import BlockPosteriors
 
 __all__ = ["StepView"]
 
@@ -23,7 +23,7 @@ class StepView:
     it covers (rows ``rows`` of the state, absolute positions ``p``; without the cache also their indices
     ``sel`` among the loaded positions, None = all), their proposals ``tok`` and step index ``j`` (an int,
     or a tensor per covered position).  ``tok_prob``: p_i(tok_i), when the proposal step computed it.
-    ``post`` may also be a :class:`~dllm_lit.samplers.compact_decoding.CompactBlock`, ``sel`` then the covered
+    ``post`` may also be a :class:`~dllm_lit.decoding.compact_decoding.CompactBlock`, ``sel`` then the covered
     flat columns."""
 
     post: BlockPosteriors | CompactBlock

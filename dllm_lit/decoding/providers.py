@@ -17,22 +17,27 @@ provider               when                                                     
 An adaptive rule (``adaptive_count``) with a declared bound takes the bounded provider when it also says when its
 count is decided by its best scores and a bound of the rest (``count_decided``: Fast-dLLM's threshold and factor
 rules): positions are scored best bound first until the count and the commits are certain
-(:mod:`~dllm_lit.samplers.bounded_counts`); any other adaptive rule takes the cache provider.
+(:mod:`~dllm_lit.decoding.bounded_counts`); any other adaptive rule takes the cache provider.
 
-The fast providers are :func:`dllm_lit.samplers.confidence_decoding.decode_blocks` and the caches under it; this
+The fast providers are :func:`dllm_lit.decoding.confidence_decoding.decode_blocks` and the caches under it; this
 module only translates the rule's hooks into its ``propose`` / ``score`` callables, checks the declared bound
 wherever a score is computed and records log q at the committed positions.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
-from dllm_lit.samplers.confidence_decoding import StepView, decode_blocks
+from dllm_lit.decoding.confidence_decoding import StepView, decode_blocks
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
-from dllm_lit.samplers.rule import RuleSampler, check_bound, check_count, reference_decode
+from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows, rows_by_key
+from dllm_lit.decoding.reference import check_bound, check_count, reference_decode
+
+if TYPE_CHECKING:
+    from dllm_lit.samplers.rule import RuleSampler
 
 __all__ = ["PROVIDERS", "choose_provider", "check_provider", "decode_rule", "run_memo", "keyed_rows"]
 
@@ -178,7 +183,7 @@ def run_memo(den, derive, device: torch.device) -> NeighbourhoodRows | None:
 def keyed_rows(den, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor, derive, memo: NeighbourhoodRows | None = None,
                max_rows: int | None = None):
     """(query, keyed) at the masked positions (b, p) of z: the neighbour queries when ``den`` is local (else None),
-    and, on the CPU, :func:`~dllm_lit.samplers.neighbourhood_rows.rows_by_key`'s (features, index) of one row per
+    and, on the CPU, :func:`~dllm_lit.decoding.neighbourhood_rows.rows_by_key`'s (features, index) of one row per
     neighbourhood key (else None: the caller computes rows per position, from ``query`` when there is one)."""
     if not isinstance(den, LocalDenoiser):
         return None, None

@@ -1,4 +1,4 @@
-"""The statistics a decomposition reports (:mod:`dllm_lit.engine.decompose`, :mod:`dllm_lit.engine.cache_study`):
+"""The statistics a decomposition reports (:mod:`dllm_lit.experiments.decompose`, :mod:`dllm_lit.experiments.cache_study`):
 the plug-in transition KL of a set of samples and its centred bootstrap interval, as the runs compute them."""
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import importlib
 import inspect
 from collections.abc import Mapping
 from typing import Any
-from dllm_lit.cli_messages import missing_module_hint
+from dllm_lit.cli.messages import missing_module_hint
 
 __all__ = ["KINDS", "documented_class", "instantiate", "class_path_of"]
 

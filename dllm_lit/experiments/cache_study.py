@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from dllm_lit.denoisers.scored import ScoredDenoiser
-from dllm_lit.engine.decompose_stats import DIFF_INTERVAL, KL_INTERVAL
-from dllm_lit.engine.decompose_stats import centred_interval as _centred
-from dllm_lit.engine.decompose_stats import transition_kl as _kl
+from dllm_lit.experiments.decompose_stats import DIFF_INTERVAL, KL_INTERVAL
+from dllm_lit.experiments.decompose_stats import centred_interval as _centred
+from dllm_lit.experiments.decompose_stats import transition_kl as _kl
 from dllm_lit.metrics.functional.bootstrap import bootstrap_ci
 from dllm_lit.metrics.functional.transition import transition_codes
 

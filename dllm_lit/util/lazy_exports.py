@@ -18,13 +18,14 @@ __all__ = ["lazy_exports"]
 
 
 def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The ``__getattr__`` and ``__dir__`` of ``package`` for ``exports`` (name -> submodule of ``package``)."""
+    """The ``__getattr__`` and ``__dir__`` of ``package`` for ``exports`` (name -> submodule of ``package``, or a
+    module's full dotted name when it lives elsewhere)."""
 
     def __getattr__(name: str) -> Any:
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        value = getattr(importlib.import_module(module if "." in module else f"{package}.{module}"), name)
         setattr(sys.modules[package], name, value)
         return value
 

@@ -1,6 +1,6 @@
 """Adaptive-count decoding over the gaps between revealed tokens, a few candidates per gap (CPU fast path).
 
-An adaptive count that reads the first P = :data:`~dllm_lit.samplers.confidence_decoding.COUNT_PREFIX` sorted
+An adaptive count that reads the first P = :data:`~dllm_lit.decoding.confidence_decoding.COUNT_PREFIX` sorted
 scores (the EB-sampler's entropy bound) needs, at each step, only the P best positions of each sequence, ties by
 ``tie_rule``.  Under a :class:`~dllm_lit.denoisers.LocalDenoiser` whose neighbourhood keys cap both distances at a
 depth D (:meth:`~dllm_lit.denoisers.LocalDenoiser.neighbour_key_depth`; the oracle: its certified table depth), a
@@ -15,7 +15,7 @@ every masked position is scored and fully sorted, as the dense loop does.
 
 A step costs O(G (2D + P)) for G gaps (the EB-sampler decodes nearly left to right: one or two gaps per sequence)
 instead of O(B T) index work over a posterior cache.  Rows are memoised per neighbourhood key
-(:class:`~dllm_lit.samplers.neighbourhood_rows.NeighbourhoodRows`) with the same row-wise features as the cache, so
+(:class:`~dllm_lit.decoding.neighbourhood_rows.NeighbourhoodRows`) with the same row-wise features as the cache, so
 scores are the same numbers; proposals are drawn from rows recomputed from the neighbours, as the cache draws them.
 """
 from __future__ import annotations
@@ -25,11 +25,11 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
-from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import categorical, categorical_from_stored_cdf, row_chunks
-from dllm_lit.samplers.sparse_rows import SparseNeighbourhoodRows, keyed_rows
+from dllm_lit.decoding.sparse_rows import SparseNeighbourhoodRows, keyed_rows
 from dllm_lit.samplers.selection import rank_positions, top_n_mask, unique_top_n
-from dllm_lit.samplers.step_view import StepView
+from dllm_lit.decoding.step_view import StepView
 
 __all__ = ["GapBlock", "gaps_apply", "decode_gaps"]
 
@@ -48,7 +48,7 @@ class GapBlock:
     """The masked positions of a [B, T] state x (all inside [lo, hi)) as gaps ``(gb, gL, gR)``: row, nearest revealed
     position on the left (-1: none) and on the right (T: none), sorted by (row, gL).
 
-    Acts as the ``post`` of a :class:`~dllm_lit.samplers.confidence_decoding.StepView` whose ``sel`` indexes the
+    Acts as the ``post`` of a :class:`~dllm_lit.decoding.confidence_decoding.StepView` whose ``sel`` indexes the
     current :meth:`entries` (features by key slot; ``fresh`` features recomputed from the neighbours; proposals
     drawn from ``law`` of recomputed rows, as :meth:`PosteriorCache.draw`).
     """
@@ -207,7 +207,7 @@ def _padded(rows: torch.Tensor, values: torch.Tensor, B: int, fill: float,
 def decode_gaps(block: GapBlock, taken: torch.Tensor, propose, score, count, count_prefix, tie_rule: str,
                 prefix: int) -> None:
     """Decode every masked position of ``block`` under the adaptive ``count`` with its ``count_prefix`` of the first
-    ``prefix`` sorted scores (see :func:`~dllm_lit.samplers.confidence_decoding.decode_blocks`; ``taken`` counts each
+    ``prefix`` sorted scores (see :func:`~dllm_lit.decoding.confidence_decoding.decode_blocks`; ``taken`` counts each
     row's steps in place): the commits and draws of the dense loop."""
     B = block.x.shape[0]
     D, lo, hi = block.depth, block.lo, block.hi

@@ -1,6 +1,6 @@
 """Adaptive counts over bounded scores: a step scores the masked positions of its block best bound first, and only
 until the rule's count and its committed set are certain - the adaptive twin of the fixed-schedule bounded draws of
-:func:`~dllm_lit.samplers.confidence_decoding.decode_blocks` (Fast-dLLM's threshold and factor rules on the exact
+:func:`~dllm_lit.decoding.confidence_decoding.decode_blocks` (Fast-dLLM's threshold and factor rules on the exact
 oracle, ``docs/samplers/fast_dllm.md``).
 
 Every masked position i has an upper bound u_i of its score known without its posterior row (a rule's ``pmax``

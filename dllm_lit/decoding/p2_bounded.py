@@ -5,7 +5,7 @@ samples as the direct step of :class:`~dllm_lit.samplers.p2.P2`, which draws at 
 A step keeps the T - m positions with the highest keys k_j = w_j + s G_j (equal keys: the higher position kept, as
 the direct step's ``lowest`` masks the lower one first); a masked position that is not kept stays masked and its
 proposal is discarded.  Every position keeps its leave-one-out row across steps
-(:class:`~dllm_lit.samplers.tracked_rows.TrackedRows`) and from it a log-weight W_j: at a revealed position its
+(:class:`~dllm_lit.decoding.tracked_rows.TrackedRows`) and from it a log-weight W_j: at a revealed position its
 exact weight (eta log p(z_j | z_{-j})), at a masked one the bound max_v log p(v | z) >= log p(x^_j | z) for every
 proposal (the same ``log`` of the same numbers: no monotonicity of ``log`` is assumed), so K_j = W_j + s G_j bounds
 the key from above (rounding is monotone).  With D the positions whose key is known (revealed and drawn masked
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from dllm_lit.indices import flat_nonzero
+from dllm_lit.util.indices import flat_nonzero
 from dllm_lit.samplers.draws import StepUniforms
-from dllm_lit.samplers.row_providers import LeaveOneOutRows, draw_stored
+from dllm_lit.decoding.row_providers import LeaveOneOutRows, draw_stored
 
 __all__ = ["BoundedPlanning", "GUESS_MARGIN"]
 

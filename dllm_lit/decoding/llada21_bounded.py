@@ -2,7 +2,7 @@
 commits, edits and NFE as the direct call of :class:`~dllm_lit.samplers.llada21.LLaDA21`, which draws at every
 masked position and every revealed one its row lets reach the editing threshold (``tests/test_llada21_bounded.py``).
 
-Every position keeps its leave-one-out row across calls (:class:`~dllm_lit.samplers.tracked_rows.TrackedRows`) and,
+Every position keeps its leave-one-out row across calls (:class:`~dllm_lit.decoding.tracked_rows.TrackedRows`) and,
 from that row, with c(v) = law(v) / sum the confidence of a proposal v (law(v) at temperature 0):
 
 * masked i: the bound u_i = max_v c(v) (IEEE division is monotone, so c(x) <= u_i for every proposal x);
@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import torch
 
-from dllm_lit.indices import flat_nonzero, nonzero_pairs
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.draws import StepUniforms
-from dllm_lit.samplers.row_providers import draw_stored
+from dllm_lit.decoding.row_providers import draw_stored
 from dllm_lit.samplers.selection import topk_stable_mask
-from dllm_lit.samplers.tracked_rows import TrackedRows
+from dllm_lit.decoding.tracked_rows import TrackedRows
 
 __all__ = ["BoundedRefinement", "FIRST_DRAWS"]
 

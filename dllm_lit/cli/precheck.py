@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from dllm_lit import checks
-from dllm_lit.cli_messages import one_line
-from dllm_lit.config_files import read_yaml
+from dllm_lit.cli.messages import one_line
+from dllm_lit.cli.config_files import read_yaml
 from dllm_lit.engine.budget import check_config_arguments
 
 __all__ = ["precheck", "refused", "check_config_files", "check_seed", "check_steps_arguments", "GROUPS"]

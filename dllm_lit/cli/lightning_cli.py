@@ -14,14 +14,14 @@ import lightning as L
 import torch
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from dllm_lit import console
-from dllm_lit.cli_messages import condense_parser_error, one_line
-from dllm_lit.cli_precheck import GROUPS, check_seed, check_steps_arguments, precheck
-from dllm_lit.config_classes import documented_class
+from dllm_lit.util import console
+from dllm_lit.cli.messages import condense_parser_error, one_line
+from dllm_lit.cli.precheck import GROUPS, check_seed, check_steps_arguments, precheck
+from dllm_lit.cli.config_classes import documented_class
 from dllm_lit.data.datamodule import MarkovDataModule
 from dllm_lit.engine.process_group import watch_peers
 from dllm_lit.engine.threads import sampling_threads
-from dllm_lit.engine.wiring import connect, connect_training
+from dllm_lit.cli.wiring import connect, connect_training
 from dllm_lit.results.signal_guard import RunStopped
 from dllm_lit.results.writer import ResultsWriter, RunInterrupted
 from dllm_lit.samplers import load_all
@@ -96,7 +96,7 @@ class DllmCLI(LightningCLI):
         check_environment(cfg)
 
     def before_instantiate_classes(self) -> None:
-        """Refuse a model class the verb does not document (:mod:`dllm_lit.config_classes`), then the default
+        """Refuse a model class the verb does not document (:mod:`dllm_lit.cli.config_classes`), then the default
         output directory when ``trainer.default_root_dir`` is unset: ``outputs/<config name>``.
 
         The config name is the first ``--config`` file's name, plus ``_<name>`` of each further one

@@ -1,6 +1,6 @@
 """Split a learned denoiser's error from its sampler's error (one command, one table, one figure).
 
-    python cli.py decompose --config configs/decompose.yaml     # or python -m dllm_lit.engine.decompose
+    python cli.py decompose --config configs/decompose.yaml     # or python -m dllm_lit.experiments.decompose
 
 For a sampler whose ``denoiser`` is a learned model and the steps grid of that sampler:
 
@@ -29,10 +29,10 @@ from typing import Any, Optional
 import torch
 
 from dllm_lit.data.datamodule import MarkovDataModule
-from dllm_lit.indices import nonzero_pairs
-from dllm_lit.engine.decompose_stats import DIFF_INTERVAL, KL_INTERVAL
-from dllm_lit.engine.decompose_stats import centred_interval as _centred
-from dllm_lit.engine.decompose_stats import transition_kl as _kl
+from dllm_lit.util.indices import nonzero_pairs
+from dllm_lit.experiments.decompose_stats import DIFF_INTERVAL, KL_INTERVAL
+from dllm_lit.experiments.decompose_stats import centred_interval as _centred
+from dllm_lit.experiments.decompose_stats import transition_kl as _kl
 from dllm_lit.metrics.functional.bootstrap import bootstrap_ci
 from dllm_lit.metrics.functional.transition import transition_counts, transition_metrics_from_counts
 from dllm_lit.samplers.base import Sampler
@@ -95,12 +95,12 @@ def decompose(sampler: Sampler, data: MarkovDataModule, output_dir: str | os.Pat
               caches: list[dict[str, Any]] | None = None, law_permutations: int = 999) -> dict[str, Any]:
     """Compute (a), (b), (c) and (c) - (b) (see module docstring), write the table and figure; returns the table.
     With ``caches`` (cache settings of the learned denoiser) (b) and (c) come from the cache study instead
-    (:mod:`dllm_lit.engine.cache_study`: sampler, model and cache parts, per-call errors, speed, law tests)."""
+    (:mod:`dllm_lit.experiments.cache_study`: sampler, model and cache parts, per-call errors, speed, law tests)."""
     if sampler.denoiser is None:
         raise ValueError("decompose needs a learned denoiser: set sampler.init_args.denoiser "
                          "(e.g. dllm_lit.denoisers.CheckpointDenoiser)")
     if caches:
-        from dllm_lit.engine.cache_study import check_caches
+        from dllm_lit.experiments.cache_study import check_caches
 
         caches = check_caches(caches, sampler)
         if getattr(sampler.denoiser, "cache", "none") != "none":
@@ -125,7 +125,7 @@ def decompose(sampler: Sampler, data: MarkovDataModule, output_dir: str | os.Pat
     steps_rows = []
     study = None
     if caches:
-        from dllm_lit.engine.cache_study import cache_rows
+        from dllm_lit.experiments.cache_study import cache_rows
 
         study = cache_rows(oracle_sampler, sampler, caches, chain, N, T, seed, bootstrap_resamples, law_permutations)
         for r in study:
@@ -193,7 +193,7 @@ def write(table: dict[str, Any], out: Path) -> None:
                      f"{_fmt(r['total_kl'], r['total_kl_ci'])} | {_fmt(r['diff_kl'], r['diff_kl_ci'])} |")
     lines += ["", f"Exact chain samples (plug-in floor): {_fmt(table['reference_kl'], table['reference_kl_ci'])}", ""]
     if "cache_study" in table:
-        from dllm_lit.engine.cache_report import cache_figure, cache_markdown
+        from dllm_lit.experiments.cache_report import cache_figure, cache_markdown
 
         lines += cache_markdown(table["cache_study"])
         cache_figure(table["cache_study"], out / "cache_front.png")
@@ -236,9 +236,9 @@ def _figure(table: dict[str, Any], path: Path) -> None:
 
 def main(args: list[str] | None = None) -> dict[str, Any]:
     """``python cli.py decompose --config configs/decompose.yaml [--data.seq_len 64] ...`` (or ``python -m
-    dllm_lit.engine.decompose``)."""
-    from dllm_lit.config_classes import documented_class
-    from dllm_lit.lightning_cli import DEFAULT_SEED, DllmParser, exit_on_user_error
+    dllm_lit.experiments.decompose``)."""
+    from dllm_lit.cli.config_classes import documented_class
+    from dllm_lit.cli.lightning_cli import DEFAULT_SEED, DllmParser, exit_on_user_error
 
     # the CLI's parser: a bad option or a class that is not a sampler is refused in one line
     parser = DllmParser(prog="cli.py decompose", description=__doc__.split("\n\n")[0])

@@ -23,13 +23,13 @@ import signal
 import sys
 from typing import Any
 
-from dllm_lit.cli_precheck import GROUPS, refused
+from dllm_lit.cli.precheck import GROUPS, refused
 from dllm_lit.experiments import COMMANDS
 from dllm_lit.results.signal_guard import RunStopped
 
 __all__ = ["DllmCLI", "main", "console_main", "RunStopped", "DEFAULT_SEED", "trap_startup_signals"]
 
-#: names of :mod:`dllm_lit.lightning_cli` this module has always offered, loaded on first use: importing this
+#: names of :mod:`dllm_lit.cli.lightning_cli` this module has always offered, loaded on first use: importing this
 #: module (``cli.py``) loads no heavy library, so a bad command line is refused in a fraction of a second
 _LIGHTNING_NAMES = ("DEFAULT_SEED", "SWITCHABLE", "USER_ERRORS", "DllmCLI", "DllmParser", "check_environment",
                     "check_steps_arguments", "exit_on_user_error", "reset_switched_classes", "run")
@@ -39,7 +39,7 @@ STARTUP_LINE = "stopped: interrupted by {name} during start-up, before any row w
 
 def __getattr__(name: str) -> Any:
     if name in _LIGHTNING_NAMES:
-        from dllm_lit import lightning_cli
+        from dllm_lit.cli import lightning_cli
 
         return getattr(lightning_cli, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -90,7 +90,7 @@ Every sampler has a config in configs/; docs/README.md describes samplers, metri
 
 def main(args=None) -> DllmCLI:
     """Run the CLI; bad settings end with ``error: <message naming the field>`` and exit status 2 (what the
-    command line alone shows, :mod:`dllm_lit.cli_precheck`, before the libraries load).
+    command line alone shows, :mod:`dllm_lit.cli.precheck`, before the libraries load).
 
     Set ``DLLM_LIT_TRACEBACK=1`` to see the full traceback instead.
     """
@@ -109,7 +109,7 @@ def main(args=None) -> DllmCLI:
         raise SystemExit(2)
     if refused(argv[0], argv[1:]):  # the command line and the config files alone, before the libraries load
         raise SystemExit(2)
-    from dllm_lit.lightning_cli import run
+    from dllm_lit.cli.lightning_cli import run
 
     _libraries_loaded()
     return run(args)

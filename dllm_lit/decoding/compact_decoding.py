@@ -9,7 +9,7 @@ All bookkeeping (neighbour scans, bound refresh, top-k) then costs O(B n) with n
 of O(B L) over the whole block, and needs no [B, L] masks.  Posterior rows are computed once per distinct
 neighbourhood (most masked positions share a few hundred on the English chain).
 
-The steps are those of :func:`~dllm_lit.samplers.confidence_decoding.decode_blocks` with a ``bound``:
+The steps are those of :func:`~dllm_lit.decoding.confidence_decoding.decode_blocks` with a ``bound``:
 proposals are drawn first at the columns of largest bound, then wherever the bound reaches the k-th largest
 score found so far; columns are in position order, so the stable top-k over columns is the top-k over
 positions with the same tie rule.  Which positions are drawn first does not change the commits (every
@@ -23,9 +23,9 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, neighbour_distances
-from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import ROW_CHUNK_ELEMENTS, categorical, categorical_from_stored_cdf, row_chunks
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key, law_row_features
+from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows, rows_by_key, law_row_features
 
 __all__ = ["CompactBlock", "compact_applies", "compact_counts"]
 
@@ -56,7 +56,7 @@ class CompactBlock:
     (-1 / T: none); ``bound``: float64 upper bounds of max_v p(x0 = v | x), refreshed where the neighbours
     changed (with ``exact_bounds``, the exact row maximum when the distinct rows are few, else the denoiser's
     row-free bound, then tightened to the row maximum where a row is drawn).  Acts as the ``post`` of a
-    :class:`~dllm_lit.samplers.confidence_decoding.StepView` whose ``sel`` holds flat column indices
+    :class:`~dllm_lit.decoding.confidence_decoding.StepView` whose ``sel`` holds flat column indices
     (``row * n + column``): proposals are then drawn by :meth:`draw_law`.
     ``law``: posterior rows -> the unnormalised proposal law; ``row0``: the state's first row in the caller's batch;
     ``exact_bounds``: whether refreshed bounds may be exact row maxima (worth it where rows are cheap: exact bounds

@@ -15,7 +15,7 @@ so samplers produce identical draws with and without the cache (tested).  When t
 a key per neighbourhood (:meth:`~dllm_lit.denoisers.LocalDenoiser.neighbour_keys`), the features
 are computed once per distinct key among the positions to refresh (the oracle: positions farther
 than its certified depth from both neighbours share one posterior).  When the key range is small
-(:class:`~dllm_lit.samplers.neighbourhood_rows.NeighbourhoodRows`: the English chain's oracle), the features
+(:class:`~dllm_lit.decoding.neighbourhood_rows.NeighbourhoodRows`: the English chain's oracle), the features
 are kept once per key met in the run and each position stores only its key's slot: a refresh then looks
 up keys (rows only for keys not met before) and writes one integer per position, and reads gather the
 feature at the slot.  Same rows, same row-wise features, so the same numbers.
@@ -33,9 +33,9 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries, nearest_revealed, neighbour_distances
-from dllm_lit.indices import flat_nonzero, nonzero_pairs, ranges
+from dllm_lit.util.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import categorical, categorical_from_stored_cdf, row_chunks
-from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, law_row_features
+from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows, law_row_features
 
 __all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS"]
 
