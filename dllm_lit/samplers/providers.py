@@ -32,9 +32,10 @@ from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
 from dllm_lit.samplers.confidence_decoding import StepView, decode_blocks
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries
 from dllm_lit.samplers.neighbourhood_rows import NeighbourhoodRows, rows_by_key
-from dllm_lit.samplers.rule import RuleSampler, check_bound, check_count, reference_decode
+from dllm_lit.samplers.rule import RuleSampler, check_bound, check_count, draw, reference_decode
 
-__all__ = ["PROVIDERS", "choose_provider", "check_provider", "decode_rule", "run_memo", "keyed_rows"]
+__all__ = ["PROVIDERS", "choose_provider", "check_provider", "decode_rule", "decode_random_order", "run_memo",
+           "keyed_rows"]
 
 PROVIDERS = ("dense", "cache", "bounded")
 
@@ -161,10 +162,37 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         if taken is not None:
             taken += n.to(taken.device)
         return provider
-    blocks, schedule = rule.schedule(x.shape[1], steps)
+    blocks, schedule = rule.block_schedule(x.shape[1], steps)
     decode_blocks(den, x, blocks, schedule=schedule, bound="pmax" if bounded else None,
                   score_bound=rule.score_bound if bounded and rule.maps_bound else None, **common)
     return provider
+
+
+@torch.no_grad()
+def decode_random_order(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
+                        log_q: torch.Tensor | None = None) -> None:
+    """Decode x [B, T] in place by a rule declaring ``order = "random"`` (equal blocks after a revealed prefix): each
+    block's positions in a uniformly random order drawn up front (:func:`random_order_steps`), cut into the rule's
+    counts; the denoiser is queried only where a position commits (:func:`decode_in_order`), proposals are
+    ``rule.propose``'s draws with Stream.TOKEN uniforms at (step, position), and ``log_q`` gets their log q."""
+    from dllm_lit.samplers.ordered_decoding import decode_in_order, random_order_steps
+
+    blocks, counts = rule.block_schedule(x.shape[1], steps)
+    if not blocks:
+        return
+    lo, bl = blocks[0][0], blocks[0][1] - blocks[0][0]
+    decode = random_order_steps(seed, indices, steps, x.shape[1], lo, bl, len(blocks), counts=counts)
+    tok_u = StepUniforms(seed, indices, steps)
+
+    def propose(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
+        law = rule.propose(probs)
+        tok = draw(law, probs, tok_u.at(j, b, p))
+        if log_q is None:
+            return tok
+        return tok, torch.zeros(tok.shape, dtype=torch.float64, device=tok.device) if law is None \
+            else drawn_log_prob(law, tok)
+
+    x.copy_(decode_in_order(den, x, decode, steps - 1, propose, log_q=log_q))
 
 
 def run_memo(den, derive, device: torch.device) -> NeighbourhoodRows | None:

@@ -43,10 +43,12 @@ from dllm_lit.samplers.confidence_decoding import TIE_SLOT
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.selection import TIE_RULES, rank_positions, transfer_schedule
 
-__all__ = ["RuleSampler", "BOUNDS", "reference_decode", "check_bound", "check_count", "draw"]
+__all__ = ["RuleSampler", "BOUNDS", "ORDERS", "reference_decode", "check_bound", "check_count", "draw"]
 
 #: score bounds a rule may declare: None, or "pmax" (score <= max_v p(x0 = v | x) at every position)
 BOUNDS = (None, "pmax")
+#: commit orders a rule may declare: "score" (the k best scores), or "random" (k uniformly random masked positions)
+ORDERS = ("score", "random")
 
 
 class RuleSampler(Sampler):
@@ -59,6 +61,10 @@ class RuleSampler(Sampler):
     #: order of equal scores: "lowest" position first, "highest", or "random" (Stream.ORDER uniforms)
     tie_rule: str = "lowest"
     no_log_q_reason = "the commit order depends on the scores of the drawn proposals"
+    #: "random": each step commits a uniformly random k-subset of the block's masked positions and ``score`` is never
+    #: read (LLaDA's random remasking); the engine draws every block's order up front (Stream.ORDER keys) and queries
+    #: the denoiser only where a position commits; the order ignores the tokens, so log q is recorded
+    order: str = "score"
     #: reuse posterior rows between steps where the provider can (exact: False recomputes them, same draws)
     use_cache: bool = True
     #: False for a rule whose counts ignore ``steps`` (one row, steps "-", NFE from its counts; ``counts(n, None)``)
@@ -133,7 +139,7 @@ class RuleSampler(Sampler):
 
         return [Row(self.name, None, self)]
 
-    def schedule(self, seq_len: int, steps: int | None) -> tuple[list[tuple[int, int]], list[list[int]]]:
+    def block_schedule(self, seq_len: int, steps: int | None) -> tuple[list[tuple[int, int]], list[list[int]]]:
         """The blocks and, per block, its commit counts (``steps`` split evenly over the blocks; None for a rule
         that ignores them)."""
         blocks = self.blocks(seq_len)
@@ -148,19 +154,20 @@ class RuleSampler(Sampler):
         if steps is not None and blocks and steps % len(blocks):
             raise ValueError(f"steps={steps} must be divisible by the number of blocks ({len(blocks)}) "
                              f"for seq_len={seq_len}")
-        for (lo, hi), c in zip(*self.schedule(seq_len, steps)):
+        for (lo, hi), c in zip(*self.block_schedule(seq_len, steps)):
             if sum(c) != hi - lo or min(c, default=0) < 0:
                 raise ValueError(f"counts of block [{lo}, {hi}) must be >= 0 and sum to {hi - lo}, got {c}")
 
     def check_options(self) -> None:
         checks.choice("bound", self.bound, BOUNDS)
         checks.choice("tie_rule", self.tie_rule, TIE_RULES)
+        checks.choice("order", self.order, ORDERS)
 
     def nfe(self, seq_len: int, steps: int | None) -> float | None:
         """Steps that commit at least one token (adaptive rules: None, counted per sequence by the run)."""
         if (steps is None and self.uses_steps) or self.adaptive:
             return None
-        return float(sum(1 for c in self.schedule(seq_len, steps)[1] for k in c if k > 0))
+        return float(sum(1 for c in self.block_schedule(seq_len, steps)[1] for k in c if k > 0))
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                  log_q: torch.Tensor | None = None) -> torch.Tensor:
@@ -170,7 +177,7 @@ class RuleSampler(Sampler):
     def _decode(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                 log_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Samples and the denoiser evaluations of each sequence (float64 [B])."""
-        from dllm_lit.samplers.providers import decode_rule
+        from dllm_lit.samplers.providers import decode_random_order, decode_rule
 
         if not self.uses_steps:
             steps = None  # counts(n, None); the uniforms are keyed by step 0
@@ -178,7 +185,10 @@ class RuleSampler(Sampler):
             raise ValueError(f"{type(self).__name__} records no log q: {self.log_q_reason(steps)}")
         x = self.initial_state(indices, seq_len, seed, log_q=log_q)
         taken = torch.zeros(indices.numel(), dtype=torch.float64, device=indices.device) if self.adaptive else None
-        decode_rule(self, self.denoiser, x, indices, steps, seed, log_q=log_q, taken=taken)
+        if self.order == "random":
+            decode_random_order(self, self.denoiser, x, indices, steps, seed, log_q=log_q)
+        else:
+            decode_rule(self, self.denoiser, x, indices, steps, seed, log_q=log_q, taken=taken)
         if taken is None:
             taken = torch.full((indices.numel(),), float(self.nfe(seq_len, steps)), dtype=torch.float64,
                                device=indices.device)
@@ -242,7 +252,7 @@ def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Ten
     if rule.adaptive:  # each sequence's own step counter; a block runs until it has no mask left
         blocks, schedules = rule.blocks(x.shape[1]), None
     else:
-        blocks, schedules = rule.schedule(x.shape[1], steps)
+        blocks, schedules = rule.block_schedule(x.shape[1], steps)
     j = torch.zeros(B, dtype=torch.long, device=x.device)  # the step index of every sequence (the uniforms' key)
     for blk, (lo, hi) in enumerate(blocks):
         den.block_start(lo, hi)
