@@ -47,8 +47,10 @@ __all__ = ["RuleSampler", "BOUNDS", "ORDERS", "reference_decode", "check_bound",
 
 #: score bounds a rule may declare: None, or "pmax" (score <= max_v p(x0 = v | x) at every position)
 BOUNDS = (None, "pmax")
-#: commit orders a rule may declare: "score" (the k best scores), or "random" (k uniformly random masked positions)
+#: commit orders a rule may declare: "score" (the k best scores), or "random" (drawn up front by ``decode_steps``)
 ORDERS = ("score", "random")
+#: Stream.ORDER slot of the Gumbel keys that draw positions under a ``position_temperature``
+GUMBEL_SLOT = 2
 
 
 class RuleSampler(Sampler):
@@ -61,10 +63,23 @@ class RuleSampler(Sampler):
     #: order of equal scores: "lowest" position first, "highest", or "random" (Stream.ORDER uniforms)
     tie_rule: str = "lowest"
     no_log_q_reason = "the commit order depends on the scores of the drawn proposals"
-    #: "random": each step commits a uniformly random k-subset of the block's masked positions and ``score`` is never
-    #: read (LLaDA's random remasking); the engine draws every block's order up front (Stream.ORDER keys) and queries
-    #: the denoiser only where a position commits; the order ignores the tokens, so log q is recorded
+    #: "random": the step of every position is drawn up front by :meth:`decode_steps` and ``score`` is never read
+    #: (LLaDA's random remasking: uniformly random k-subsets); the engine queries the denoiser only where a position
+    #: commits, drawing its proposal with Stream.TOKEN uniforms in slot ``token_slot``
     order: str = "score"
+    token_slot: int = 0
+    #: False: ``score(probs, None, None)`` reads the posterior row only (an entropy, a margin), never the proposal or
+    #: the position; the engine may store it per row, ranks first and draws proposals only where positions commit
+    reads_tokens: bool = True
+    #: > 0: the k committed positions are drawn without replacement from softmax(score / position_temperature)
+    #: (Gumbel top-k with Stream.ORDER keys at (step, position), slot GUMBEL_SLOT); a declared bound is then unused
+    position_temperature: float | None = None
+    #: "entropy" / "topk_margin": the score is sum_v q log(q + 1e-10) / q_(1) - q_(2) of the normalised proposal law q
+    #: (Dream's), so on the exact oracle the engine may also bound it from reference rows (score_envelopes)
+    envelope: str | None = None
+    #: True: ``score`` is the proposal's probability under the (normalised) proposal law (MaskGIT's confidence); the
+    #: engine then reads it from the draw where its provider computes the law anyway
+    scores_by_law: bool = False
     #: reuse posterior rows between steps where the provider can (exact: False recomputes them, same draws)
     use_cache: bool = True
     #: False for a rule whose counts ignore ``steps`` (one row, steps "-", NFE from its counts; ``counts(n, None)``)
@@ -124,6 +139,17 @@ class RuleSampler(Sampler):
     def blocks(self, seq_len: int) -> list[tuple[int, int]]:
         """[lo, hi) of the blocks decoded left to right (default: one block)."""
         return [(0, seq_len)] if seq_len > 0 else []
+
+    def decode_steps(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        """With ``order = "random"``: the step of every position [B, T] (-1 where revealed at the start): each
+        block's positions in a uniformly random order (Stream.ORDER keys), cut into the block's counts."""
+        from dllm_lit.samplers.ordered_decoding import random_order_steps
+
+        blocks, counts = self.block_schedule(seq_len, steps)
+        if not blocks:
+            return torch.full((indices.numel(), seq_len), -1, dtype=torch.long, device=indices.device)
+        lo, bl = blocks[0][0], blocks[0][1] - blocks[0][0]
+        return random_order_steps(seed, indices, steps, seq_len, lo, bl, len(blocks), counts=counts)
 
     def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int,
                       log_q: torch.Tensor | None = None) -> torch.Tensor:
@@ -273,8 +299,10 @@ def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Ten
             probs = den.probs_at(x, b, p)
             law = rule.propose(probs)
             tok = draw(law, probs, tok_u.at(j[b], b, p))
-            s = rule.score(probs, tok, p).to(torch.float64)
+            s = rule.score(probs, *((tok, p) if rule.reads_tokens else (None, None))).to(torch.float64)
             check_bound(rule, probs, s, pos=p)
+            if rule.position_temperature:
+                s = s / rule.position_temperature - torch.log(-torch.log(tie_u.at(j[b], b, p, GUMBEL_SLOT)))
             scores = torch.full((B, hi - lo), -torch.inf, dtype=torch.float64, device=x.device)
             scores[b, p - lo] = s
             proposal = torch.zeros((B, hi - lo), dtype=torch.long, device=x.device)
