@@ -1,16 +1,16 @@
-"""What a sampler written as a plain rule costs against the built-in fast path, and what the engine's provider
-choice buys back.
+"""What a rule written from the recipe costs against the built-in sampler of its family, and what the engine's
+provider choice buys back.
 
-    python benchmarks/rule_engine.py [--sampler llada] [--num-sequences 16] [--seq-len 1024] [--steps 1024 ...]
-                                     [--temperature 1.0] [--plain]
+    python benchmarks/rule_engine.py [--sampler llada|dream_entropy] [--num-sequences 16] [--seq-len 1024]
+                                     [--steps 1024 ...] [--temperature 1.0] [--plain]
 
-On the bundled English chain with the exact oracle, one shipped sampler's rule two or three ways, same seed: the
-built-in class (fast paths chosen by hand; ``--sampler`` llada or pc_sampler with its shipped config's options), the
-same rule through the engine-chosen provider (:func:`~dllm_lit.decoding.providers.decode_rule`:
-:class:`~dllm_lit.samplers.llada_rule.LLaDARule`, :class:`~dllm_lit.samplers.pc_rule.PCRule`) and, with
-``--plain``, the rule run plainly (:func:`~dllm_lit.decoding.reference.reference_decode`: ``probs_at`` at every masked
-position every step, the loop the docs once showed).  Prints wall and CPU (process) seconds per step count and in
-all, the ratios to the built-in path, and checks that the paths give identical samples.
+On the bundled English chain with the exact oracle, the same seed, two or three ways: the built-in class (``LLaDA``
+or ``Dream(alg="entropy")``, themselves rules with declared capabilities), a rule a newcomer writes from the recipe
+of docs/architecture.md in a few lines (below: "commit the k most confident proposals", "commit the k tokens of
+lowest entropy"), run through the engine-chosen provider, and, with ``--plain``, that rule run plainly
+(:func:`~dllm_lit.samplers.rule.reference_decode`: ``probs_at`` at every masked position every step).  Prints wall
+and CPU (process) seconds per step count and in all, the ratios to the built-in path (target: the recipe within
+1.2x), and checks that the paths give identical samples.
 """
 from __future__ import annotations
 
@@ -19,11 +19,52 @@ import time
 
 import torch
 
-from dllm_lit.samplers import LLaDA
-from dllm_lit.samplers.llada_rule import LLaDARule
+from dllm_lit.samplers.draws import tempered_law
 from dllm_lit.decoding.providers import choose_provider
 from dllm_lit.decoding.reference import reference_decode
+from dllm_lit.samplers.rule import RuleSampler
 from dllm_lit.sources import english_char_chain
+
+
+class Confidence(RuleSampler):
+    """The recipe "commit the k most confident proposals" (LLaDA's low-confidence remasking, one block)."""
+
+    sampler_name = "confidence_recipe"
+    bound = "pmax"  # p(x̂) <= max_v p
+
+    def __init__(self, denoiser=None, steps=128, temperature: float = 1.0) -> None:
+        super().__init__(denoiser, steps)
+        self.temperature = temperature
+
+    def propose(self, probs):
+        return tempered_law(probs, self.temperature)
+
+    def score(self, probs, tok, pos):
+        return probs.gather(1, tok[:, None]).squeeze(1).double()
+
+
+class LowestEntropy(RuleSampler):
+    """The recipe "commit the k tokens of lowest entropy" with Dream's schedule, law and entropy (Dream, alg=entropy,
+    temperature 1)."""
+
+    sampler_name = "entropy_recipe"
+    reads_tokens = False  # the score reads the row only: proposals are drawn where positions commit
+
+    def __init__(self, denoiser=None, steps=128, temperature: float = 1.0) -> None:
+        super().__init__(denoiser, steps)
+
+    def propose(self, probs):
+        q = probs.double()
+        return q / q.sum(-1, keepdim=True)
+
+    def score(self, probs, tok, pos):
+        q = self.propose(probs)
+        return (q * torch.log(q + 1e-10)).sum(-1)  # minus the entropy of q
+
+    def counts(self, n, steps):
+        from dllm_lit.samplers.dream import dream_schedule
+
+        return dream_schedule(n, steps, 1e-3)
 
 
 def plain(rule_cls: type) -> type:
@@ -38,12 +79,10 @@ def plain(rule_cls: type) -> type:
 
 
 def pairs() -> dict[str, tuple[type, type, dict]]:
-    """--sampler: (built-in class, rule class, options of the shipped config but the temperature)."""
-    from dllm_lit.samplers import PCSampler
-    from dllm_lit.samplers.pc_rule import PCRule
+    """--sampler: (built-in class, recipe rule, the built-in's options but the temperature)."""
+    from dllm_lit.samplers import Dream, LLaDA
 
-    return {"llada": (LLaDA, LLaDARule, {}),
-            "pc_sampler": (PCSampler, PCRule, {"lambd": 0.25, "alpha": 10.0})}
+    return {"llada": (LLaDA, Confidence, {}), "dream_entropy": (Dream, LowestEntropy, {"alg": "entropy"})}
 
 
 def timed(fn) -> tuple[torch.Tensor, float, float]:
@@ -71,9 +110,9 @@ def main() -> None:
     N, T, tau = args.num_sequences, args.seq_len, args.temperature
     built_in, rule_cls, options = pairs()[args.sampler]
     options = {**options, "temperature": tau}
-    paths = {"built-in": built_in(**options).connect(chain), "rule via engine": rule_cls(**options).connect(chain)}
+    paths = {"built-in": built_in(**options).connect(chain), "rule via engine": rule_cls(temperature=tau).connect(chain)}
     if args.plain:
-        paths["plain rule"] = plain(rule_cls)(**options).connect(chain)
+        paths["plain rule"] = plain(rule_cls)(temperature=tau).connect(chain)
     engine = paths["rule via engine"]
     print(f"{args.sampler} {options}, English chain (V={chain.vocab_size}), N={N}, T={T}, steps={args.steps}, "
           f"{torch.get_num_threads()} threads; engine provider: {choose_provider(engine, engine.denoiser)}")

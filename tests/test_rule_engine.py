@@ -11,7 +11,6 @@ from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.samplers import LLaDA
 from dllm_lit.samplers.draws import StepUniforms, tempered_draw
-from dllm_lit.samplers.llada_rule import LLaDARule
 from dllm_lit.decoding.providers import choose_provider, decode_rule
 from dllm_lit.decoding.reference import reference_decode
 from dllm_lit.samplers.rule import BOUNDS, RuleSampler
@@ -43,18 +42,16 @@ def _plain(s: RuleSampler, n: int, T: int, steps: int, seed: int) -> torch.Tenso
 @pytest.mark.parametrize("chain_name", ["english", "eps0"])
 @pytest.mark.parametrize("tau, block_length, tie_rule", [
     (1.0, None, "lowest"), (0.0, None, "lowest"), (0.5, 8, "highest"), (1.0, 16, "random")])
-def test_llada_rule_draws_what_llada_draws(chains, chain_name, tau, block_length, tie_rule) -> None:
+def test_llada_draws_the_same_on_every_provider(chains, chain_name, tau, block_length, tie_rule) -> None:
     chain = chains[chain_name]
     options = dict(temperature=tau, block_length=block_length, tie_rule=tie_rule)
-    llada = LLaDA(**options).connect(chain)
-    rule = LLaDARule(**options).connect(chain)
-    generic = LLaDARule(GenericDenoiser(rule.denoiser), **options).connect(chain)
+    rule = LLaDA(**options).connect(chain)
+    generic = LLaDA(GenericDenoiser(rule.denoiser), **options).connect(chain)
     for steps in (4, 32):
-        want = llada.sample(12, 32, steps, seed=7)
-        assert torch.equal(rule.sample(12, 32, steps, seed=7), want)  # bounded provider (compact columns, memo)
+        want = rule.sample(12, 32, steps, seed=7)  # bounded provider (compact columns, memo)
         assert torch.equal(generic.sample(12, 32, steps, seed=7), want)  # dense direct provider
         assert torch.equal(_plain(rule, 12, 32, steps, 7), want)  # the plain loop on the oracle
-    assert rule.nfe(32, 4) == llada.nfe(32, 4)
+    assert rule.nfe(32, 4) == 4 and rule.nfe(32, 64) == 32
 
 
 class PlainLeftToRight(LeftToRight):
@@ -88,7 +85,7 @@ def test_user_recipe_as_a_rule_draws_what_its_plain_loop_drew(chains, tau, T, st
     assert float(stats["nfe"][0]) == -(-T // -(-T // steps))  # steps that commit: ceil(T / width)
 
 
-class OneMinusConfidence(LLaDARule):
+class OneMinusConfidence(LLaDA):
     """Scores by 1 - p(x̂): no longer below max_v p, yet still declaring the bound (the measured hazard)."""
 
     def score(self, probs, tok, pos):
@@ -113,10 +110,9 @@ def test_a_wrong_bound_declaration_fails_in_one_line(chains) -> None:
 
 def _rule_classes() -> list[type[RuleSampler]]:
     """Every rule the package and the docs' example define."""
-    from dllm_lit.samplers import FastDLLM
-    from dllm_lit.samplers.pc_rule import PCRule
+    from dllm_lit.samplers import FastDLLM, PCSampler
 
-    return [LLaDARule, FastDLLM, PCRule, LeftToRight]
+    return [LLaDA, FastDLLM, PCSampler, LeftToRight]
 
 
 @pytest.mark.parametrize("cls", _rule_classes(), ids=lambda c: c.__name__)
@@ -146,25 +142,25 @@ def test_declared_bounds_hold_on_random_rows(cls) -> None:
 def test_the_engine_chooses_the_provider_from_the_denoiser(chains) -> None:
     chain = chains["sparse_teleport"]
     oracle = OracleDenoiser(chain)
-    assert choose_provider(LLaDARule(oracle), oracle) == "bounded"
+    assert choose_provider(LLaDA(oracle), oracle) == "bounded"
     assert choose_provider(LeftToRight(oracle), oracle) == "cache"
-    assert choose_provider(LLaDARule(oracle), GenericDenoiser(oracle)) == "dense"
-    x = LLaDARule(oracle, temperature=1.0).connect(chain).initial_state(torch.arange(2), 16, 0)
-    assert decode_rule(LLaDARule(oracle, temperature=1.0).connect(chain), oracle, x, torch.arange(2), 4, 0) == "bounded"
+    assert choose_provider(LLaDA(oracle), GenericDenoiser(oracle)) == "dense"
+    x = LLaDA(oracle, temperature=1.0).connect(chain).initial_state(torch.arange(2), 16, 0)
+    assert decode_rule(LLaDA(oracle, temperature=1.0).connect(chain), oracle, x, torch.arange(2), 4, 0) == "bounded"
     assert (x < chain.vocab_size).all()
 
 
 def test_rule_settings_are_checked(chains) -> None:
     chain = chains["sparse_teleport"]
     with pytest.raises(ValueError, match="block_length"):
-        LLaDARule(block_length=5).connect(chain).sample(2, 32, 4, seed=0)
+        LLaDA(block_length=5).connect(chain).sample(2, 32, 4, seed=0)
     with pytest.raises(ValueError, match="steps"):
-        LLaDARule(block_length=8).connect(chain).sample(2, 32, 6, seed=0)  # 4 blocks
-    bad = type("BadBound", (LLaDARule,), {"bound": "entropy"})
+        LLaDA(block_length=8).connect(chain).sample(2, 32, 6, seed=0)  # 4 blocks
+    bad = type("BadBound", (LLaDA,), {"bound": "entropy"})
     with pytest.raises(ValueError, match="bound"):
         bad().connect(chain)
     with pytest.raises(ValueError, match="log q"):
-        LLaDARule(temperature=1.0).connect(chain).generate(torch.arange(2), 8, 4, 0, log_q=torch.zeros(2, 8))
+        LLaDA(temperature=1.0).connect(chain).generate(torch.arange(2), 8, 4, 0, log_q=torch.zeros(2, 8))
 
 
 def test_hmm_world_takes_the_dense_provider_with_llada_draws() -> None:
@@ -172,14 +168,14 @@ def test_hmm_world_takes_the_dense_provider_with_llada_draws() -> None:
 
     world = synthetic_hmm(4, 6, seed=1)
     for tau in (0.0, 1.0):
-        rule = LLaDARule(temperature=tau).connect(world)
+        rule = LLaDA(temperature=tau).connect(world)
         assert choose_provider(rule, rule.denoiser) == "dense"
-        assert torch.equal(rule.sample(8, 16, 4, seed=2), LLaDA(temperature=tau).connect(world).sample(8, 16, 4, seed=2))
+        assert torch.equal(rule.sample(8, 16, 4, seed=2), _plain(rule, 8, 16, 4, 2))
 
 
 def test_nan_scores_are_refused(chains) -> None:
     chain = chains["sparse_teleport"]
-    nan = type("NaNScore", (LLaDARule,), {"bound": None, "score": lambda self, probs, tok, pos: torch.full_like(pos, float("nan"), dtype=torch.float64)})
+    nan = type("NaNScore", (LLaDA,), {"bound": None, "score": lambda self, probs, tok, pos: torch.full_like(pos, float("nan"), dtype=torch.float64)})
     for den in (OracleDenoiser(chain), GenericDenoiser(OracleDenoiser(chain))):
         with pytest.raises(ValueError, match="NaN"):
             nan(den).connect(chain).sample(2, 16, 4, seed=0)

@@ -5,7 +5,9 @@ decode_rule``), never a module of it (``tests/test_import_layering.py``).  A sam
 
 The rule engine
     :func:`decode_rule` runs a rule through the posterior provider its denoiser allows (dense, cache, bounded:
-    :mod:`.providers`); :func:`~.reference.reference_decode` is the dense loop, read top to bottom.
+    :mod:`.providers`), :func:`decode_random_order` a rule that declares ``order = "random"`` (only committed
+    positions are queried); :func:`~.reference.reference_decode` is the dense loop, read top to bottom, and
+    :data:`GUMBEL_SLOT` the uniform slot of a ``position_temperature``'s Gumbel keys.
 
 Ordered decoding (MDLM, BD3, FHS, DUS, SEDD, LLaDA's random remasking: the positions of a step are known before the
 posteriors)
@@ -23,7 +25,8 @@ The confidence loop (LLaDA, Dream, EB, PC and, through :func:`decode_rule`, ever
 
 Rows of the exact oracle, memoised per neighbourhood key
     :class:`NeighbourhoodRows`, :func:`run_memo`, :func:`keyed_rows`; :class:`PosteriorCache` (rows refreshed only
-    where a nearest revealed neighbour changed); :class:`ReferenceScoreBounds` (score envelopes for Dream).
+    where a nearest revealed neighbour changed); :class:`ReferenceScoreBounds` (score envelopes for Dream) and their slack
+    :data:`ENVELOPE_SLACK`.
 
 Leave-one-out and draft rows (WINO, LLaDA 2.1, P2, ASSD)
     :class:`LeaveOneOutRows`, :func:`check_leave_one_out`, :func:`draw_stored`, :func:`draft_rows`, and the bounded
@@ -45,14 +48,15 @@ from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.decoding.ordered_decoding import coin_decode_steps, decode_in_order, random_order_steps
 from dllm_lit.decoding.p2_bounded import BoundedPlanning
 from dllm_lit.decoding.posterior_cache import PosteriorCache
-from dllm_lit.decoding.providers import decode_rule, keyed_rows, run_memo
+from dllm_lit.decoding.providers import decode_random_order, decode_rule, keyed_rows, run_memo
+from dllm_lit.decoding.reference import GUMBEL_SLOT
 from dllm_lit.decoding.row_providers import LeaveOneOutRows, check_leave_one_out, draft_rows, draw_stored
-from dllm_lit.decoding.score_envelopes import ReferenceScoreBounds
+from dllm_lit.decoding.score_envelopes import ENVELOPE_SLACK, ReferenceScoreBounds
 from dllm_lit.decoding.step_view import StepView
 
 __all__ = [
     # the rule engine
-    "decode_rule",
+    "decode_rule", "decode_random_order", "GUMBEL_SLOT",
     # ordered decoding
     "decode_in_order", "coin_decode_steps", "random_order_steps",
     # the confidence loop and its parts
@@ -61,7 +65,7 @@ __all__ = [
     "BlockPosteriors", "StepView", "propose_step", "cache_width", "in_sub_batches", "first_draws",
     "ROUNDS_MIN_VOCAB", "CompactBlock", "compact_applies",
     # rows of the exact oracle
-    "NeighbourhoodRows", "run_memo", "keyed_rows", "PosteriorCache", "ReferenceScoreBounds",
+    "NeighbourhoodRows", "run_memo", "keyed_rows", "PosteriorCache", "ReferenceScoreBounds", "ENVELOPE_SLACK",
     # leave-one-out and draft rows
     "LeaveOneOutRows", "check_leave_one_out", "draw_stored", "draft_rows", "BoundedRefinement", "BoundedPlanning",
 ]

@@ -34,12 +34,13 @@ from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
 from dllm_lit.decoding.confidence_decoding import StepView, decode_blocks
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows, rows_by_key
-from dllm_lit.decoding.reference import check_bound, check_count, reference_decode
+from dllm_lit.decoding.reference import GUMBEL_SLOT, check_bound, check_count, draw, reference_decode
 
 if TYPE_CHECKING:
     from dllm_lit.samplers.rule import RuleSampler
 
-__all__ = ["PROVIDERS", "choose_provider", "check_provider", "decode_rule", "run_memo", "keyed_rows"]
+__all__ = ["PROVIDERS", "choose_provider", "check_provider", "decode_rule", "decode_random_order", "run_memo",
+           "keyed_rows"]
 
 PROVIDERS = ("dense", "cache", "bounded")
 
@@ -48,11 +49,19 @@ def choose_provider(rule: RuleSampler, den) -> str:
     """The provider :func:`decode_rule` runs ``rule`` with on ``den`` (:data:`PROVIDERS`, module table)."""
     if not isinstance(den, LocalDenoiser):
         return "dense"
-    if rule.bound is None:
+    if not _bounded_rule(rule, den):
         return "cache"
     if rule.adaptive and (not rule.bounded_count or NeighbourhoodRows.applies(den)):
         return "cache"  # few neighbourhood keys: the cache's rows per key cost less than bounded rounds
     return "bounded"
+
+
+def _bounded_rule(rule: RuleSampler, den: LocalDenoiser) -> bool:
+    """Whether the rule's declared bound can serve: declared, no position temperature, and for a score of the row
+    alone a denoiser bounding max p without rows whose keys are too many to store the score per key."""
+    if rule.bound is None or rule.position_temperature:
+        return False
+    return rule.reads_tokens or (den.has_max_prob_bound and not NeighbourhoodRows.applies(den))
 
 
 def check_provider(rule: RuleSampler, den, provider: str) -> None:
@@ -61,7 +70,8 @@ def check_provider(rule: RuleSampler, den, provider: str) -> None:
     checks.choice("provider", provider, PROVIDERS)
     local = isinstance(den, LocalDenoiser)
     ok = {"dense": True, "cache": local,
-          "bounded": local and rule.bound is not None and (not rule.adaptive or rule.bounded_count)}[provider]
+          "bounded": local and rule.bound is not None and not rule.position_temperature
+          and (not rule.adaptive or rule.bounded_count)}[provider]
     if not ok:
         raise ValueError(f"provider={provider!r} cannot run {type(rule).__name__} on {type(den).__name__}: "
                          f"it takes {choose_provider(rule, den)!r}")
@@ -111,6 +121,7 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
     bounded = provider == "bounded"
     tok_u = StepUniforms(seed, indices, steps)
     memo = run_memo(den, lambda rows: {"rows": rows}, x.device) if bounded else None
+    tie_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
     # bounded: rows recomputed where read (the compact draw hands them to the score), pmax the bound; cache: the
     # rows and the proposal law's cdf stored per neighbourhood key, proposals drawn from the stored cdf
     widths = {"probs": ((V,), None), "argmax": ((), torch.int64)}
@@ -118,6 +129,14 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         widths["pmax"] = ((), None)
     if not bounded and not greedy:
         widths["cdf"] = ((V,), torch.float64)
+    stored_score = not rule.reads_tokens and not bounded  # a score of the row alone, stored with the row
+    if stored_score:
+        widths["score"] = ((), torch.float64)
+
+    def row_score(probs: torch.Tensor) -> torch.Tensor:
+        s = rule.score(probs, None, None).to(torch.float64)
+        check_bound(rule, probs, s)
+        return s
 
     def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
         out = {"probs": probs, "argmax": probs.argmax(-1)}
@@ -125,6 +144,8 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
             out["pmax"] = probs.amax(-1)
         if not bounded and not greedy:
             out["cdf"] = rule.propose(probs).to(torch.float64).cumsum(-1)
+        if stored_score:
+            out["score"] = row_score(probs)
         return out
 
     def propose(view: StepView) -> torch.Tensor:
@@ -144,19 +165,28 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         return categorical(rule.propose(view.get("probs")), u)
 
     def score(view: StepView) -> torch.Tensor:
-        probs, pmax = _rows(view, memo)
-        if pmax is None and rule.bound is not None and not bounded:  # the cache provider stores the row maxima
-            pmax = view.get("pmax").to(torch.float64)
-        s = rule.score(probs, view.tok, view.p).to(torch.float64)
-        check_bound(rule, probs, s, pmax, view.p)
-        if log_q is not None:  # overwritten at every proposal: a committed position keeps its last one's
-            log_q[view.b, view.p] = 0.0 if greedy else drawn_log_prob(rule.propose(probs), view.tok)
+        if stored_score:
+            s = view.get("score")
+        elif rule.scores_by_law and view.tok_prob is not None:  # the law's probability, from the draw
+            s = view.tok_prob.to(torch.float64)
+        elif not rule.reads_tokens and view.drawn_rows is None and hasattr(view.post, "cache"):
+            s = view.row_feature(row_score)  # rows recomputed once per distinct neighbourhood
+        else:
+            probs, pmax = _rows(view, memo)
+            if pmax is None and rule.bound is not None and not bounded:  # the cache provider stores the row maxima
+                pmax = view.get("pmax").to(torch.float64)
+            s = rule.score(probs, view.tok, view.p).to(torch.float64)
+            check_bound(rule, probs, s, pmax, view.p)
+            if log_q is not None:  # overwritten at every proposal: a committed position keeps its last one's
+                log_q[view.b, view.p] = 0.0 if greedy else drawn_log_prob(rule.propose(probs), view.tok)
+        if rule.position_temperature:  # Gumbel top-k: positions drawn without replacement from softmax(s / t)
+            s = s / rule.position_temperature - torch.log(-torch.log(view.uniforms(tie_u, slot=GUMBEL_SLOT)))
         return s
 
-    tie_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
     common = dict(features=features, widths=widths, propose=propose, score=score, tie_rule=rule.tie_rule,
                   tie_u=tie_u, use_cache=rule.use_cache, fresh=("probs",) if bounded else (),
-                  law=rule.propose if bounded and not greedy else None)
+                  law=rule.propose if bounded and not greedy else None, score_reads_tokens=rule.reads_tokens,
+                  law_scores=rule.scores_by_law and bounded and not greedy)
     if rule.adaptive:
         def count(sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
             return check_count(rule, rule.adaptive_count(sorted_scores, n_masked), n_masked)
@@ -166,10 +196,48 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         if taken is not None:
             taken += n.to(taken.device)
         return provider
-    blocks, schedule = rule.schedule(x.shape[1], steps)
+    blocks, schedule = rule.block_schedule(x.shape[1], steps)
     decode_blocks(den, x, blocks, schedule=schedule, bound="pmax" if bounded else None,
-                  score_bound=rule.score_bound if bounded and rule.maps_bound else None, **common)
+                  score_bound=_score_bound(rule, den) if bounded and rule.maps_bound else None, **common)
     return provider
+
+
+def _score_bound(rule: RuleSampler, den):
+    """The rule's ``score_bound``, with the reference-row bounds of its declared ``envelope`` on the exact oracle."""
+    from dllm_lit.denoisers.oracle import OracleDenoiser
+
+    if rule.envelope is None or not isinstance(den, OracleDenoiser):
+        return rule.score_bound
+    from dllm_lit.decoding.score_envelopes import ENVELOPE_SLACK, ReferenceScoreBounds
+
+    def bound(pmax: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return rule.score_bound(pmax, pos)
+
+    bound.from_neighbours = ReferenceScoreBounds(den, rule.envelope, ENVELOPE_SLACK)
+    return bound
+
+
+@torch.no_grad()
+def decode_random_order(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
+                        log_q: torch.Tensor | None = None) -> None:
+    """Decode x [B, T] in place by a rule declaring ``order = "random"``: every position at its step of
+    ``rule.decode_steps``, the denoiser queried only where positions commit (:func:`decode_in_order`), proposals
+    ``rule.propose``'s draws with Stream.TOKEN uniforms at (step, position) in slot ``rule.token_slot``, and
+    ``log_q`` their log q."""
+    from dllm_lit.decoding.ordered_decoding import decode_in_order
+
+    decode = rule.decode_steps(indices, x.shape[1], steps, seed)
+    tok_u = StepUniforms(seed, indices, steps)
+
+    def propose(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
+        law = rule.propose(probs)
+        tok = draw(law, probs, tok_u.at(j, b, p, rule.token_slot))
+        if log_q is None:
+            return tok
+        return tok, torch.zeros(tok.shape, dtype=torch.float64, device=tok.device) if law is None \
+            else drawn_log_prob(law, tok)
+
+    x.copy_(decode_in_order(den, x, decode, steps - 1, propose, log_q=log_q))
 
 
 def run_memo(den, derive, device: torch.device) -> NeighbourhoodRows | None:

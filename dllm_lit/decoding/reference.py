@@ -16,7 +16,10 @@ from dllm_lit.samplers.selection import rank_positions
 if TYPE_CHECKING:
     from dllm_lit.samplers.rule import RuleSampler
 
-__all__ = ["reference_decode", "check_bound", "check_count", "draw"]
+__all__ = ["reference_decode", "check_bound", "check_count", "draw", "GUMBEL_SLOT"]
+
+#: the uniform slot of a rule's Gumbel keys (position_temperature), beside the tie keys' TIE_SLOT
+GUMBEL_SLOT = 2
 
 
 def check_bound(rule: RuleSampler, probs: torch.Tensor, scores: torch.Tensor, pmax: torch.Tensor | None = None,
@@ -66,7 +69,7 @@ def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Ten
     if rule.adaptive:  # each sequence's own step counter; a block runs until it has no mask left
         blocks, schedules = rule.blocks(x.shape[1]), None
     else:
-        blocks, schedules = rule.schedule(x.shape[1], steps)
+        blocks, schedules = rule.block_schedule(x.shape[1], steps)
     j = torch.zeros(B, dtype=torch.long, device=x.device)  # the step index of every sequence (the uniforms' key)
     for blk, (lo, hi) in enumerate(blocks):
         den.block_start(lo, hi)
@@ -87,8 +90,10 @@ def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Ten
             probs = den.probs_at(x, b, p)
             law = rule.propose(probs)
             tok = draw(law, probs, tok_u.at(j[b], b, p))
-            s = rule.score(probs, tok, p).to(torch.float64)
+            s = rule.score(probs, *((tok, p) if rule.reads_tokens else (None, None))).to(torch.float64)
             check_bound(rule, probs, s, pos=p)
+            if rule.position_temperature:
+                s = s / rule.position_temperature - torch.log(-torch.log(tie_u.at(j[b], b, p, GUMBEL_SLOT)))
             scores = torch.full((B, hi - lo), -torch.inf, dtype=torch.float64, device=x.device)
             scores[b, p - lo] = s
             proposal = torch.zeros((B, hi - lo), dtype=torch.long, device=x.device)

@@ -29,9 +29,12 @@ import torch
 from dllm_lit.denoisers.oracle import OracleDenoiser
 from dllm_lit.samplers.draws import row_chunks
 
-__all__ = ["ReferenceScoreBounds", "SCORES"]
+__all__ = ["ReferenceScoreBounds", "SCORES", "ENVELOPE_SLACK"]
 
 SCORES = ("entropy", "topk_margin")
+#: absolute slack added to the entropy score's bound log(u + 1e-10): covers the float64 sum's rounding over V terms
+#: (at most about V 2^-53 * 23.1) and a row sum 1 - O(V 2^-53) of the normalised law, both below 1e-10 for V < 2^30
+ENVELOPE_SLACK = 1e-6
 #: smallest float32 product the envelope admits (far above float32's normal range, 2^-126)
 MIN_PRODUCT = 2.0**-100
 #: absolute slack of a margin bound (its float64 subtraction and the bound's own rounding)

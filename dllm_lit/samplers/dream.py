@@ -10,15 +10,21 @@ to Dream's top-p (the token crossing p is kept) and top-k sets and renormalised;
 draw from q (tau > 0) or argmax q (tau = 0).
 
 * ``origin``: every masked position is revealed with probability 1 - s/t (1 at the last step)
-  with its proposal - MDLM-like.  Which positions reveal does not depend on the tokens, so each
-  position's step is drawn up front (:func:`~dllm_lit.decoding.ordered_decoding.coin_decode_steps`)
-  and only the revealed positions are queried (:func:`decode_in_order`).
+  with its proposal - MDLM-like.  Which positions reveal does not depend on the tokens, so the rule
+  declares ``order = "random"`` and draws each position's step up front (:meth:`Dream.decode_steps`);
+  only the revealed positions are queried.
 * ``maskgit_plus`` / ``topk_margin`` / ``entropy``: n = floor(#mask (1 - s/t)) positions
   (all remaining at the last step) commit, the n best by score q(x̂), q_(1) - q_(2), or
   sum_v q_v log(q_v + 1e-10) (a negative entropy); with ``alg_temp`` > 0 the n positions are drawn
   without replacement from softmax(score / alg_temp) (Gumbel top-k, the law of upstream's
-  ``torch.multinomial``).  The counts are the same in every sequence, so they are computed up front,
-  in float32 as upstream.
+  ``torch.multinomial``: the rule's ``position_temperature``).  The counts are the same in every
+  sequence, so they are computed up front, in float32 as upstream.
+
+The ranked algs are a rule (:mod:`dllm_lit.samplers.rule`): the ranking is :meth:`Dream.score`; entropy and margin
+read the posterior row only (``reads_tokens = False``: proposals are drawn where positions commit), and at
+temperature 1 without filters the scores are bounded by a function of max_v p (``score_bound``; the entropy and
+margin also by reference rows on the exact oracle, ``envelope``), which lets the engine score only where a position
+can commit.  The engine picks the provider; the draws are those of scoring everything.
 
 Dream's network is initialised from an autoregressive model, so upstream shifts its logits by one
 position (``logits = cat([logits[:, :1], logits[:, :-1]])``): the prediction for position i is read
@@ -29,23 +35,18 @@ from __future__ import annotations
 
 import torch
 
-from dllm_lit import checks, rng
-from dllm_lit.decoding import (NeighbourhoodRows, ReferenceScoreBounds, coin_decode_steps, decode_blocks,
-                               decode_in_order, has_max_prob_bound, propose_tokens, ranking_options, with_tie_rule)
+from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.denoisers.oracle import OracleDenoiser
-from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical_from_cdf, sharpen
+from dllm_lit.decoding import ranking_options, with_tie_rule
+from dllm_lit.samplers.draws import StepUniforms, sharpen
 from dllm_lit.samplers.nucleus import check_top_p, top_k_filter, top_p_filter
+from dllm_lit.decoding import coin_decode_steps
+from dllm_lit.samplers.rule import GUMBEL_SLOT, RuleSampler
+from dllm_lit.decoding import ENVELOPE_SLACK as NEGENT_BOUND_SLACK
 
-__all__ = ["Dream", "ALGS", "dream_grid", "dream_schedule", "dream_law"]
+__all__ = ["Dream", "ALGS", "GUMBEL_SLOT", "NEGENT_BOUND_SLACK", "dream_grid", "dream_schedule", "dream_law"]
 
 ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
-#: Stream.ORDER slot of the Gumbel keys that draw positions when alg_temp > 0
-GUMBEL_SLOT = 2
-#: absolute slack added to the entropy score's bound log(u + 1e-10): covers the float64 sum's rounding over V terms
-#: (at most about V 2^-53 * 23.1) and a row sum 1 - O(V 2^-53) of the normalised law, both below 1e-10 for V < 2^30
-NEGENT_BOUND_SLACK = 1e-6
 
 
 def dream_grid(steps: int, eps: float) -> torch.Tensor:
@@ -80,7 +81,7 @@ def dream_law(probs: torch.Tensor, temperature: float, top_p: float | None, top_
     return q
 
 
-class Dream(Sampler):
+class Dream(RuleSampler):
     """Dream ``diffusion_generate`` with ``alg`` origin / maskgit_plus / topk_margin / entropy (see module docstring).
 
     Args:
@@ -95,18 +96,22 @@ class Dream(Sampler):
     """
 
     sampler_name = "dream"
+    token_slot = 1  # origin's proposals (its coins use slot 2)
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 512, alg: str = "origin",
                  alg_temp: float | None = None, temperature: float = 0.0, top_p: float | None = None,
                  top_k: int | None = None, eps: float = 1e-3, tie_rule: str = "lowest") -> None:
-        super().__init__(denoiser=denoiser, steps=steps)
+        super().__init__(denoiser, steps)
         self.alg = checks.choice("alg", alg, ALGS)
         self.alg_temp = checks.optional_real("alg_temp", alg_temp, 0.0)
         ranking_options(self, temperature, tie_rule)
         self.top_p = None if top_p is None else check_top_p(top_p)
         self.top_k = checks.optional_integer("top_k", top_k)
         self.eps = checks.real("eps", eps, 0.0, 1.0, low_open=True, high_open=True)
-        #: entropy / margin scores computed only where a row-free bound lets them be among the best (identical draws)
+        self.order = "random" if alg == "origin" else "score"
+        self.reads_tokens = self.scores_by_law = alg == "maskgit_plus"
+        self.position_temperature = self.alg_temp if alg != "origin" and self.alg_temp else None
+        #: entropy / margin: scores computed only where a row-free bound lets them be among the best (identical draws)
         self.use_score_bound = True
         #: with it, tighter bounds from reference rows where a side of the neighbourhood is flat (identical draws)
         self.use_score_envelope = True
@@ -118,116 +123,44 @@ class Dream(Sampler):
             name += f"_algtemp{self.alg_temp:g}"
         return name if self.alg == "origin" else with_tie_rule(name, self.tie_rule)
 
-    def _law(self, probs: torch.Tensor) -> torch.Tensor:
-        return dream_law(probs, self.temperature, self.top_p, self.top_k)
+    announces_blocks = property(lambda self: self.alg != "origin")
 
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        B, T, dev = indices.numel(), seq_len, indices.device
-        x = torch.full((B, T), self.mask_id, dtype=torch.long, device=dev)
-        tok_u = StepUniforms(seed, indices, steps)
-        tau = self.temperature
-        if self.alg == "origin":
-            decode = coin_decode_steps(tok_u.grid(0, T, slot=2), dream_grid(steps, self.eps)[:-1].to(dev))
+    @property
+    def bound(self) -> str | None:
+        """At temperature 1 without filters: q(x̂), q_(1) - q_(2) <= max q and the entropy score <= log(max q + 1e-10),
+        max q at most max p (1 + 4 V 2^-24) (the float32 row sum's rounding; :meth:`score_bound`)."""
+        plain = self.temperature == 1 and (self.top_p is None or self.top_p >= 1) and self.top_k is None
+        ok = plain and not self.alg_temp and self.alg != "origin" and (self.reads_tokens or self.use_score_bound)
+        return "pmax" if ok else None
 
-            def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-                q = self._law(probs)
-                return q.argmax(-1) if tau == 0 else categorical_from_cdf(q.cumsum(-1), tok_u.at(j, b, p, slot=1))
+    @property
+    def envelope(self) -> str | None:
+        return self.alg if self.alg in ("entropy", "topk_margin") and self.use_score_envelope else None
 
-            return decode_in_order(self.denoiser, x, decode, steps - 1, draw)
+    def score_bound(self, pmax: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        q_max = (pmax * (1.0 + 4 * self.vocab_size * 2.0**-24)).clamp(max=1.0)
+        return torch.log(q_max + 1e-10) + NEGENT_BOUND_SLACK if self.alg == "entropy" else q_max
 
-        alg, V = self.alg, self.vocab_size
-        # entropy and margin under tau = 1 without filters or alg_temp, over a denoiser that bounds max p without rows
-        # and whose rows are not memoised by key (large key ranges, e.g. V = 4096): q_(1) - q_(2) <= max q and
-        # sum_v q_v log(q_v + 1e-10) <= log(max q + 1e-10), so scores are computed only where the bound reaches
-        # the k-th score found (pruned positions score strictly below it and are never committed, whatever the tie
-        # rule); with memoised rows the slot-wise dense ranking is cheaper
-        ranked_bounded = (alg in ("entropy", "topk_margin") and tau == 1 and (self.top_p is None or self.top_p >= 1)
-                          and self.top_k is None and not self.alg_temp and self.use_score_bound
-                          and has_max_prob_bound(self.denoiser) and not NeighbourhoodRows.applies(self.denoiser))
-        # entropy and margin read the posterior only: positions are ranked first and proposals drawn where they
-        # commit, from rows recomputed there (the cache keeps no [V] rows: "probs" is recomputed where read)
-        by_feature = alg != "maskgit_plus"
-        # maskgit_plus at temperature 1 without filters or alg_temp: q(x̂) <= max q, and max q exceeds max p by at
-        # most the float32 row sum's rounding (q = p / sum p in float64): proposals drawn only where the score can
-        # be among the k best, as LLaDA's confidences
-        bounded = not by_feature and tau == 1 and (self.top_p is None or self.top_p >= 1) and self.top_k is None \
-            and not self.alg_temp
-        row_sum_slack = 1.0 + 4 * V * 2.0**-24
+    def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
+        return None if self.temperature == 0 else dream_law(probs, self.temperature, self.top_p, self.top_k)
 
-        def score_bound(b: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-            """Upper bounds of the score from bounds b >= max p: max q <= b (1 + 4 V 2^-24), then the margin's or
-            the entropy score's bound (see ``ranked_bounded``)."""
-            q_max = (b * row_sum_slack).clamp(max=1.0)
-            return torch.log(q_max + 1e-10) + NEGENT_BOUND_SLACK if alg == "entropy" else q_max
+    def score(self, probs: torch.Tensor, tok: torch.Tensor | None, pos: torch.Tensor | None) -> torch.Tensor:
+        q = dream_law(probs, self.temperature, self.top_p, self.top_k)
+        if self.alg == "maskgit_plus":
+            return q.gather(1, tok[:, None]).squeeze(1)  # the proposal's probability under q
+        if self.alg == "topk_margin":
+            top = torch.topk(q, min(2, q.shape[-1]), dim=-1).values
+            return top[:, 0] - (top[:, 1] if q.shape[-1] > 1 else 0.0)
+        return torch.log(q + 1e-10).mul_(q).sum(-1)  # sum_v q log(q + 1e-10): minus the entropy
 
-        if ranked_bounded and self.use_score_envelope and isinstance(self.denoiser, OracleDenoiser):
-            # and, where one side of a position's neighbourhood is flat, the bound of its reference row (far tighter
-            # for the entropy: positions far from revealed tokens score about -H(pi), not log max q)
-            score_bound.from_neighbours = ReferenceScoreBounds(self.denoiser, alg, NEGENT_BOUND_SLACK)
+    def counts(self, n: int, steps: int) -> list[int]:
+        return dream_schedule(n, steps, self.eps)
 
-        def rank_feature(q: torch.Tensor) -> torch.Tensor:
-            """The margin q_(1) - q_(2) or sum_v q_v log(q_v + 1e-10) of law rows q (float64)."""
-            if alg == "topk_margin":
-                top = torch.topk(q, min(2, V), dim=-1).values
-                return top[:, 0] - (top[:, 1] if V > 1 else 0.0)
-            return torch.log(q + 1e-10).mul_(q).sum(-1)  # (q * log(q + 1e-10)).sum(-1), in place
+    def decode_steps(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        """origin: position i unmasks at step j with probability 1 - t_(j+1) / t_j (Stream.TOKEN slot 2 coins)."""
+        u = StepUniforms(seed, indices, steps).grid(0, seq_len, slot=2)
+        return coin_decode_steps(u, dream_grid(steps, self.eps)[:-1].to(indices.device))
 
-        def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
-            q = self._law(probs)
-            out = {"argmax": q.argmax(-1)} if tau == 0 else {}  # read by temperature-0 proposals only
-            if by_feature or bounded:
-                out["probs"] = probs
-            if bounded or ranked_bounded:
-                out["pmax"] = probs.amax(-1)
-            elif not by_feature and tau != 0:
-                out["cdf"] = q.cumsum(-1)
-            if alg == "maskgit_plus":
-                out["q"] = q
-            else:
-                out["margin" if alg == "topk_margin" else "negent"] = rank_feature(q)
-            return out
-
-        widths = {"argmax": ((), torch.int64)} if tau == 0 else {}
-        if by_feature or bounded:
-            widths["probs"] = ((V,), None)
-        if bounded or ranked_bounded:
-            widths["pmax"] = ((), None)
-        elif not by_feature and tau != 0:
-            widths["cdf"] = ((V,), torch.float64)
-        widths.update({"maskgit_plus": {} if bounded else {"q": ((V,), torch.float64)},
-                       "topk_margin": {"margin": ((), torch.float64)}, "entropy": {"negent": ((), torch.float64)}}[alg])
-        gumbel_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
-        alg_temp = self.alg_temp
-
-        def score(view) -> torch.Tensor:
-            if alg == "maskgit_plus":
-                s = view.tok_prob if bounded else view.get("q", view.tok)
-            elif ranked_bounded:  # the cache keeps bounds only: the same feature of the rows recomputed here
-                s = view.row_feature(lambda rows: rank_feature(self._law(rows)))
-            else:
-                s = view.get("margin" if alg == "topk_margin" else "negent")
-            if alg_temp:  # Gumbel top-k = sampling without replacement from softmax(s / alg_temp)
-                u = view.uniforms(gumbel_u, slot=GUMBEL_SLOT)
-                s = s / alg_temp - torch.log(-torch.log(u))
-            return s
-
-        def propose(view) -> torch.Tensor:
-            if not (by_feature or bounded) or tau == 0:
-                return propose_tokens(view, tau, tok_u)
-            u = view.uniforms(tok_u)
-            if view.post.draws_law:  # the cache's rows, drawn by the float64 cdf of q: the stored-cdf draw
-                tok, view.tok_prob = view.post.draw_law(view, u)  # with law_scores: q(x̂)
-                return tok
-            q = self._law(view.get("probs"))
-            tok = categorical_from_cdf(q.cumsum(-1), u)
-            view.tok_prob = q.gather(1, tok[:, None]).squeeze(1)
-            return tok
-
-        decode_blocks(self.denoiser, x, [(0, T)], features=features, widths=widths, propose=propose, score=score,
-                      tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
-                      schedule=[dream_schedule(T, steps, self.eps)], use_cache=self.use_cache,
-                      fresh=("probs",) if by_feature or bounded else (),
-                      law=self._law if (by_feature or bounded) and tau != 0 else None, score_reads_tokens=not by_feature,
-                      bound="pmax" if bounded or ranked_bounded else None, law_scores=bounded,
-                      score_bound=score_bound if bounded or ranked_bounded else None)
-        return x
+    def nfe(self, seq_len: int, steps: int | None) -> float | None:
+        """One evaluation per step, as upstream (also at a step that commits nothing)."""
+        return None if steps is None else float(steps)

@@ -24,7 +24,7 @@ With a threshold above every confidence it commits one token per step and equals
 ``LLaDA(steps=seq_len)`` draw for draw (same uniforms).
 
 The sampler is a rule (:mod:`dllm_lit.samplers.rule`): LLaDA's proposal and confidence
-(:class:`~dllm_lit.samplers.llada_rule.LLaDARule`) with an adaptive count; the engine owns the loop, the
+(:class:`~dllm_lit.samplers.llada.LLaDA`) with an adaptive count; the engine owns the loop, the
 posterior provider and the per-sequence NFE.
 """
 from __future__ import annotations
@@ -32,9 +32,9 @@ from __future__ import annotations
 import torch
 
 from dllm_lit import checks
-from dllm_lit.decoding import with_tie_rule
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.llada_rule import LLaDARule
+from dllm_lit.decoding import with_tie_rule
+from dllm_lit.samplers.llada import LLaDA
 
 __all__ = ["FastDLLM", "threshold_count", "factor_count", "factor_decided"]
 
@@ -78,7 +78,7 @@ def factor_decided(top: torch.Tensor, known: torch.Tensor, rest: torch.Tensor, n
     return fails_known | (known >= n_masked) | next_fails
 
 
-class FastDLLM(LLaDARule):
+class FastDLLM(LLaDA):
     """Fast-dLLM threshold / factor parallel decoding (see module docstring).
 
     Args:

@@ -24,17 +24,18 @@ Top-k tie-break (implementation-defined upstream): confidence descending, then b
 position ascending ("lowest", default: a stable descending sort over positions in increasing
 order), descending ("highest"), or uniformly at random ("random").  Ties are exact ties of the
 denoiser's floating-point output; under the exact oracle they are frequent, and the rule alone
-moves the output law (docs/samplers/llada.md).  The low-confidence loop is the shared
-:func:`dllm_lit.decoding.confidence_decoding.decode_blocks`.
+moves the output law (docs/samplers/llada.md).
+
+The sampler is a rule (:mod:`dllm_lit.samplers.rule`): propose p^(1/tau), score the confidence p(x̂) <= max_v p
+(the declared bound), blocks after the prompt; the engine owns the loop and the posterior provider.
 
 Efficiency.  ``low_confidence`` needs c_l at every masked position of the current block at
 every step: the denoiser is queried there, and only there (O(#masked V) per step, inherent).
 ``random`` confidences do not depend on the denoiser: a uniform random k-subset of the
 remaining masked positions at each step is the same, in law, as a uniformly random order of the
 block's positions drawn once at the block's start and consumed k_i at a time (i.i.d. keys,
-stable sort).  Every position's decode step is then known up front and
-:func:`dllm_lit.decoding.ordered_decoding.decode_in_order` queries the denoiser only at the k_i
-committed positions (O(k V) per step; with the oracle's neighbour fast path no O(B T) scan).
+stable sort): the rule declares ``order = "random"`` and the engine queries the denoiser only at the k_i
+committed positions (O(k V) per step; :func:`dllm_lit.decoding.providers.decode_random_order`).
 
 Prompts.  ``prompt`` fixes tokens at positions 0..P-1; ``prompt_mode`` (the paper's conditional
 LLaDA, App. "Conditional LLaDA") instead draws one token at position 0 per sequence, from the
@@ -53,49 +54,22 @@ from collections.abc import Sequence
 import torch
 
 from dllm_lit import checks, rng
-from dllm_lit.decoding import (block_bounds, check_blocks, confidence, decode_blocks, decode_in_order,
-                               proposal_features, proposal_widths, propose_tokens, random_order_steps, with_tie_rule)
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, tempered_draw, tempered_law
+from dllm_lit.decoding import block_bounds, check_blocks, with_tie_rule
+from dllm_lit.samplers.draws import categorical, drawn_log_prob, tempered_law
+from dllm_lit.decoding import random_order_steps
 from dllm_lit.samplers.path_sandwich import add_sandwich
+from dllm_lit.samplers.prompts import PROMPT_MODES, prompt_law
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts
+from dllm_lit.samplers.rule import RuleSampler
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
 __all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "prompt_law"]
 
 REMASKING = ("low_confidence", "random")
-PROMPT_MODES = (None, "pi", "pi_head", "pi_tail")
-#: cumulative mass of pi that defines the head / tail prompt sets (paper's conditional LLaDA)
-PROMPT_SET_MASS = 0.3
 
-
-def prompt_law(pi: torch.Tensor, mode: str, mass: float = PROMPT_SET_MASS) -> torch.Tensor:
-    """Law of the position-0 prompt token for ``prompt_mode`` in {"pi", "pi_head", "pi_tail"}.
-
-    "pi": pi itself.  "pi_head" / "pi_tail": sort tokens by pi descending / ascending (ties by
-    token id, stable), keep those whose cumulative mass is <= ``mass`` (up to 1e-12) plus the next one, and
-    renormalise pi on that set.  Returns float64 [V].
-    """
-    pi = pi.to(torch.float64)
-    pi = pi / pi.sum()
-    if mode == "pi":
-        return pi
-    if mode not in ("pi_head", "pi_tail"):
-        raise ValueError(f"prompt_mode must be one of {PROMPT_MODES}, got {mode!r}")
-    order = torch.sort(pi, descending=(mode == "pi_head"), stable=True).indices
-    cum = pi[order].cumsum(0)
-    n_keep = min(int((cum <= mass + 1e-12).sum()) + 1, pi.numel())  # tolerance: 0.1 + 0.2 <= 0.3
-    keep = order[:n_keep]
-    out = torch.zeros_like(pi)
-    out[keep] = pi[keep]
-    if out.sum() <= 0:  # only zero-probability tokens in the set (pathological pi)
-        raise ValueError(f"prompt_mode={mode!r}: the selected token set has zero stationary mass")
-    return out / out.sum()
-
-
-class LLaDA(Sampler):
+class LLaDA(RuleSampler):
     """LLaDA ``generate()`` with an exact or learned denoiser (see module docstring).
 
     Args:
@@ -119,6 +93,7 @@ class LLaDA(Sampler):
     """
 
     sampler_name = "llada"
+    bound = "pmax"  # c = p(x̂) <= max_v p
 
     def __init__(
         self,
@@ -149,21 +124,38 @@ class LLaDA(Sampler):
             if prompt_mode is not None:
                 raise ValueError("give either prompt or prompt_mode, not both (prompt_mode draws the position-0 token)")
         self.remasking = remasking
+        self.order = "random" if remasking == "random" else "score"  # the declared commit order (RuleSampler)
         self.temperature = float(temperature)
         self.block_length = block_length
         self.prompt = list(prompt) if prompt is not None else []
         self.prompt_mode = prompt_mode
-        #: reuse posterior features between steps (exact; see dllm_lit.decoding.posterior_cache)
-        self.use_cache = True
 
-    # ------------------------------------------------------------------ settings
     @property
     def name(self) -> str:
         return with_tie_rule(self.sampler_name, self.tie_rule)
 
-    #: low-confidence remasking decodes through ``decode_blocks``, which announces each block to the denoiser
+    #: low-confidence remasking announces each block to the denoiser (random remasking queries committed positions)
     announces_blocks = property(lambda self: self.remasking == "low_confidence")
 
+    # ------------------------------------------------------------------ the rule
+    def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
+        return tempered_law(probs, self.temperature)  # p^(1/tau); None (argmax) at tau = 0
+
+    def score(self, probs: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return probs.gather(1, tok[:, None]).squeeze(1).to(torch.float64)  # the confidence p(x̂)
+
+    def blocks(self, seq_len: int) -> list[tuple[int, int]]:
+        return block_bounds(seq_len, self.prompt_length(), self.block_length)
+
+    def block_schedule(self, seq_len: int, steps: int | None) -> tuple[list[tuple[int, int]], list[list[int]]]:
+        """The blocks and their round sizes: the transfer counts, or random remasking's ``schedule``."""
+        if self.schedule == "uniform" or steps is None:
+            return super().block_schedule(seq_len, steps)
+        P, bl, nb = self._blocks(seq_len)
+        return self.blocks(seq_len), [round_counts(self.schedule, self.chain, bl, steps // nb,
+                                                   left_revealed=blk > 0 or P > 0) for blk in range(nb)]
+
+    # ------------------------------------------------------------------ settings
     def prompt_length(self) -> int:
         return 1 if self.prompt_mode is not None else len(self.prompt)
 
@@ -176,26 +168,18 @@ class LLaDA(Sampler):
 
     def check_options(self) -> None:
         """Prompt ids must be tokens of the chain."""
-        V = self.vocab_size
-        bad = [v for v in self.prompt if v >= V]
+        super().check_options()
+        bad = [v for v in self.prompt if v >= self.vocab_size]
         if bad:
-            raise ValueError(f"prompt token ids must lie in [0, V={V}), got {bad}")
+            raise ValueError(f"prompt token ids must lie in [0, V={self.vocab_size}), got {bad}")
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
         """The prompt fits, block_length divides the generated length, steps divide into the blocks."""
-        check_blocks(seq_len, self.prompt_length(), self.block_length, steps)
+        check_blocks(seq_len, self.prompt_length(), self.block_length, None if self.adaptive else steps)
         if self.schedule != "uniform" and steps is not None:
             P, bl, nb = self._blocks(seq_len)
             check_round_counts(self.schedule, self.chain, bl, steps // nb,
                                ("block_length" if self.block_length else "seq_len", "steps"))
-
-    def counts(self, seq_len: int, steps: int) -> list[list[int]] | None:
-        """Round sizes of every block (None: the uniform transfer counts)."""
-        if self.schedule == "uniform":
-            return None
-        P, bl, nb = self._blocks(seq_len)
-        return [round_counts(self.schedule, self.chain, bl, steps // nb, left_revealed=blk > 0 or P > 0)
-                for blk in range(nb)]
 
     def nfe(self, seq_len: int, steps: int | None) -> float | None:
         """Steps that commit at least one token: min(S, n) per block of n masked positions (S = steps / blocks).
@@ -203,15 +187,11 @@ class LLaDA(Sampler):
         Upstream calls the model at every step, also at steps with k = 0 (steps > block length);
         those steps change nothing and are not counted (see docs/nfe.md).
         """
-        P, bl, nb = self._blocks(seq_len)
-        if steps is None or nb == 0:
+        if steps is None and not self.adaptive:
             return 0.0
-        counts = self.counts(seq_len, steps)
-        if counts is not None:
-            return float(sum(1 for c in counts for k in c if k > 0))
-        return float(sum(1 for k in transfer_schedule(bl, steps // nb) if k > 0) * nb)
+        return super().nfe(seq_len, steps)
 
-    # ------------------------------------------------------------------ sampling
+    # ------------------------------------------------------------------ log q and the random order's statistics
     def log_q_reason(self, steps: int | None) -> str | None:
         """None with random remasking (the order is drawn up front); low-confidence remasking ranks
         positions by the confidence of the drawn proposals, so its order depends on the tokens."""
@@ -222,25 +202,26 @@ class LLaDA(Sampler):
     def declares_exact(self, seq_len: int, steps: int | None) -> bool:
         """Random remasking at temperature 1, no fixed prompt, one position per step: exact sequential sampling."""
         P, bl, nb = self._blocks(seq_len)
-        one = steps is not None and nb > 0 and max(max(c) for c in (self.counts(seq_len, steps) or [
-            transfer_schedule(bl, steps // nb)])) <= 1
+        one = steps is not None and nb > 0 and max(max(c) for c in self.block_schedule(seq_len, steps)[1]) <= 1
         return one and self.remasking == "random" and self.temperature == 1 and not self.prompt and self.prompt_mode in (None, "pi")
+
+    def _round_counts(self, seq_len: int, steps: int) -> list[list[int]] | None:
+        return None if self.schedule == "uniform" else self.block_schedule(seq_len, steps)[1]
 
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         if self.remasking != "random":
             return super().generate_with_stats(indices, seq_len, steps, seed)
-        log_q = self._log_q_buffer(indices, seq_len)
-        x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
+        x, stats = super().generate_with_stats(indices, seq_len, steps, seed)
         P, bl, nb = self._blocks(seq_len)
-        stats = add_sandwich(self, self._stats(self.nfe(seq_len, steps), log_q, indices.numel()), x, lambda s: random_order_steps(
-            s, indices, steps, seq_len, P, bl, nb, counts=self.counts(seq_len, steps)), steps - 1, self._log_law, seed)
+        counts = self._round_counts(seq_len, steps)
+        stats = add_sandwich(self, stats, x, lambda s: random_order_steps(
+            s, indices, steps, seq_len, P, bl, nb, counts=counts), steps - 1, self._log_law, seed)
         if self.score_reference and P == 0 and nb > 0:  # the forward KL against the chain's law (a prompt conditions the law)
-            counts = self.counts(seq_len, steps) or [transfer_schedule(bl, steps // nb)] * nb
-            theory = random_order_theory(self, [(bl, blk > 0, "sizes", c) for blk, c in enumerate(counts)]) \
+            rounds = counts or [transfer_schedule(bl, steps // nb)] * nb
+            theory = random_order_theory(self, [(bl, blk > 0, "sizes", c) for blk, c in enumerate(rounds)]) \
                 if self.temperature == 1 else None
             stats.update(forward_stats(self.chain, self.denoiser, indices, seq_len, seed,
-                                       random_order_steps(seed, indices, steps, seq_len, P, bl, nb,
-                                                          counts=self.counts(seq_len, steps)),
+                                       random_order_steps(seed, indices, steps, seq_len, P, bl, nb, counts=counts),
                                        steps - 1, self._log_law, theory))
         return x, stats
 
@@ -267,41 +248,3 @@ class LLaDA(Sampler):
             if log_q is not None:
                 log_q[:, 0] = drawn_log_prob(law.expand(B, -1), x[:, 0])
         return x
-
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
-                 log_q: torch.Tensor | None = None) -> torch.Tensor:
-        """Samples; with ``log_q`` ([B, T] float64; random remasking only) the log-probability of every drawn token."""
-        if log_q is not None and self.remasking != "random":
-            raise ValueError(f"LLaDA records log q only with remasking='random': {self.log_q_reason(steps)}")
-        x = self.initial_state(indices, seq_len, seed, log_q=log_q)
-        P, bl, nb = self._blocks(seq_len)
-        if nb == 0:
-            return x
-        S = steps // nb
-        tok_u = StepUniforms(seed, indices, steps)
-        if self.remasking == "random":
-            return self._generate_random(x, P, bl, nb, S, steps, seed, indices, tok_u, log_q=log_q)
-        # proposals are drawn only where they can be committed (confidence <= pmax = max_v p), from posterior
-        # rows recomputed there: the cache keeps pmax and argmax per position, not [V] rows
-        tau = self.temperature
-        decode_blocks(
-            self.denoiser, x, block_bounds(seq_len, P, self.block_length),
-            features=lambda probs: proposal_features(probs, tau, cdf=False),
-            widths=proposal_widths(self.vocab_size, tau, cdf=False),
-            propose=lambda view: propose_tokens(view, tau, tok_u), score=confidence,
-            tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
-            schedule=[transfer_schedule(bl, S)] * nb, use_cache=self.use_cache,
-            bound="pmax", fresh=("probs",), law=(lambda probs: tempered_law(probs, tau)) if tau > 0 else None)
-        return x
-
-    def _generate_random(self, x: torch.Tensor, P: int, bl: int, nb: int, S: int, steps: int, seed: int,
-                         indices: torch.Tensor, tok_u: StepUniforms, log_q: torch.Tensor | None = None) -> torch.Tensor:
-        """Random remasking: each block's positions get a uniformly random order (i.i.d. Stream.ORDER
-        keys, stable sort), cut into the scheduled counts; the decode step of every position is thus
-        known up front and :func:`decode_in_order` queries the denoiser only where tokens commit."""
-        decode = random_order_steps(seed, indices, steps, x.shape[1], P, bl, nb, counts=self.counts(x.shape[1], steps))
-
-        def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
-            return tempered_draw(probs, tok_u.at(j, b, p), self.temperature, with_log_prob=log_q is not None)
-
-        return decode_in_order(self.denoiser, x, decode, steps - 1, draw, log_q=log_q)

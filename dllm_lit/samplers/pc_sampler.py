@@ -13,18 +13,19 @@ i - lo the position's index within its block (0 at the block start, as upstream)
 background token frequency; under the oracle f_bg is the chain's stationary law pi (upstream
 counts token frequencies in a corpus).  The k best scores commit (ties by ``tie_rule``).
 lambda = 0 removes the positional decay; a large lambda decodes nearly left to right.
+
+A rule (:mod:`dllm_lit.samplers.rule`): LLaDA's with this score.  The score can exceed max_v p (when -log pi > 1)
+but not exp(-lambda (i - lo)) min(alpha, max_v p max_v -log(pi(v) + 1e-9)): the rule declares that ``score_bound``
+and takes the bounded provider on the exact oracle.
 """
 from __future__ import annotations
 
 import torch
 
-from dllm_lit import checks, rng
-from dllm_lit.decoding import (block_bounds, check_blocks, confidence, decode_blocks, has_max_prob_bound,
-                               proposal_features, proposal_widths, propose_tokens, ranking_options, with_tie_rule)
+from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, tempered_law
-from dllm_lit.samplers.selection import transfer_schedule
+from dllm_lit.decoding import with_tie_rule
+from dllm_lit.samplers.llada import LLaDA
 
 __all__ = ["PCSampler"]
 
@@ -32,7 +33,7 @@ __all__ = ["PCSampler"]
 LOG_EPS = 1e-9
 
 
-class PCSampler(Sampler):
+class PCSampler(LLaDA):
     """LLaDA low-confidence decoding with PC-sampler scores (see module docstring).
 
     Args:
@@ -50,10 +51,9 @@ class PCSampler(Sampler):
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, lambd: float = 0.25,
                  alpha: float = 10.0, block_length: int | None = None, temperature: float = 0.0,
                  tie_rule: str = "lowest") -> None:
-        super().__init__(denoiser=denoiser, steps=steps)
+        super().__init__(denoiser, steps, temperature=temperature, block_length=block_length, tie_rule=tie_rule)
         self.lambd = checks.real("lambd", lambd, 0.0)
         self.alpha = checks.real("alpha", alpha, 0.0, low_open=True)
-        ranking_options(self, temperature, tie_rule, block_length)
 
     @property
     def name(self) -> str:
@@ -65,44 +65,20 @@ class PCSampler(Sampler):
     def check_options(self) -> None:
         if self.chain is None:
             raise ValueError("PCSampler needs the chain (its stationary law is the background frequency): call connect(chain)")
+        super().check_options()
 
-    def check_run(self, seq_len: int, steps: int | None) -> None:
-        """block_length divides T and steps is divisible by the number of blocks (upstream's assertions)."""
-        check_blocks(seq_len, 0, self.block_length, steps)
+    def _neg_log_bg(self, device: torch.device) -> torch.Tensor:
+        return -torch.log(self.chain.stationary.to(torch.float64).to(device) + LOG_EPS)
 
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        x = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
-        blocks = block_bounds(seq_len, 0, self.block_length)
-        if not blocks:
-            return x
-        tau, tok_u = self.temperature, StepUniforms(seed, indices, steps)
-        neg_log_bg = -torch.log(self.chain.stationary.to(torch.float64).to(x.device) + LOG_EPS)
-        lambd, alpha = self.lambd, self.alpha
+    def _decay(self, pos: torch.Tensor) -> torch.Tensor:
+        i = pos % self.block_length if self.block_length else pos  # index within the block (blocks start at 0)
+        return torch.exp(-self.lambd * i.to(torch.float64))
 
-        def score(view) -> torch.Tensor:
-            calibrated = (confidence(view) * neg_log_bg[view.tok]).clamp(max=alpha)
-            return torch.exp(-lambd * (view.p - view.lo).to(torch.float64)) * calibrated
+    def score_bound(self, pmax: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        # p(x̂) <= pmax and -log(pi(x̂) + eps) <= its maximum (rounding is monotone); 1e-12 covers an ulp of exp
+        top = float(self._neg_log_bg(pmax.device).max().clamp(min=0.0))
+        return self._decay(pos) * (pmax * top).clamp(max=self.alpha) * (1.0 + 1e-12)
 
-        bl = blocks[0][1] - blocks[0][0]
-        top = float(neg_log_bg.max().clamp(min=0.0))
-
-        def score_bound(bound: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-            # p(x̂) <= bound and -log(pi(x̂) + eps) <= top: the score's factors at their largest (rounding is
-            # monotone); 1e-12 covers an ulp of exp evaluated in another array
-            decay = torch.exp(-lambd * (pos - pos.div(bl, rounding_mode="floor") * bl).to(torch.float64))
-            return decay * (bound * top).clamp(max=alpha) * (1.0 + 1e-12)
-
-        # proposals are drawn only where the score can be among the k best (as LLaDA's confidences); sub-batches
-        # sized by what the cache stores per position: the bound alone where rows are recomputed where read (a
-        # proposal law over a denoiser with a row-free bound), else the rows and their cdf
-        bounded = tau > 0 and has_max_prob_bound(self.denoiser)
-        decode_blocks(
-            self.denoiser, x, blocks,
-            features=lambda probs: proposal_features(probs, tau, cdf=False),
-            widths=proposal_widths(self.vocab_size, tau, cdf=False),
-            propose=lambda view: propose_tokens(view, tau, tok_u), score=score,
-            tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
-            schedule=[transfer_schedule(bl, steps // len(blocks))] * len(blocks), use_cache=self.use_cache,
-            width=None if bounded else 2 * self.vocab_size + 2, bound="pmax", fresh=("probs",),
-            law=(lambda probs: tempered_law(probs, tau)) if tau > 0 else None, score_bound=score_bound)
-        return x
+    def score(self, probs: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        calibrated = (super().score(probs, tok, pos) * self._neg_log_bg(tok.device)[tok]).clamp(max=self.alpha)
+        return self._decay(pos) * calibrated

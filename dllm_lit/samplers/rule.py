@@ -18,7 +18,7 @@ step's scores sorted descending.  A block then runs until it has no mask left; e
 counter, which keys its uniforms and counts its denoiser evaluations (NFE per sequence); ``steps`` only keys the
 randomness.
 
-:func:`dllm_lit.decoding.reference.reference_decode` is this loop, line for line, on ``Denoiser.probs_at`` (the dense direct provider);
+:func:`reference_decode` is this loop, line for line, on ``Denoiser.probs_at`` (the dense direct provider);
 :func:`dllm_lit.decoding.providers.decode_rule` runs the same rule through the provider the denoiser allows (the
 exact oracle's neighbourhood cache, compact columns and bounded draws) with identical draws (tested).
 
@@ -37,14 +37,16 @@ from abc import abstractmethod
 import torch
 
 from dllm_lit import checks
-from dllm_lit.decoding import decode_rule
+from dllm_lit.decoding import GUMBEL_SLOT, decode_random_order, decode_rule, random_order_steps
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
-__all__ = ["RuleSampler", "BOUNDS"]
+__all__ = ["RuleSampler", "BOUNDS", "ORDERS", "GUMBEL_SLOT"]
 
 #: score bounds a rule may declare: None, or "pmax" (score <= max_v p(x0 = v | x) at every position)
 BOUNDS = (None, "pmax")
+#: commit orders a rule may declare: "score" (the k best scores), or "random" (drawn up front by ``decode_steps``)
+ORDERS = ("score", "random")
 
 
 class RuleSampler(Sampler):
@@ -57,6 +59,23 @@ class RuleSampler(Sampler):
     #: order of equal scores: "lowest" position first, "highest", or "random" (Stream.ORDER uniforms)
     tie_rule: str = "lowest"
     no_log_q_reason = "the commit order depends on the scores of the drawn proposals"
+    #: "random": the step of every position is drawn up front by :meth:`decode_steps` and ``score`` is never read
+    #: (LLaDA's random remasking: uniformly random k-subsets); the engine queries the denoiser only where a position
+    #: commits, drawing its proposal with Stream.TOKEN uniforms in slot ``token_slot``
+    order: str = "score"
+    token_slot: int = 0
+    #: False: ``score(probs, None, None)`` reads the posterior row only (an entropy, a margin), never the proposal or
+    #: the position; the engine may store it per row, ranks first and draws proposals only where positions commit
+    reads_tokens: bool = True
+    #: > 0: the k committed positions are drawn without replacement from softmax(score / position_temperature)
+    #: (Gumbel top-k with Stream.ORDER keys at (step, position), slot GUMBEL_SLOT); a declared bound is then unused
+    position_temperature: float | None = None
+    #: "entropy" / "topk_margin": the score is sum_v q log(q + 1e-10) / q_(1) - q_(2) of the normalised proposal law q
+    #: (Dream's), so on the exact oracle the engine may also bound it from reference rows (score_envelopes)
+    envelope: str | None = None
+    #: True: ``score`` is the proposal's probability under the (normalised) proposal law (MaskGIT's confidence); the
+    #: engine then reads it from the draw where its provider computes the law anyway
+    scores_by_law: bool = False
     #: reuse posterior rows between steps where the provider can (exact: False recomputes them, same draws)
     use_cache: bool = True
     #: False for a rule whose counts ignore ``steps`` (one row, steps "-", NFE from its counts; ``counts(n, None)``)
@@ -117,6 +136,16 @@ class RuleSampler(Sampler):
         """[lo, hi) of the blocks decoded left to right (default: one block)."""
         return [(0, seq_len)] if seq_len > 0 else []
 
+    def decode_steps(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+        """With ``order = "random"``: the step of every position [B, T] (-1 where revealed at the start): each
+        block's positions in a uniformly random order (Stream.ORDER keys), cut into the block's counts."""
+
+        blocks, counts = self.block_schedule(seq_len, steps)
+        if not blocks:
+            return torch.full((indices.numel(), seq_len), -1, dtype=torch.long, device=indices.device)
+        lo, bl = blocks[0][0], blocks[0][1] - blocks[0][0]
+        return random_order_steps(seed, indices, steps, seq_len, lo, bl, len(blocks), counts=counts)
+
     def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int,
                       log_q: torch.Tensor | None = None) -> torch.Tensor:
         """The state decoding starts from: all MASK [B, T]."""
@@ -131,7 +160,7 @@ class RuleSampler(Sampler):
 
         return [Row(self.name, None, self)]
 
-    def schedule(self, seq_len: int, steps: int | None) -> tuple[list[tuple[int, int]], list[list[int]]]:
+    def block_schedule(self, seq_len: int, steps: int | None) -> tuple[list[tuple[int, int]], list[list[int]]]:
         """The blocks and, per block, its commit counts (``steps`` split evenly over the blocks; None for a rule
         that ignores them)."""
         blocks = self.blocks(seq_len)
@@ -146,19 +175,20 @@ class RuleSampler(Sampler):
         if steps is not None and blocks and steps % len(blocks):
             raise ValueError(f"steps={steps} must be divisible by the number of blocks ({len(blocks)}) "
                              f"for seq_len={seq_len}")
-        for (lo, hi), c in zip(*self.schedule(seq_len, steps)):
+        for (lo, hi), c in zip(*self.block_schedule(seq_len, steps)):
             if sum(c) != hi - lo or min(c, default=0) < 0:
                 raise ValueError(f"counts of block [{lo}, {hi}) must be >= 0 and sum to {hi - lo}, got {c}")
 
     def check_options(self) -> None:
         checks.choice("bound", self.bound, BOUNDS)
         checks.choice("tie_rule", self.tie_rule, TIE_RULES)
+        checks.choice("order", self.order, ORDERS)
 
     def nfe(self, seq_len: int, steps: int | None) -> float | None:
         """Steps that commit at least one token (adaptive rules: None, counted per sequence by the run)."""
         if (steps is None and self.uses_steps) or self.adaptive:
             return None
-        return float(sum(1 for c in self.schedule(seq_len, steps)[1] for k in c if k > 0))
+        return float(sum(1 for c in self.block_schedule(seq_len, steps)[1] for k in c if k > 0))
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                  log_q: torch.Tensor | None = None) -> torch.Tensor:
@@ -174,7 +204,10 @@ class RuleSampler(Sampler):
             raise ValueError(f"{type(self).__name__} records no log q: {self.log_q_reason(steps)}")
         x = self.initial_state(indices, seq_len, seed, log_q=log_q)
         taken = torch.zeros(indices.numel(), dtype=torch.float64, device=indices.device) if self.adaptive else None
-        decode_rule(self, self.denoiser, x, indices, steps, seed, log_q=log_q, taken=taken)
+        if self.order == "random":
+            decode_random_order(self, self.denoiser, x, indices, steps, seed, log_q=log_q)
+        else:
+            decode_rule(self, self.denoiser, x, indices, steps, seed, log_q=log_q, taken=taken)
         if taken is None:
             taken = torch.full((indices.numel(),), float(self.nfe(seq_len, steps)), dtype=torch.float64,
                                device=indices.device)
