@@ -1,6 +1,8 @@
 """MaskGIT and the PC-sampler size their sub-batches by the cache the run keeps: over a denoiser with a row-free
 bound and a proposal law (temperature > 0) that is the bound alone, so a batch that the dense path's [V] rows would
-split runs whole - with draws identical to the unsplit and the dense run."""
+split runs whole - with draws identical to the unsplit and the dense run.  The PC-sampler is a rule: the engine's
+bounded provider keeps no [V] rows at temperature 0 either (the argmax proposal), so its batch stays whole there
+too; MaskGIT's greedy path keeps them and splits."""
 from __future__ import annotations
 
 import pytest
@@ -12,10 +14,11 @@ from dllm_lit.samplers import MaskGIT, PCSampler
 from dllm_lit.decoding import confidence_decoding, posterior_cache
 
 
-@pytest.mark.parametrize("make", [lambda den, tau: MaskGIT(den, temperature=tau),
-                                  lambda den, tau: PCSampler(den, temperature=tau, block_length=8)])
+@pytest.mark.parametrize("make, greedy_splits", [(lambda den, tau: MaskGIT(den, temperature=tau), True),
+                                                 (lambda den, tau: PCSampler(den, temperature=tau, block_length=8),
+                                                  False)])
 @pytest.mark.parametrize("tau", [0.0, 0.7])
-def test_bounded_runs_whole_batch_with_identical_draws(make, tau, monkeypatch) -> None:
+def test_bounded_runs_whole_batch_with_identical_draws(make, greedy_splits, tau, monkeypatch) -> None:
     chain = synthetic_chain(48, 5, eps=1e-3, seed=2)
     den = OracleDenoiser(chain)
     assert den.has_max_prob_bound
@@ -42,4 +45,5 @@ def test_bounded_runs_whole_batch_with_identical_draws(make, tau, monkeypatch) -
     monkeypatch.setattr(confidence_decoding, "sub_batches", spy)
     small = s.sample(B, T, steps, seed=4)
     assert torch.equal(direct, whole) and torch.equal(direct, small)
-    assert plans and (len(plans[0]) == 1) == (tau > 0)  # the bounded path keeps the batch whole, the dense splits
+    # the bounded path keeps the batch whole; a dense greedy path splits it
+    assert plans and (len(plans[0]) == 1) == (tau > 0 or not greedy_splits)

@@ -37,7 +37,8 @@ def _options_of(class_path: str | None) -> list[str]:
 
 def _classes_in(class_path: str) -> list[str]:
     """The classes a config can name in the module part of ``class_path``: exported classes that are not
-    functions, exceptions, abstract or a base of another exported class (``Sampler``, ``top_p_filter`` are not)."""
+    functions, exceptions or abstract (``Sampler``, ``top_p_filter`` are not; ``LLaDA``, a base of ``PCSampler``,
+    is)."""
     try:
         module = importlib.import_module(class_path.rsplit(".", 1)[0])
     except Exception:  # noqa: BLE001
@@ -45,8 +46,7 @@ def _classes_in(class_path: str) -> list[str]:
     exported = {n: getattr(module, n, None) for n in getattr(module, "__all__", [])}
     classes = {n: c for n, c in exported.items()
                if inspect.isclass(c) and not issubclass(c, BaseException) and not inspect.isabstract(c)}
-    bases = {c for c in classes.values() for other in classes.values() if other is not c and issubclass(other, c)}
-    return sorted(n for n, c in classes.items() if c not in bases)
+    return sorted(classes)
 
 
 def missing_module_hint(message: str) -> str:

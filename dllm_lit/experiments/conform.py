@@ -221,7 +221,8 @@ def _dtype_note(ns: argparse.Namespace, chain: MarkovChain, sampler, options: di
     """The dtype-sensitivity line (:func:`confidence_ties`), or nothing for a law that ranks no probabilities."""
     if ns.law in UNRANKED_LAWS or options.get("remasking") == "random":
         return []
-    prompt = int(options.get("prompt_len", getattr(sampler, "prompt_length", 0) or 0))
+    length = getattr(sampler, "prompt_length", 0)  # LLaDA's family: a method; other samplers: absent
+    prompt = int(options.get("prompt_len", (length() if callable(length) else length) or 0))
     got = confidence_ties(chain, ns.seq_len, prompt)
     if got is None or got[1] + got[2] == 0:
         return []
