@@ -8,7 +8,7 @@ On the bundled English chain with the exact oracle, the same seed, two or three 
 or ``Dream(alg="entropy")``, themselves rules with declared capabilities), a rule a newcomer writes from the recipe
 of docs/architecture.md in a few lines (below: "commit the k most confident proposals", "commit the k tokens of
 lowest entropy"), run through the engine-chosen provider, and, with ``--plain``, that rule run plainly
-(:func:`~dllm_lit.samplers.rule.reference_decode`: ``probs_at`` at every masked position every step).  Prints wall
+(:func:`~dllm_lit.decoding.reference.reference_decode`: ``probs_at`` at every masked position every step).  Prints wall
 and CPU (process) seconds per step count and in all, the ratios to the built-in path (target: the recipe within
 1.2x), and checks that the paths give identical samples.
 """
