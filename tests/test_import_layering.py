@@ -258,6 +258,7 @@ def test_sampler_classes_load_on_first_use() -> None:
     import dllm_lit.samplers as samplers
 
     for name in samplers.__all__:
-        module = importlib.import_module(f"dllm_lit.samplers.{samplers._EXPORTS[name]}")
+        path = samplers._EXPORTS[name]
+        module = importlib.import_module(path if "." in path else f"dllm_lit.samplers.{path}")
         assert getattr(samplers, name) is getattr(module, name)
     assert set(samplers.__all__) == set(samplers._EXPORTS)

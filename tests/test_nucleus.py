@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm_lit.samplers.nucleus import top_k_filter, top_p_filter
+from dllm_lit.decoding.nucleus import top_k_filter, top_p_filter
 
 
 def kept(probs: list[float], p: float) -> list[int]:
@@ -194,7 +194,7 @@ def test_cuda_path_bit_identical_to_reference_on_cuda() -> None:
 
 def test_device_independent_keep_mask_equals_the_cpu_one() -> None:
     """_kept_by_sort (the stable index sort, used off CPU) and _kept_from_values (CPU) give the same mask."""
-    from dllm_lit.samplers.nucleus import _kept_by_sort, _kept_from_values
+    from dllm_lit.decoding.nucleus import _kept_by_sort, _kept_from_values
 
     g = torch.Generator().manual_seed(11)
     for V in (5, 300):
@@ -211,7 +211,7 @@ def test_bucket_cut_is_taken_and_equals_the_sort_cut() -> None:
     """_cut_by_buckets certifies nearly every smooth or peaked row (heavily tied rows fill their crossing bucket and
     are left to the sort), and where it does its (thr, drop) give the sort's
     first m places: thr = s_m and drop = #{q == thr} - (m - #{q > thr})."""
-    from dllm_lit.samplers.nucleus import _cut_by_buckets, _cut_by_sort
+    from dllm_lit.decoding.nucleus import _cut_by_buckets, _cut_by_sort
 
     g = torch.Generator().manual_seed(5)
     V = 1024
@@ -231,7 +231,7 @@ def test_bucket_cut_is_taken_and_equals_the_sort_cut() -> None:
 
 def test_bucket_cut_at_the_last_token_above_the_crossing_bucket() -> None:
     """m = #tokens above the crossing bucket: thr is the smallest value above it (ties there all kept)."""
-    from dllm_lit.samplers.nucleus import _cut_by_buckets
+    from dllm_lit.decoding.nucleus import _cut_by_buckets
 
     V = 512
     x = torch.full((V,), 0.15 / (V - 5), dtype=torch.float64)
@@ -247,7 +247,7 @@ def test_bucket_cut_at_the_last_token_above_the_crossing_bucket() -> None:
 @pytest.mark.parametrize("force", ["margin", "bucket_size"])
 def test_uncertified_rows_fall_back_to_the_sort(force: str, monkeypatch) -> None:
     """Rows the bucket cut cannot certify (margin too small, crossing bucket too full) take the sort: same sets."""
-    import dllm_lit.samplers.nucleus as nucleus
+    import dllm_lit.decoding.nucleus as nucleus
 
     if force == "margin":
         monkeypatch.setattr(nucleus, "_bucket_delta", lambda V: 1.0)
@@ -279,7 +279,7 @@ def peaked_rows(g: torch.Generator, n: int, V: int) -> torch.Tensor:
 def test_candidate_cut_is_taken_and_equals_the_sort_cut() -> None:
     """_cut_by_candidates certifies peaked rows (the mass on fewer than CANDIDATE_MAX tokens) and gives the sort's
     (m, thr) exactly there, p values equal to a cumulative sum included; the filter equals the sort reference."""
-    from dllm_lit.samplers.nucleus import CANDIDATE_MAX, _cut_by_candidates, _cut_by_sort
+    from dllm_lit.decoding.nucleus import CANDIDATE_MAX, _cut_by_candidates, _cut_by_sort
 
     g = torch.Generator().manual_seed(17)
     V = 4096
@@ -300,7 +300,7 @@ def test_candidate_cut_is_taken_and_equals_the_sort_cut() -> None:
 @pytest.mark.parametrize("cap", [0, 10**9])
 def test_candidate_cut_cap_changes_nothing(cap: int, monkeypatch) -> None:
     """With the candidate cut off (cap 0: buckets and sort) or taken for every row (no cap) the sets are the same."""
-    import dllm_lit.samplers.nucleus as nucleus
+    import dllm_lit.decoding.nucleus as nucleus
 
     monkeypatch.setattr(nucleus, "CANDIDATE_MAX", cap)
     g = torch.Generator().manual_seed(19)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dllm_lit.samplers import nucleus
-from dllm_lit.samplers.nucleus import top_p_filter
+from dllm_lit.decoding import nucleus
+from dllm_lit.decoding.nucleus import top_p_filter
 
 pytest.importorskip("numba")
 
@@ -84,7 +84,7 @@ def test_leading_shape_and_batch_independence() -> None:
 
 def test_kernel_and_fallback_rows_both_met() -> None:
     """The mixed batch sends some rows through the compiled cut and some (broad rows) to the tensor fallback."""
-    from dllm_lit.samplers.nucleus_kernel import SUB_BITS, filter_strict_rows
+    from dllm_lit.decoding.nucleus_kernel import SUB_BITS, filter_strict_rows
 
     q = mixed_rows(1024, torch.Generator().manual_seed(7))
     q = q / q.sum(-1, keepdim=True)

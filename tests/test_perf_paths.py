@@ -304,7 +304,7 @@ def _remdm_direct(sampler, indices: torch.Tensor, T: int, steps: int, seed: int)
     query, one categorical per position): the reference of the sampler's fast step."""
     from dllm_lit import rng
     from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical
-    from dllm_lit.samplers.nucleus import top_p_filter
+    from dllm_lit.decoding.nucleus import top_p_filter
     from dllm_lit.samplers.schedules import time_grid
     B, M, den = indices.numel(), sampler.mask_id, sampler.denoiser
     conf = sampler.variant == "conf"

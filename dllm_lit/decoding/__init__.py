@@ -28,6 +28,11 @@ Rows of the exact oracle, memoised per neighbourhood key
     where a nearest revealed neighbour changed); :class:`ReferenceScoreBounds` (score envelopes for Dream) and their slack
     :data:`ENVELOPE_SLACK`.
 
+Truncated proposal laws (ReMDM, Dream, BD3)
+    :func:`top_p_filter` (the strict nucleus cut: sort-free bucket and compiled paths, the full sort's float64
+    additions), :func:`top_k_filter`, :func:`check_top_p`; ``top_p_filter`` is also public as
+    ``dllm_lit.samplers.top_p_filter``.
+
 Leave-one-out and draft rows (WINO, LLaDA 2.1, P2, ASSD)
     :class:`LeaveOneOutRows`, :func:`check_leave_one_out`, :func:`draw_stored`, :func:`draft_rows`, and the bounded
     variants :class:`BoundedRefinement` (LLaDA 2.1), :class:`BoundedPlanning` (P2).
@@ -45,6 +50,7 @@ from dllm_lit.decoding.confidence_decoding import (ROUNDS_MIN_VOCAB, TIE_SLOT, B
                                                    ranking_options, with_tie_rule)
 from dllm_lit.decoding.llada21_bounded import BoundedRefinement
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.decoding.nucleus import check_top_p, top_k_filter, top_p_filter
 from dllm_lit.decoding.ordered_decoding import coin_decode_steps, decode_in_order, random_order_steps
 from dllm_lit.decoding.p2_bounded import BoundedPlanning
 from dllm_lit.decoding.posterior_cache import PosteriorCache
@@ -66,6 +72,8 @@ __all__ = [
     "ROUNDS_MIN_VOCAB", "CompactBlock", "compact_applies",
     # rows of the exact oracle
     "NeighbourhoodRows", "run_memo", "keyed_rows", "PosteriorCache", "ReferenceScoreBounds", "ENVELOPE_SLACK",
+    # truncated proposal laws
+    "top_p_filter", "top_k_filter", "check_top_p",
     # leave-one-out and draft rows
     "LeaveOneOutRows", "check_leave_one_out", "draw_stored", "draft_rows", "BoundedRefinement", "BoundedPlanning",
 ]

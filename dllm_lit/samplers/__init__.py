@@ -2,7 +2,7 @@
 
 The sampler classes load on first use (``from dllm_lit.samplers import LLaDA``; module ``__getattr__``,
 PEP 562), so ``import dllm_lit.samplers`` and its Lightning-free modules (``draws``, ``selection``,
-``schedules``, ``nucleus``, the decoding fast paths) do not import Lightning.  A new sampler adds one
+``schedules``, the decoding engine) do not import Lightning.  A new sampler adds one
 ``"<Class>": "<module>"`` line to :data:`_EXPORTS`.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "Psi": "psi",
     "SEDDUniform": "sedd_uniform",
     "DiffusionGemma": "diffusion_gemma",
-    "top_p_filter": "nucleus",
+    "top_p_filter": "dllm_lit.decoding",
 }
 
 __all__ = list(_EXPORTS)
@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from dllm_lit.samplers.maskgit import MaskGIT
     from dllm_lit.samplers.mdlm import MDLM
     from dllm_lit.samplers.mdlm_paper import MDLMPaper
-    from dllm_lit.samplers.nucleus import top_p_filter
+    from dllm_lit.decoding import top_p_filter
     from dllm_lit.samplers.pc_sampler import PCSampler
     from dllm_lit.samplers.remdm import ReMDM
     from dllm_lit.samplers.sedd import SEDD

@@ -46,7 +46,7 @@ from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
-from dllm_lit.samplers.nucleus import check_top_p, top_p_filter
+from dllm_lit.decoding import check_top_p, top_p_filter
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.schedules import time_grid
 

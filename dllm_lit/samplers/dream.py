@@ -39,7 +39,7 @@ from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.decoding import ranking_options, with_tie_rule
 from dllm_lit.samplers.draws import StepUniforms, sharpen
-from dllm_lit.samplers.nucleus import check_top_p, top_k_filter, top_p_filter
+from dllm_lit.decoding import check_top_p, top_k_filter, top_p_filter
 from dllm_lit.decoding import coin_decode_steps
 from dllm_lit.samplers.rule import GUMBEL_SLOT, RuleSampler
 from dllm_lit.decoding import ENVELOPE_SLACK as NEGENT_BOUND_SLACK

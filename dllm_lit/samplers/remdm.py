@@ -14,7 +14,7 @@ Generic kernel (ReMDM Eq. 6) with remasking probability sigma:
                                 = (m_s - sigma alpha_t) / m_t,
 
 valid for 0 <= sigma <= sigma_max = min(1, (1 - alpha_s) / alpha_t).  p = p(x0 | z_t) after
-nucleus filtering (``top_p``, :mod:`dllm_lit.samplers.nucleus`) at every decoded position.
+nucleus filtering (``top_p``, :mod:`dllm_lit.decoding.nucleus`) at every decoded position.
 
 Variants (``variant``):
 
@@ -64,7 +64,7 @@ from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import (ROW_CHUNK_ELEMENTS, StepUniforms, argmax_fill, categorical,
                                    categorical_from_stored_cdf, masked_posterior_chunks)
-from dllm_lit.samplers.nucleus import top_p_filter
+from dllm_lit.decoding import top_p_filter
 from dllm_lit.samplers.schedules import time_grid
 
 __all__ = ["ReMDM", "VARIANTS", "DEFAULT_ETA"]

@@ -1,4 +1,4 @@
-"""The compiled strict nucleus cut of :mod:`dllm_lit.samplers.nucleus` (numba; imported on first use, so that
+"""The compiled strict nucleus cut of :mod:`dllm_lit.decoding.nucleus` (numba; imported on first use, so that
 importing dllm_lit does not load numba).  Each row is cut by its own loop, so its numbers do not depend on the
 batch: the same operations as the definition (the float64 sequential cumsum of the descending values, ties at
 the cut by token id), with the values put in order by a bucket sort that stops at the cut."""

@@ -75,11 +75,11 @@ COMPILED_MAX = 512
 
 def _kept_values_compiled(raw: torch.Tensor, total: torch.Tensor, q: torch.Tensor, p: float) -> torch.Tensor:
     """q at the kept tokens of the strict cut, 0 elsewhere, by the compiled row loop
-    (:func:`~dllm_lit.samplers.nucleus_kernel.filter_strict_rows`, optional numba: a bucket sort of the tokens
+    (:func:`~dllm_lit.decoding.nucleus_kernel.filter_strict_rows`, optional numba: a bucket sort of the tokens
     >= (1 - p) / (2 V) that stops at the cut and two passes over the row, instead of about twenty tensor passes);
     rows it leaves (more than :data:`COMPILED_MAX` such tokens, or no cut among them) by :func:`_kept_from_values`.  The same kept set
     either way and q's own values, so the same numbers as ``torch.where(keep, q, 0)``."""
-    from dllm_lit.samplers.nucleus_kernel import SUB_BITS, filter_strict_rows
+    from dllm_lit.decoding.nucleus_kernel import SUB_BITS, filter_strict_rows
 
     V = q.shape[-1]
     q2 = q.reshape(-1, V).contiguous()
