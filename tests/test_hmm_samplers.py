@@ -78,3 +78,13 @@ def test_every_sampler_runs_in_an_hmm_world(world, name) -> None:
     x = s.sample(6, 32, steps, seed=1)
     assert x.shape == (6, 32) and x.min() >= 0 and x.max() < V
     assert torch.equal(s.sample(3, 32, steps, seed=1, start_index=3), x[3:])
+
+
+def test_law_is_exact_with_the_hmm_oracle(world) -> None:
+    """The HMM oracle answers the world's exact posterior, so a sampler declaring exactness (one position per
+    step) has an exact law there; fewer steps, or the oracle of another world, do not."""
+    s = samplers.MDLMPaper().connect(world)
+    assert s.law_is_exact(T, T) and not s.law_is_exact(T, 2)
+    other = HMMWorld(emission=world.B.clone(), transition=world.A.clone())
+    s.denoiser = HMMOracleDenoiser(other)
+    assert not s.law_is_exact(T, T)
