@@ -318,6 +318,7 @@ def main() -> None:
     ap.add_argument("--groups", nargs="+", default=["tiny", "synthetic", "english"],
                     choices=["tiny", "synthetic", "english", "bracket", "english_sandwich", "cost"])
     ap.add_argument("--paths", type=int, default=8, help="fresh orders K of the sandwich")
+    ap.add_argument("--english-n", type=int, default=512, help="sequences of the English sandwich group")
     ap.add_argument("--cost-n", type=int, default=64, help="sequences of the V = 4096 cost profile")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -336,7 +337,7 @@ def main() -> None:
         for case in bracket_cases():
             print(bracket_case(*case, seeds=args.seeds, paths=args.paths), flush=True)
     if "english_sandwich" in args.groups:
-        english_sandwich(args.paths)
+        english_sandwich(args.paths, N=args.english_n)
     if "cost" in args.groups:
         cost_profile(args.cost_n)
 
