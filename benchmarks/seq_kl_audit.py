@@ -288,6 +288,10 @@ def english_sandwich(paths: int, N: int = 512, T: int = 256, seed: int = 0) -> N
               f"rescoring cpu {cpu:.1f} s for {paths} orders", flush=True)
 
 
+def _fmt(value: float | None) -> str:
+    return "none" if value is None else f"{value:.6f}"
+
+
 def cost_profile(N: int, T: int = 1024, row: str = "ar", paths: int = 0, cache_dir: str | None = None) -> None:
     """The certified bracket's CPU at V = 4096 (K = 206, eps = 1e-4) for N sequences of one row, T = 1024: ``row``
     "ar" (AR(1.25), the DV bound alone) or "mdlm64" (MDLM at 64 steps on the exact oracle, built or loaded from
@@ -306,7 +310,7 @@ def cost_profile(N: int, T: int = 1024, row: str = "ar", paths: int = 0, cache_d
         t0 = time.process_time()
         x, stats = sampler.generate_with_stats(torch.arange(N), T, steps, rep)
         sampling = time.process_time() - t0
-        prof = cProfile.Profile() if rep else None
+        prof = cProfile.Profile(time.process_time) if rep else None  # CPU time, as the rest
         t0 = time.process_time()
         if prof:
             prof.enable()
@@ -317,7 +321,7 @@ def cost_profile(N: int, T: int = 1024, row: str = "ar", paths: int = 0, cache_d
             prof.disable()
         print(f"V4096 {row} N={N} T={T} {'second row' if rep else 'first row (with the shared tilts)'}: sampling "
               f"{sampling:.1f} s, bracket {time.process_time() - t0:.1f} s CPU "
-              f"[{v['seq_kl_bracket_lo']:.6f}, {v['seq_kl_bracket_hi']:.6f}]", flush=True)
+              f"[{_fmt(v['seq_kl_bracket_lo'])}, {_fmt(v['seq_kl_bracket_hi'])}]", flush=True)
     if paths and row != "ar":  # the second row again, with the sandwich: its extra CPU is the rescoring
         sampler.sandwich_paths = paths
         t0 = time.process_time()
@@ -326,7 +330,7 @@ def cost_profile(N: int, T: int = 1024, row: str = "ar", paths: int = 0, cache_d
               f"order ({paths} orders)", flush=True)
     stats_ = pstats.Stats(prof)
     total = stats_.total_tt
-    print(f"top functions of the second row's bracket ({total:.2f} s profiled):")
+    print(f"top functions of the second row's bracket ({total:.2f} CPU s profiled):")
     top = sorted(stats_.stats.items(), key=lambda kv: -kv[1][2])[:5]
     for (file, line, fn), (_, calls, own, _, _) in top:
         print(f"  {own:6.2f} s {100 * own / total:5.1f}%  {calls:5d} calls  {Path(file).name}:{line}({fn})")
