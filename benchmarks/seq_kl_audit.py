@@ -288,28 +288,52 @@ def english_sandwich(paths: int, N: int = 512, T: int = 256, seed: int = 0) -> N
               f"rescoring cpu {cpu:.1f} s for {paths} orders", flush=True)
 
 
-def cost_profile(N: int, T: int = 1024) -> None:
-    """The DV bound's CPU at V = 4096 (K = 206, eps = 1e-4) for N sequences of an AR(1.25) row, T = 1024: the first
-    call (which also builds the row-independent tilt iteration) and a second row on the same chain, with the top
-    functions of a cProfile of the second."""
+def _fmt(value: float | None) -> str:
+    return "none" if value is None else f"{value:.6f}"
+
+
+def cost_profile(N: int, T: int = 1024, row: str = "ar", paths: int = 0, cache_dir: str | None = None) -> None:
+    """The certified bracket's CPU at V = 4096 (K = 206, eps = 1e-4) for N sequences of one row, T = 1024: ``row``
+    "ar" (AR(1.25), the DV bound alone) or "mdlm64" (MDLM at 64 steps on the exact oracle, built or loaded from
+    ``cache_dir``: the whole SequenceKL compute and intervals, and the sandwich's rescoring of ``paths`` fresh
+    orders).  Two rows (seeds 0, 1): the first call also builds the row-independent tilt iteration; the top
+    functions (by own time) of a cProfile of the second."""
     import cProfile
     import pstats
 
+    from dllm_lit.metrics.sequence_kl import SequenceKL
+
     chain = synthetic_chain(4096, 206, eps=1e-4, seed=0)
-    ar = AR(beta=1.25, chain=chain)
+    sampler = AR(beta=1.25, chain=chain) if row == "ar" else MDLM().connect(chain, cache_dir=cache_dir)
+    steps = None if row == "ar" else 64
     for rep in range(2):
-        x = ar.generate(torch.arange(N), T, None, rep)
-        codes = transition_codes(x, 4096)
         t0 = time.process_time()
-        prof = cProfile.Profile() if rep else None
+        x, stats = sampler.generate_with_stats(torch.arange(N), T, steps, rep)
+        sampling = time.process_time() - t0
+        prof = cProfile.Profile(time.process_time) if rep else None  # CPU time, as the rest
+        t0 = time.process_time()
         if prof:
             prof.enable()
-        dv_lower_bound(codes, chain)
+        m = SequenceKL(chain)
+        m.update(x, {"index": torch.arange(N), **stats})
+        v, _ = m.compute(), m.own_intervals(0.95)
         if prof:
             prof.disable()
-        print(f"V4096 dv bound N={N} T={T} {'second row' if rep else 'first row (with the shared tilts)'}: "
-              f"{time.process_time() - t0:.1f} s CPU", flush=True)
-    pstats.Stats(prof).sort_stats("cumulative").print_stats(12)
+        print(f"V4096 {row} N={N} T={T} {'second row' if rep else 'first row (with the shared tilts)'}: sampling "
+              f"{sampling:.1f} s, bracket {time.process_time() - t0:.1f} s CPU "
+              f"[{_fmt(v['seq_kl_bracket_lo'])}, {_fmt(v['seq_kl_bracket_hi'])}]", flush=True)
+    if paths and row != "ar":  # the second row again, with the sandwich: its extra CPU is the rescoring
+        sampler.sandwich_paths = paths
+        t0 = time.process_time()
+        sampler.generate_with_stats(torch.arange(N), T, steps, 1)
+        print(f"V4096 {row}: sandwich rescoring {(time.process_time() - t0 - sampling) / paths:.1f} s CPU per fresh "
+              f"order ({paths} orders)", flush=True)
+    stats_ = pstats.Stats(prof)
+    total = stats_.total_tt
+    print(f"top functions of the second row's bracket ({total:.2f} CPU s profiled):")
+    top = sorted(stats_.stats.items(), key=lambda kv: -kv[1][2])[:5]
+    for (file, line, fn), (_, calls, own, _, _) in top:
+        print(f"  {own:6.2f} s {100 * own / total:5.1f}%  {calls:5d} calls  {Path(file).name}:{line}({fn})")
 
 
 def main() -> None:
@@ -318,7 +342,11 @@ def main() -> None:
     ap.add_argument("--groups", nargs="+", default=["tiny", "synthetic", "english"],
                     choices=["tiny", "synthetic", "english", "bracket", "english_sandwich", "cost"])
     ap.add_argument("--paths", type=int, default=8, help="fresh orders K of the sandwich")
+    ap.add_argument("--english-n", type=int, default=512, help="sequences of the English sandwich group")
     ap.add_argument("--cost-n", type=int, default=64, help="sequences of the V = 4096 cost profile")
+    ap.add_argument("--cost-row", choices=["ar", "mdlm64"], default="ar", help="the row of the V = 4096 cost profile")
+    ap.add_argument("--cost-paths", type=int, default=0, help="fresh orders rescored in the mdlm64 cost profile")
+    ap.add_argument("--cache-dir", default=None, help="oracle power-table cache of the mdlm64 cost profile")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"seeds per case: {args.seeds}; level 0.95 (one-sided lower confidence bound)")
@@ -336,9 +364,9 @@ def main() -> None:
         for case in bracket_cases():
             print(bracket_case(*case, seeds=args.seeds, paths=args.paths), flush=True)
     if "english_sandwich" in args.groups:
-        english_sandwich(args.paths)
+        english_sandwich(args.paths, N=args.english_n)
     if "cost" in args.groups:
-        cost_profile(args.cost_n)
+        cost_profile(args.cost_n, row=args.cost_row, paths=args.cost_paths, cache_dir=args.cache_dir)
 
 
 if __name__ == "__main__":

@@ -116,6 +116,32 @@ def test_block_csr_equals_coalesced_coo() -> None:
     v = torch.rand(n * V, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     assert torch.equal(torch.sparse.mm(got, v), torch.sparse.mm(ref, v))
 
+def test_shared_pair_lookup_and_gathered_logs_are_the_direct_values(monkeypatch) -> None:
+    """The sparse-table path (V^2 above _DENSE_TABLE; forced here on V = 40): one pair lookup per fold, shared by
+    every candidate fitted on it, gives each candidate's F exactly as its own search does, and the tilts' statistics
+    (log of the gathered kernel entries) are exactly the gather of the dense log table; dv_lower_bound is the same
+    DVBound on both table paths' codes (V = 4096 cost profile: docs/performance.md)."""
+    chain = synthetic_chain(40, 5, eps=0.01, seed=4)
+    V, T = chain.vocab_size, 30
+    codes = transition_codes(chain.sample(24, T, seed=5), V)
+    folds = (codes[0::2], codes[1::2])
+    dense = dv_lower_bound(codes, chain)
+    monkeypatch.setattr(dv_bound, "_DENSE_TABLE", 0)
+    for k in (0, 1):
+        counts = dv_bound.pair_counts(folds[k], V)
+        where = dv_bound.pair_positions(counts[0], folds[1 - k].reshape(-1))
+        for a, lam in dv_bound.CANDIDATES:
+            ft = fit_features(folds[k], chain, a, lam, counts)
+            assert torch.equal(ft.values(folds[1 - k], V, where), ft.values(folds[1 - k], V))
+    lp, _ = TiltFeatures.statistics(codes, chain)
+    log_pi = chain.stationary.clamp_min(1e-30).log()
+    direct = log_pi[codes[:, 0] // V] + chain.kernel.clamp_min(1e-30).log().reshape(-1)[codes.reshape(-1)].view(
+        codes.shape).sum(1)
+    assert torch.equal(lp, direct)
+    sparse = dv_lower_bound(codes, chain)
+    assert sparse == dense  # the same float64 numbers on both table paths
+
+
 def _kl(a: torch.Tensor, b: torch.Tensor) -> float:
     keep = a > 0
     return float((a[keep] * (a[keep] / b[keep]).log()).sum())

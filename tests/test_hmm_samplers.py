@@ -7,8 +7,9 @@ import torch
 
 import dllm_lit.samplers as samplers
 from conftest import chi_square_pvalue, sequence_counts
-from dllm_lit.denoisers import HMMOracleDenoiser
+from dllm_lit.denoisers import HMMOracleDenoiser, OracleDenoiser
 from dllm_lit.markov import HMMWorld
+from dllm_lit.metrics.sequence_kl import SequenceKL
 from exact_laws import chain_law, mdlm_law
 from test_llada import llada_law
 from exact_laws import mdlm_paper_law
@@ -78,3 +79,50 @@ def test_every_sampler_runs_in_an_hmm_world(world, name) -> None:
     x = s.sample(6, 32, steps, seed=1)
     assert x.shape == (6, 32) and x.min() >= 0 and x.max() < V
     assert torch.equal(s.sample(3, 32, steps, seed=1, start_index=3), x[3:])
+
+
+def test_law_is_exact_with_the_hmm_oracle(world) -> None:
+    """The HMM oracle answers the world's exact posterior, so a sampler declaring exactness (one position per
+    step) has an exact law there; fewer steps, or the oracle of another world, do not."""
+    s = samplers.MDLMPaper().connect(world)
+    assert s.law_is_exact(T, T) and not s.law_is_exact(T, 2)
+    other = HMMWorld(emission=world.B.clone(), transition=world.A.clone())
+    s.denoiser = HMMOracleDenoiser(other)
+    assert not s.law_is_exact(T, T)
+
+
+def _order2_world() -> HMMWorld:
+    """An order-2 context world (V = 3, S = 9, positive rows: the segmented exact posterior)."""
+    g = torch.Generator().manual_seed(3)
+    rows = torch.rand(V * V, V, generator=g, dtype=torch.float64) + 0.1
+    return HMMWorld(context_rows=rows / rows.sum(1, keepdim=True))
+
+
+@pytest.mark.parametrize("kind", ["dense", "order2"])
+def test_exact_samplers_read_zero_sequence_kl_in_an_hmm_world(world, kind) -> None:
+    """Paper-MDLM and FHS at steps = T (one position per step from the HMM oracle's exact posterior) and AR read
+    seq_kl_upper = 0 with the bracket [0, 0] in every seed, although their float32 log q differs from the
+    world's log p by ~1e-7 (decided by declared exactness, not a threshold); paper-MDLM at 2 steps, and paper-MDLM
+    at steps = T on the oracle of the world's first-order projection (an approximation of the world), do not."""
+    w = world if kind == "dense" else _order2_world()
+    n, T5 = 32, 5
+
+    def read(s, steps, seed):
+        x, stats = s.generate_with_stats(torch.arange(n), T5, steps, seed)
+        stats["exact_law"] = torch.full((n,), float(s.law_is_exact(T5, steps)), dtype=torch.float64)  # as the engine
+        m = SequenceKL(w.bigram_chain, world=w)
+        m.update(x, {"index": torch.arange(n), **stats})
+        return m.compute(), (stats["log_q"] - w.log_prob(x)).abs().max().item()
+
+    exact = [(samplers.MDLMPaper().connect(w), T5), (samplers.FHS().connect(w), T5), (samplers.AR().connect(w), None)]
+    for s, steps in exact:
+        for seed in range(3):
+            v, _ = read(s, steps, seed)
+            assert v["seq_kl_upper"] == v["seq_kl_bracket_lo"] == v["seq_kl_bracket_hi"] == 0.0, (s.name, seed)
+    assert read(exact[0][0], T5, 0)[1] > 0.0  # the zero is not float agreement
+    projected = samplers.MDLMPaper(OracleDenoiser(w.bigram_chain)).connect(w)
+    for s, steps in ((samplers.MDLMPaper().connect(w), 2), (projected, T5)):
+        assert not s.law_is_exact(T5, steps)
+        for seed in range(3):
+            v, _ = read(s, steps, seed)
+            assert v["seq_kl_upper"] != 0.0 and v["seq_kl_bracket_hi"] > 0.0, (steps, seed)  # an estimate: either sign

@@ -200,15 +200,16 @@ class Sampler(L.LightningModule, ABC):
         return False
 
     def law_is_exact(self, seq_len: int, steps: int | None) -> bool:
-        """:meth:`declares_exact` with the exact oracle of the sampler's chain (or no denoiser): the sequence KL is
-        then exactly 0, whatever the float rounding of log q - log p (``seq_kl_upper`` reads 0)."""
+        """:meth:`declares_exact` with the exact oracle of the sampler's chain or HMM world (or no denoiser): the
+        sequence KL is then exactly 0, whatever the float rounding of log q - log p (``seq_kl_upper`` reads 0)."""
         if not self.declares_exact(seq_len, steps):
             return False
         if not self.requires_denoiser:
             return True
+        from dllm_lit.denoisers.hmm_oracle import HMMOracleDenoiser
         from dllm_lit.denoisers.oracle import OracleDenoiser
 
-        return isinstance(self.denoiser, OracleDenoiser) and self.denoiser.chain is self.chain
+        return isinstance(self.denoiser, (OracleDenoiser, HMMOracleDenoiser)) and self.denoiser.chain is self.chain
 
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int | None, seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:meth:`generate` plus per-sequence statistics ``{name: float64[B]}`` over :data:`SEQUENCE_STATS`.

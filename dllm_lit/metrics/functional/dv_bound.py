@@ -63,7 +63,7 @@ from scipy.stats import t as student_t
 from dllm_lit.markov.chain import MarkovChain
 
 __all__ = ["CANDIDATES", "DVBound", "FEATURE_CAP", "TILTS", "BigramFeatures", "TiltFeatures", "Transfer", "dv_lower_bound",
-           "fit_features", "log_partition", "pair_counts"]
+           "fit_features", "log_partition", "pair_counts", "pair_positions"]
 
 #: the (alpha, lambda) candidates scored on the fitting half (alpha: prior weight; lambda: shrinkage)
 CANDIDATES: tuple[tuple[float, float], ...] = tuple((a, lam) for a in (1.0, 4.0, 16.0, 64.0) for lam in (0.5, 1.0))
@@ -117,8 +117,10 @@ class BigramFeatures:
     row_const: torch.Tensor
     first: torch.Tensor
 
-    def values(self, codes: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """F of each sequence from its transition codes [n, T - 1]: float64 [n]."""
+    def values(self, codes: torch.Tensor, vocab_size: int,
+               where: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """F of each sequence from its transition codes [n, T - 1]: float64 [n].  ``where``: the codes'
+        :func:`pair_positions` in ``self.pairs``, when known (features fitted on the same counts share it)."""
         flat = codes.reshape(-1)
         if vocab_size * vocab_size <= _DENSE_TABLE:  # a dense table of f, then one gather
             table = self.row_const[:, None].expand(vocab_size, vocab_size).reshape(-1).clone()
@@ -127,8 +129,8 @@ class BigramFeatures:
         else:
             f = self.row_const[flat // vocab_size]
             if self.pairs.numel():
-                pos = torch.searchsorted(self.pairs, flat).clamp(max=self.pairs.numel() - 1)
-                f = torch.where(self.pairs[pos] == flat, self.pair_f[pos], f)
+                pos, hit = where if where is not None else pair_positions(self.pairs, flat)
+                f = torch.where(hit, self.pair_f[pos], f)
         return self.first[codes[:, 0] // vocab_size] + f.view(codes.shape).sum(1)
 
     def transfer(self, chain: MarkovChain) -> Transfer:
@@ -166,7 +168,7 @@ class TiltFeatures:
         flat = codes.reshape(-1)
         log_pi = chain.stationary.clamp_min(1e-30).log()
         head = log_pi[codes[:, 0] // V]
-        lp = head + chain.kernel.clamp_min(1e-30).log().reshape(-1)[flat].view(codes.shape).sum(1)
+        lp = head + chain.kernel.reshape(-1)[flat].clamp_min(1e-30).log().view(codes.shape).sum(1)  # log of the gathered
         return lp, head + log_pi[flat % V].view(codes.shape).sum(1)
 
     def values(self, codes: torch.Tensor, chain: MarkovChain,
@@ -185,6 +187,13 @@ class TiltFeatures:
         val = (pw((1.0 - chain.eps) * tp + chain.eps * chain.nu[tj]) - pw(chain.eps * chain.nu[tj])) * col[tj]
         a = torch.full_like(pi, chain.eps ** e if chain.eps > 0 else 0.0)
         return Transfer(ti, tj, val, a, pw(chain.nu) * col, pw(pi) * col)
+
+
+def pair_positions(pairs: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pos, hit): where each code of ``flat`` would sit in the ascending ``pairs`` (clamped to its last entry) and
+    whether it is there (``pairs[pos] == flat``); ``pairs`` non-empty."""
+    pos = torch.searchsorted(pairs, flat).clamp(max=pairs.numel() - 1)
+    return pos, pairs[pos] == flat
 
 
 def pair_counts(codes: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -416,8 +425,11 @@ def _half_bound(fit: torch.Tensor, evaluate: torch.Tensor, chain: MarkovChain, T
     log_z = log_partition(chain, tilts + feats, T)
     lp, lpi = (float(v.mean()) for v in TiltFeatures.statistics(fit, chain))  # F of a tilt is linear in them
     scores = [ft.theta * lp + ft.gamma * lpi - float(log_z[c]) for c, ft in enumerate(tilts)]
+    # every candidate fitted on fold k holds that fold's pairs: one lookup of the other fold's codes serves them all
+    where = [None if chain.vocab_size ** 2 <= _DENSE_TABLE or not counts[k][0].numel()
+             else pair_positions(counts[k][0], folds[1 - k].reshape(-1)) for k in (0, 1)]
     for c in range(len(CANDIDATES)):
-        scores.append(sum(float(feats[2 * c + k].values(folds[1 - k], chain.vocab_size).mean()
+        scores.append(sum(float(feats[2 * c + k].values(folds[1 - k], chain.vocab_size, where[k]).mean()
                                 - log_z[len(tilts) + 2 * c + k]) for k in (0, 1)) / 2)
     top = max(range(len(scores)), key=lambda c: scores[c])
     if scores[top] <= 0:
