@@ -92,3 +92,16 @@ def test_metric_recipe_registers_and_is_enabled_by_its_option(my_pkg) -> None:
         assert metric.compute().item() == 4 / 9
     finally:
         registry.METRICS.remove(recipe.SPEC)
+
+
+def test_no_algorithm_module_tests_the_denoisers_type() -> None:
+    """The doc's claim: only ``base`` (is it a denoiser, is it the chain's own oracle) and the shared maths
+    (``draws``: a local denoiser's neighbour queries; ``reference_scoring``: the oracle's exact scores) do."""
+    import ast
+
+    allowed = {"base.py", "draws.py", "reference_scoring.py"}
+    found = [f"{f.name}:{n.lineno}" for f in sorted((ROOT / "dllm_lit" / "samplers").glob("*.py")) if f.name not in allowed
+             for n in ast.walk(ast.parse(f.read_text()))
+             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "isinstance" and len(n.args) == 2
+             and "Denoiser" in ast.unparse(n.args[1])]
+    assert found == []
