@@ -50,7 +50,21 @@ def my_pkg(tmp_path_factory) -> Path:
         del sys.modules[name]
 
 
-def test_sampler_and_source_recipes_run_through_cli_predict(my_pkg, tmp_path) -> None:
+@pytest.fixture
+def token_rate(my_pkg):
+    """The metric recipe's module, registered (its import runs ``register``) for one test."""
+    import importlib
+
+    from dllm_lit.results import registry
+
+    import my_pkg.token_rate as recipe
+    if recipe.SPEC not in registry.METRICS:  # imported by an earlier test, whose teardown removed the spec
+        recipe = importlib.reload(recipe)
+    yield recipe
+    registry.METRICS.remove(recipe.SPEC)
+
+
+def test_recipes_run_through_cli_predict(token_rate, tmp_path) -> None:
     """``python cli.py predict`` calls ``dllm_lit.cli.main`` with its arguments; called here in-process (a child
     process would spend ~7 CPU s importing Lightning again; the run itself costs well under a second)."""
     from dllm_lit.cli import main
@@ -58,10 +72,12 @@ def test_sampler_and_source_recipes_run_through_cli_predict(my_pkg, tmp_path) ->
     main(["predict", "--model", "my_pkg.margin.Margin", "--model.steps", "[2, 8]",
           "--data.source", "my_pkg.ring.Ring", "--data.source.vocab_size", "8",
           "--data.num_sequences", "8", "--data.seq_len", "8", "--trainer.default_root_dir", str(tmp_path),
-          "--trainer.enable_progress_bar", "false", "--results.figures", "false"])
+          "--trainer.enable_progress_bar", "false", "--results.figures", "false",
+          "--results.metric_options", "{rate_token: 0}"])
     rows = json.loads((tmp_path / "metrics.json").read_text())["rows"]
     assert [(r["sampler"], r["steps"]) for r in rows] == [("ar", None), ("margin", 2), ("margin", 8)]
     assert all(r["kl"] is not None and r["kl"] >= 0 for r in rows)
+    assert all(0 <= r["token_rate"] <= 1 for r in rows)
 
 
 def test_source_recipe_builds_decodes_and_describes(my_pkg) -> None:
@@ -76,22 +92,22 @@ def test_source_recipe_builds_decodes_and_describes(my_pkg) -> None:
     assert source.describe()["init_args"] == {"vocab_size": 5, "eps": 0.5}
 
 
-def test_metric_recipe_registers_and_is_enabled_by_its_option(my_pkg) -> None:
+def test_metric_recipe_registers_and_is_enabled_by_its_option(token_rate) -> None:
     from dllm_lit.results import registry
     from dllm_lit.results.writer import ResultsWriter
 
-    import my_pkg.token_rate as recipe
-    try:
-        assert "token_rate" not in [k for s in registry.enabled_specs(ResultsWriter()) for k in s.keys]
-        writer = ResultsWriter(metric_options={"rate_token": 0})
-        spec = next(s for s in registry.enabled_specs(writer) if s.keys == ("token_rate",))
-        assert spec is recipe.SPEC and writer.metric_identity()["rate_token"] == 0
-        metric = recipe.TokenRate(0)
-        metric.update(torch.tensor([[0, 1, 0], [2, 0, 0]]))
-        metric.update(torch.tensor([[1, 1, 1]]))
-        assert metric.compute().item() == 4 / 9
-    finally:
-        registry.METRICS.remove(recipe.SPEC)
+    recipe = token_rate
+    assert "token_rate" not in [k for s in registry.enabled_specs(ResultsWriter()) for k in s.keys]
+    writer = ResultsWriter(metric_options={"rate_token": 0})
+    spec = next(s for s in registry.enabled_specs(writer) if s.keys == ("token_rate",))
+    assert spec is recipe.SPEC and writer.metric_identity()["rate_token"] == 0
+    assert spec in registry.enabled_specs(ResultsWriter(**spec.switch_on))  # what the identity tests read
+    with pytest.raises(ValueError, match=r"^metric key 'token_rate' is already registered; choose another name$"):
+        registry.register(recipe.SPEC)
+    metric = recipe.TokenRate(0)
+    metric.update(torch.tensor([[0, 1, 0], [2, 0, 0]]))
+    metric.update(torch.tensor([[1, 1, 1]]))
+    assert metric.compute().item() == 4 / 9
 
 
 def test_no_algorithm_module_tests_the_denoisers_type() -> None:
