@@ -19,7 +19,7 @@ sampler's samples and prints, per case:
 Exact truths: AR(beta) is a Markov chain with kernel P_beta, so KL = sum_t mu_t . KL(P_beta(.|i) ||
 P(.|i)), mu_t its marginals; one-step paper-MDLM draws every position from its marginal pi, so the
 law is pi^T and KL / T = (T - 1)/T (-H(pi) - sum_ij pi_i pi_j log P_ij) (infinite when P has zeros);
-V = 3 cases by the dynamic program of ``tests/exact_laws.py``.
+V = 3 cases by the dynamic program of ``dllm_lit/exact/``.
 
     python benchmarks/seq_kl_audit.py [--seeds 20] [--groups tiny synthetic english]
 
@@ -98,7 +98,7 @@ def product_entropy(chain: MarkovChain) -> float:
 
 
 def dp_truth(chain: MarkovChain, law: torch.Tensor, T: int) -> float:
-    from exact_laws import chain_law
+    from dllm_lit.exact import chain_law
 
     p = chain_law(chain, T)
     keep = law > 0
@@ -106,7 +106,7 @@ def dp_truth(chain: MarkovChain, law: torch.Tensor, T: int) -> float:
 
 
 def tiny_cases():
-    from exact_laws import mdlm_law
+    from dllm_lit.exact import mdlm_law
 
     chain = MarkovChain.from_kernel(torch.tensor(KERNEL3, dtype=torch.float64))
     seqs = torch.tensor(list(itertools.product(range(3), repeat=5)))
@@ -181,7 +181,7 @@ def bracket_cases():
     """(name, chain, sampler, N, T, steps, truth, upper_target): the certified bracket's cases.  ``upper_target`` is
     what seq_kl_upper's interval targets, E_o KL(q(. | o) || p) / T, where it is known (AR: the truth; one step and
     exact samplers: the truth; else None)."""
-    from exact_laws import mdlm_law, mdlm_paper_law
+    from dllm_lit.exact import mdlm_law, mdlm_paper_law
 
     v3 = MarkovChain.from_kernel(torch.tensor(KERNEL3, dtype=torch.float64))
     sharp = MarkovChain.from_kernel(torch.tensor(SHARP3, dtype=torch.float64))

@@ -11,7 +11,7 @@ from dllm_lit.engine import RunPlan
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers.ar import AR, sharpened_rows
-from exact_laws import chain_law
+from dllm_lit.exact import chain_law
 
 V, T, N = 3, 4, 20000
 ALPHA = 0.01

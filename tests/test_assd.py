@@ -8,7 +8,7 @@ import torch
 from conftest import CountingDenoiser, chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import HMMOracleDenoiser
 from dllm_lit.samplers import ASSD, FHS
-from exact_laws import chain_law, mdlm_paper_law
+from dllm_lit.exact import chain_law, mdlm_paper_law
 from test_hmm_samplers import world  # noqa: F401  (the tiny HMM world fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")

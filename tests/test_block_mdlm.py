@@ -9,7 +9,7 @@ from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.samplers import MDLM, BlockMDLM
 from dllm_lit.samplers.draws import StepUniforms, categorical
 from dllm_lit.decoding.nucleus import top_p_filter
-from exact_laws import block_mdlm_law, chain_law, mdlm_law
+from dllm_lit.exact import block_mdlm_law, chain_law, mdlm_law
 
 V, N = 3, 20000
 ALPHA = 0.01

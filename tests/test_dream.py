@@ -6,8 +6,8 @@ import torch
 
 from conftest import GenericDenoiser, chi_square_pvalue, sequence_counts
 from dllm_lit.samplers import Dream
-from exact_laws import dream_counts as schedule
-from exact_laws import dream_law
+from dllm_lit.exact import dream_counts as schedule
+from dllm_lit.exact import dream_law
 
 V, N = 3, 20000
 ALPHA = 0.01

@@ -1,5 +1,5 @@
 """Duo / UDLM ancestral sampler (uniform-state, exact leave-one-out oracle): its output law equals the exact law of
-its algorithm (dynamic programming over the V^T noisy states, tests/exact_laws.py), NFE, chunking, bad settings."""
+its algorithm (dynamic programming over the V^T noisy states, dllm_lit/exact/), NFE, chunking, bad settings."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +9,7 @@ from conftest import CountingDenoiser, chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import UniformNoise
 from dllm_lit.samplers.duo import Duo
 from dllm_lit.samplers.uniform_state import uniform_reverse_step
-from exact_laws import chain_law, duo_law
+from dllm_lit.exact import chain_law, duo_law
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 V, T, N = 3, 4, 20000

@@ -8,7 +8,7 @@ import torch
 from conftest import CountingDenoiser, all_sequences, chi_square_pvalue, sequence_counts
 from dllm_lit.samplers import DUS
 from dllm_lit.samplers.dus import dilated_levels, dus_block_length, dus_decode_steps
-from exact_laws import chain_law
+from dllm_lit.exact import chain_law
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 V, N = 3, 20000

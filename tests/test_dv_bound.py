@@ -2,7 +2,7 @@
 
 Exact checks on tiny chains: the normaliser log E_p[e^F] against brute-force enumeration of all
 V^T sequences; the bound, for features fitted on samples, against the exact sequence KL of a
-sampler's law (dynamic program, tests/exact_laws.py); and the reported lower confidence bound
+sampler's law (dynamic program, dllm_lit/exact/); and the reported lower confidence bound
 below the truth and below the upper end on a few seeds.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dllm_lit.metrics.functional.sequence_kl import sequence_kl_values, sequence
 from dllm_lit.metrics.functional.transition import transition_codes
 from dllm_lit.metrics.sequence_kl import SequenceKL
 from dllm_lit.samplers import AR, FHS, MDLM, MDLMPaper
-from exact_laws import chain_law, mdlm_law
+from dllm_lit.exact import chain_law, mdlm_law
 
 KERNEL = [[0.6, 0.3, 0.1], [0.2, 0.1, 0.7], [0.5, 0.25, 0.25]]
 

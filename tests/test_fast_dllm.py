@@ -6,7 +6,7 @@ import torch
 
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.samplers import FastDLLM, LLaDA
-from exact_laws import ranked_choice, score_select_law, tempered_options
+from dllm_lit.exact import ranked_choice, score_select_law, tempered_options
 
 V, N = 3, 20000
 ALPHA = 0.01

@@ -6,7 +6,7 @@ import torch
 
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.samplers import FHS, MDLMPaper
-from exact_laws import chain_law
+from dllm_lit.exact import chain_law
 
 V, N = 3, 20000
 ALPHA = 0.01
@@ -20,7 +20,7 @@ def test_law_is_the_chain_law(den, T: int, block_length) -> None:
 
 def test_power_against_a_parallel_law(den) -> None:
     """The same test rejects FHS samples against paper-MDLM's 2-step law (the GOF test has power)."""
-    from exact_laws import mdlm_paper_law
+    from dllm_lit.exact import mdlm_paper_law
 
     x = FHS(den).sample(N, 4, steps=1, seed=0)
     assert chi_square_pvalue(sequence_counts(x, V), mdlm_paper_law(den.chain, 4, 2)) < ALPHA

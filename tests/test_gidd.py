@@ -8,7 +8,7 @@ import pytest
 
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.samplers.gidd import GIDD, gidd_channel
-from exact_laws import chain_law, gidd_law
+from dllm_lit.exact import chain_law, gidd_law
 from test_duo import CountingLOO
 
 pytestmark = pytest.mark.usefixtures("single_thread")

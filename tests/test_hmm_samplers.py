@@ -10,9 +10,9 @@ from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import HMMOracleDenoiser, OracleDenoiser
 from dllm_lit.markov import HMMWorld
 from dllm_lit.metrics.sequence_kl import SequenceKL
-from exact_laws import chain_law, mdlm_law
+from dllm_lit.exact import chain_law, mdlm_law
 from test_llada import llada_law
-from exact_laws import mdlm_paper_law
+from dllm_lit.exact import mdlm_paper_law
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 V, S, T, N = 3, 4, 4, 20000

@@ -12,7 +12,7 @@ from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import ABSORBING, HMMOracleDenoiser, hmm_posterior
 from dllm_lit.denoisers.hmm_segments import SegmentedPosterior, _groups, segments_apply
 from dllm_lit.markov import HMMWorld
-from exact_laws import mdlm_law
+from dllm_lit.exact import mdlm_law
 from test_hmm_world import brute_posterior, context_world, joint, random_world
 
 pytestmark = pytest.mark.usefixtures("single_thread")

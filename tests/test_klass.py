@@ -8,7 +8,7 @@ import torch
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.samplers import KLASS, LLaDA
 from dllm_lit.samplers.klass import stability_kl
-from exact_laws import klass_law
+from dllm_lit.exact import klass_law
 from test_llada import llada_law
 
 V, N = 3, 20000

@@ -13,8 +13,8 @@ from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers.llada import LLaDA, prompt_law
-from exact_laws import TIE_DECIMALS, PosteriorCache, chain_law, law_vector, random_subset_step
-from exact_laws import proposal_options as _proposal, transfer_counts
+from dllm_lit.exact import TIE_DECIMALS, PosteriorCache, chain_law, law_vector, random_subset_step
+from dllm_lit.exact import proposal_options as _proposal, transfer_counts
 
 V, T, N = 3, 4, 20000
 ALPHA = 0.01
@@ -246,9 +246,9 @@ def test_stored_cdf_draw_equals_searchsorted() -> None:
 
 @pytest.mark.parametrize("T, steps, temperature, block_length", [(4, 2, 0.5, None), (4, 2, 1.0, 2), (5, 3, 0.0, None)])
 def test_random_subset_law_is_the_random_tie_law_of_equal_scores(chain, T, steps, temperature, block_length) -> None:
-    """Two DPs of random remasking agree: the shared random-subset step (exact_laws.random_subset_step) and the
-    generic score-select DP with equal scores and random ties (exact_laws.llada_law)."""
-    from exact_laws import llada_law as generic_llada_law
+    """Two DPs of random remasking agree: the shared random-subset step (dllm_lit.exact.random_subset_step) and the
+    generic score-select DP with equal scores and random ties (dllm_lit.exact.llada_law)."""
+    from dllm_lit.exact import llada_law as generic_llada_law
 
     a = llada_law(chain, T, steps, "random", temperature, block_length)
     b = generic_llada_law(chain, T, steps, temperature, remasking="random", block_length=block_length)

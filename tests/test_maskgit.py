@@ -12,7 +12,7 @@ from dllm_lit import rng
 from dllm_lit.samplers import MaskGIT
 from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.samplers.maskgit import num_masked_next
-from exact_laws import chain_law, maskgit_law
+from dllm_lit.exact import chain_law, maskgit_law
 
 V, N = 3, 20000
 ALPHA = 0.01

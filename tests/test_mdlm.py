@@ -7,7 +7,7 @@ import torch
 from conftest import GenericDenoiser, chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.samplers import MDLM
-from exact_laws import chain_law, mdlm_law
+from dllm_lit.exact import chain_law, mdlm_law
 
 V, T, N = 3, 4, 20000
 ALPHA = 0.01

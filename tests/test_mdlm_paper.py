@@ -10,7 +10,7 @@ from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers.llada import LLaDA
 from dllm_lit.samplers.mdlm_paper import MDLMPaper
-from exact_laws import chain_law, mdlm_paper_law
+from dllm_lit.exact import chain_law, mdlm_paper_law
 
 V, T, N = 3, 4, 20000
 ALPHA = 0.01

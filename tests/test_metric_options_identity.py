@@ -118,19 +118,17 @@ def _other(value):
     return 7  # an unset count (e.g. mauve_num_reference)
 
 
-#: writer options that switch each configurable built-in metric on
-ENABLE = {"genppl": {"genppl_model": "m"}, "mauve+mauve_seed_mean+mauve_seed_std": {"mauve_featurizer": "m"},
-          "+".join(FORWARD_KL_KEYS): {"forward_kl": True}, "+".join(GREEDY_KEYS): {"metric_options": {"greedy": True}},
-          # the sequence-KL columns are always on; their option (sandwich_paths) changes values, so it is identity
-          next(s.name for s in registry.METRICS if s.options is SandwichOptions): {"metric_options": {}}}
-
-
 def _configurable():
     return [s for s in registry.METRICS if s.options is not None]
 
 
-def test_every_enabling_option_is_listed() -> None:
-    assert {s.name for s in _configurable()} == set(ENABLE)
+#: the writer options that switch each configurable metric on, as the metric declares them (``switch_on``)
+ENABLE = {s.name: dict(s.switch_on) for s in _configurable()}
+
+
+def test_every_configurable_metric_is_switched_on_by_its_declared_options() -> None:
+    for spec in _configurable():
+        assert spec in registry.enabled_specs(ResultsWriter(**spec.switch_on)), spec.name
 
 
 @pytest.mark.parametrize("spec_name, field", [(s.name, f) for s in _configurable() for f in identity(s.options())])
@@ -139,8 +137,9 @@ def test_every_identity_field_changes_the_run_identity(spec_name, field) -> None
     writer = ResultsWriter(**base)
     spec = next(s for s in registry.enabled_specs(writer) if s.name == spec_name)
     value = dataclasses.asdict(registry.spec_options(spec, writer))[field]
-    changed = ({"metric_options": {**base["metric_options"], field: _other(value)}} if "metric_options" in base
-               else {field: _other(value)})
+    top_level = field in inspect.signature(ResultsWriter).parameters
+    changed = ({field: _other(value)} if top_level
+               else {"metric_options": {**base.get("metric_options", {}), field: _other(value)}})
     other = ResultsWriter(**{**base, **changed})
     assert writer.metric_identity()[field] == value
     assert other.metric_identity() != writer.metric_identity(), field

@@ -13,7 +13,7 @@ from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import HMMOracleDenoiser
 from dllm_lit.samplers import P2
 from dllm_lit.samplers.p2 import masked_after
-from exact_laws import chain_law, law_vector
+from dllm_lit.exact import chain_law, law_vector
 from test_hmm_samplers import world  # noqa: F401  (the tiny HMM world fixture)
 from test_wino import loo_row, tempered
 

@@ -6,7 +6,7 @@ import torch
 
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.samplers import PCSampler
-from exact_laws import pc_law
+from dllm_lit.exact import pc_law
 
 V, N = 3, 20000
 ALPHA = 0.01

@@ -8,7 +8,7 @@ import torch
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.samplers.psi import Psi
 from dllm_lit.samplers.uniform_state import duo_alpha
-from exact_laws import duo_law, psi_law
+from dllm_lit.exact import duo_law, psi_law
 from test_duo import CountingLOO
 
 pytestmark = pytest.mark.usefixtures("single_thread")

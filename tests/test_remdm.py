@@ -1,7 +1,7 @@
 """ReMDM's output law equals the exact law of its algorithm (DP over partially masked states).
 
 The DP below is written independently of ``dllm_lit.samplers.remdm``: kernel in the alpha form
-of ReMDM Eq. 6, the nucleus filter of ``exact_laws`` (not the package's), float64 forward-backward
+of ReMDM Eq. 6, the nucleus filter of ``dllm_lit.exact`` (not the package's), float64 forward-backward
 posteriors.  For conf the state carries each decoded position's frozen confidence, so a state is a
 tuple of (token, psi) pairs.
 """
@@ -19,7 +19,7 @@ from dllm_lit.markov import MarkovChain
 from dllm_lit.samplers import MDLM
 from dllm_lit.samplers.schedules import time_grid
 from dllm_lit.samplers.remdm import ReMDM
-from exact_laws import PosteriorCache, argmax_fill_law, law_vector, nucleus_row, product_step
+from dllm_lit.exact import PosteriorCache, argmax_fill_law, law_vector, nucleus_row, product_step
 
 V, T, N = 3, 4, 20000
 ALPHA = 0.01

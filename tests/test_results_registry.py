@@ -107,7 +107,7 @@ def test_spec_validation_and_registration(restore_registry) -> None:
         MetricSpec(("a",), build, reads="tokens")
     with pytest.raises(ValueError, match="labels and figures must name keys"):
         MetricSpec(("a",), build, figures=("b",))
-    with pytest.raises(ValueError, match=r"\['kl'\] are already registered"):
+    with pytest.raises(ValueError, match=r"^metric key 'kl' is already registered; choose another name$"):
         registry.register(MetricSpec(("kl",), build))
     spec = MetricSpec(("a", "b"), build)
     assert spec.values({"a": torch.tensor(1.0), "b": 2, "c": 3}) == {"a": 1.0, "b": 2.0}

@@ -9,7 +9,7 @@ import torch
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.samplers.schedules import time_grid
 from dllm_lit.samplers.sedd import SEDD, loglinear_sigma, step_probabilities
-from exact_laws import PosteriorCache, chain_law, sedd_law
+from dllm_lit.exact import PosteriorCache, chain_law, sedd_law
 
 V, T, N = 3, 4, 20000
 ALPHA = 0.01

@@ -12,7 +12,7 @@ from dllm_lit.denoisers import UniformNoise
 from dllm_lit.markov import HMMWorld
 from dllm_lit.denoisers.hmm_posterior import hmm_posterior
 from dllm_lit.samplers.sedd_uniform import SEDDUniform, staggered_step, uniform_scores
-from exact_laws import sedd_uniform_law
+from dllm_lit.exact import sedd_uniform_law
 from test_duo import CountingLOO
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -1,7 +1,7 @@
 """Sequence-level KL bracket, floor- and Miller-Madow-corrected KL, and intervals that contain their estimate.
 
 Exact checks on tiny chains (V = 3): the law of a sampler *given its unmasking order* is computed by
-dynamic programming over partially masked states (``tests/exact_laws.py``), for every order, so
+dynamic programming over partially masked states (``dllm_lit/exact/``), for every order, so
 E_order KL(p_s(. | order) || p) - the target of ``seq_kl_upper`` - and KL(p_s || p) are exact.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dllm_lit.metrics.sequence_kl import SequenceKL
 from dllm_lit.metrics.transition import TransitionMetrics
 from dllm_lit.samplers import AR, FHS, MDLM, MDLMPaper
 from dllm_lit.samplers.schedules import time_grid
-from exact_laws import PosteriorCache, chain_law, law_vector, product_step, random_order_steps_law
+from dllm_lit.exact import PosteriorCache, chain_law, law_vector, product_step, random_order_steps_law
 
 #: strictly positive kernel: every sequence has p(x) > 0, so every KL here is finite
 KERNEL = [[0.6, 0.3, 0.1], [0.2, 0.1, 0.7], [0.5, 0.25, 0.25]]

@@ -1,7 +1,7 @@
 """Coverage of the sequence-KL intervals on cases with an exact truth, 200 seeds each (slow).
 
 Truths: AR(beta) by its closed form, MDLM on a V = 3 chain by the dynamic program of
-``tests/exact_laws.py`` (helpers in ``benchmarks/seq_kl_audit.py``), exact samplers 0.
+``dllm_lit/exact/`` (helpers in ``benchmarks/seq_kl_audit.py``), exact samplers 0.
 
 * ``seq_kl_lower``'s low end is a one-sided 95% lower confidence bound on a lower bound of the
   truth: it must be <= the truth in >= 93% of the seeds (it is a bound, so more is expected).
@@ -64,7 +64,7 @@ def _cases():
     yield "v3_ar_beta2", v3, AR(beta=2.0, chain=v3), 64, 5, None, ar_truth(v3, 2.0, 5), True
     yield "syn64_ar_beta1.25", syn, AR(beta=1.25, chain=syn), 64, 32, None, ar_truth(syn, 1.25, 32), True
     yield "syn64_ar_beta0.9", syn, AR(beta=0.9, chain=syn), 64, 32, None, ar_truth(syn, 0.9, 32), True
-    from exact_laws import mdlm_law
+    from dllm_lit.exact import mdlm_law
 
     mdlm = MDLM(OracleDenoiser(v3, dtype=torch.float64))
     mdlm.connect(v3)
@@ -147,7 +147,7 @@ def test_upper_interval_on_the_sharp_chain_and_small_n(N: int) -> None:
 def test_sandwich_bounds_cover(case: str) -> None:
     """The sandwich (K = 8) on V = 3, T = 5, 2 steps, N = 64 (truth by dynamic programming): its lower confidence
     bound <= the truth and its upper one >= the truth in >= 95% of 200 seeds, and so the certified bracket."""
-    from exact_laws import mdlm_law, mdlm_paper_law
+    from dllm_lit.exact import mdlm_law, mdlm_paper_law
 
     v3 = _v3()
     sampler = (MDLMPaper if case == "paper_s2" else MDLM)(OracleDenoiser(v3, dtype=torch.float64))

@@ -11,7 +11,7 @@ import torch
 from conftest import chi_square_pvalue, sequence_counts
 from dllm_lit.denoisers import HMMOracleDenoiser, OracleDenoiser
 from dllm_lit.samplers import WINO
-from exact_laws import chain_law, law_vector
+from dllm_lit.exact import chain_law, law_vector
 from test_hmm_samplers import world  # noqa: F401  (the tiny HMM world fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")

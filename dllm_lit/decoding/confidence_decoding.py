@@ -120,10 +120,13 @@ def has_max_prob_bound(denoiser) -> bool:
     return isinstance(denoiser, LocalDenoiser) and denoiser.has_max_prob_bound
 
 
-def cache_width(denoiser, widths: Widths, fresh: tuple[str, ...] = ()) -> int:
+def cache_width(denoiser, widths: Widths, fresh: tuple[str, ...] = (), other: int | None = None) -> int:
     """Numbers per position a :class:`PosteriorCache` stores for ``widths`` (``fresh`` features of a local
-    denoiser are recomputed where read, not stored)."""
-    skip = set(fresh) if isinstance(denoiser, LocalDenoiser) else set()
+    denoiser are recomputed where read, not stored); ``other``, if given, for a denoiser that is not local."""
+    local = isinstance(denoiser, LocalDenoiser)
+    if other is not None and not local:
+        return other
+    skip = set(fresh) if local else set()
     return sum(max(1, int(torch.tensor(shape).prod())) if shape else 1
                for name, (shape, _) in widths.items() if name not in skip)
 

@@ -30,6 +30,7 @@ from typing import Any
 from torchmetrics import Metric
 
 from dllm_lit import checks
+from dllm_lit.util.registration import refuse_clash
 from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.metrics.bootstrap import Policies
 from dllm_lit.metrics.duplication_rate import DuplicationRate
@@ -128,6 +129,9 @@ class MetricSpec:
         pairs_with_reference: whether each row's metric is compared with the same metric on the run's
             reference row (exact chain samples, same sequence indices): the writer calls
             ``metric.pair_with(reference_row_metric)`` (``None`` when the run has no reference row).
+        switch_on: for a spec with options, the ``ResultsWriter`` keyword arguments that enable it (e.g.
+            ``{"metric_options": {"greedy": True}}``; ``{}`` for one always on); the tests read it to check that
+            every options field changes the run identity.
     """
 
     keys: tuple[str, ...]
@@ -140,6 +144,7 @@ class MetricSpec:
     reference: bool = False
     pairs_with_reference: bool = False
     options: type | None = None
+    switch_on: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         keys = tuple(self.keys)
@@ -194,14 +199,14 @@ METRICS: list[MetricSpec] = [
     MetricSpec(("genppl",), lambda c: GenerativePerplexity(
         c.options.genppl_model, batch_size=c.options.genppl_batch_size, max_length=c.options.max_text_length,
         device=c.device), reads="texts", labels={"genppl": "GenPPL"}, enabled=lambda o: bool(o.genppl_model),
-        options=GenPPLOptions),
+        options=GenPPLOptions, switch_on={"genppl_model": "m"}),
     MetricSpec(("mauve", "mauve_seed_mean", "mauve_seed_std"), lambda c: MauveOverSeeds(
         c.reference_texts, featurizer=c.options.mauve_featurizer, max_text_length=c.options.max_text_length,
         num_buckets=c.options.mauve_num_buckets, device=c.device, cache_dir=c.cache_dir("mauve"),
         num_seeds=c.options.mauve_num_seeds),
         reads="texts", reference=True, labels={"mauve": "MAUVE", "mauve_seed_mean": "MAUVE (mean over k-means seeds)",
                                                 "mauve_seed_std": "MAUVE (std over k-means seeds)"},
-        enabled=lambda o: bool(o.mauve_featurizer), options=MauveOptions),
+        enabled=lambda o: bool(o.mauve_featurizer), options=MauveOptions, switch_on={"mauve_featurizer": "m"}),
     MetricSpec(SEQUENCE_KL_KEYS, lambda c: SequenceKL(first_order(c.chain), world=hmm_world(c.chain)), reads="stats",
                pairs_with_reference=True, options=SandwichOptions,
                labels={"kl_excess": "transition KL minus exact-sample KL (nats)",
@@ -216,6 +221,7 @@ METRICS: list[MetricSpec] = [
                        "seq_kl_bracket_lo": "sequence KL per token, certified lower bound (95%, nats)",
                        "seq_kl_bracket_hi": "sequence KL per token, certified upper bound (95%, nats)"}),
     MetricSpec(FORWARD_KL_KEYS, lambda c: ForwardSequenceKL(), reads="stats", enabled=lambda o: bool(o.forward_kl), options=ForwardKLOptions,
+               switch_on={"forward_kl": True},
                labels={"seq_kl_fwd": "E_order KL(chain || sampler | order) per token (nats)",
                        "seq_kl_fwd_theory": "predicted E_order KL(chain || sampler | order) per token (nats)",
                        **{f"seq_kl_fwd_bound_{b}": f"{b.upper()} bound on E_order KL per token (nats)" for b in ("tc", "dtc", "mi")}}),
@@ -244,6 +250,7 @@ METRICS += [
 METRICS.append(MetricSpec(
     GREEDY_KEYS, lambda c: GreedyScore(c.chain, c.options.greedy_rank_limit, c.options.greedy_prompt_length),
     reads="stats", enabled=lambda o: bool(o.greedy), options=GreedyOptions,
+    switch_on={"metric_options": {"greedy": True}},
     labels={"greedy_regret": "per-token regret to the exact mode (nats)", "greedy_mode_frac": "fraction equal to the mode",
             "greedy_rank": "median rank among the most likely sequences", "greedy_nll": "-log p(output | prompt) / G",
             "greedy_mode_nll": "-log p(mode | prompt) / G"}))
@@ -257,9 +264,8 @@ METRICS.append(MetricSpec(("task_accuracy",), lambda c: TaskAccuracy(c.chain), r
 
 def register(spec: MetricSpec) -> MetricSpec:
     """Append ``spec`` to :data:`METRICS` (its keys must be new); returns it."""
-    taken = {k for s in METRICS for k in s.keys} & set(spec.keys)
-    if taken:
-        raise ValueError(f"result keys {sorted(taken)} are already registered")
+    for key in spec.keys:
+        refuse_clash("metric key", key, {k for s in METRICS for k in s.keys})
     METRICS.append(spec)
     return spec
 

@@ -43,7 +43,7 @@ from dllm_lit.decoding import (BlockPosteriors, NeighbourhoodRows, cache_width, 
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.denoisers.local import LocalDenoiser, distinct_queries, neighbour_distances
+from dllm_lit.denoisers.local import distinct_queries, neighbour_distances
 from dllm_lit.samplers.draws import StepUniforms, row_chunks
 from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
 
@@ -108,8 +108,8 @@ class KLASS(Sampler):
         # numbers kept per position: the greedy path over a local denoiser in one block keeps the cache's row-free
         # features only (rows recomputed where read, no previous rows: KL values from neighbours), so the whole batch
         # runs at once; otherwise the stored rows and the previous call's rows.  Sub-batches give identical draws.
-        width = cache_width(den, proposal_widths(V, tau, cdf=False), ("probs",)) \
-            if tau == 0 and nb == 1 and isinstance(den, LocalDenoiser) else 2 * V + 2
+        width = cache_width(den, proposal_widths(V, tau, cdf=False), ("probs",), other=2 * V + 2) \
+            if tau == 0 and nb == 1 else 2 * V + 2
         out = in_sub_batches(lambda ix: self.generate_with_nfe(ix, seq_len, steps, seed), indices, width, bl,
                              self.use_cache)
         if out is not None:
