@@ -72,14 +72,26 @@ def test_english_chain_options_as_a_group_or_as_keywords() -> None:
         english_char_chain(SparsityOptions(), eps=0.1)
 
 
+def _registered_sources() -> list[type]:
+    """Every concrete chain source ``dllm_lit.sources`` exports (the registry a new source joins)."""
+    import inspect
+
+    import dllm_lit.sources as sources
+    from dllm_lit.sources import ChainSource
+
+    exported = [getattr(sources, n) for n in sources.__all__]
+    return [c for c in exported if isinstance(c, type) and issubclass(c, ChainSource) and not inspect.isabstract(c)]
+
+
 def _every_source(tmp_path) -> list:
+    """One instance of every registered source (its declared ``example_init_args``), then options worth a case."""
     from dllm_lit.markov import save_chain
     from dllm_lit.sources import (ChainFile, HMMSynthetic, KthOrderChars, ListTask, LocalTextChars, OpenWebTextBPE, PaperArtifact,
                                   SwitchingChains, Synthetic, Text8Chars)
 
     save_chain(synthetic_chain(8, 3, seed=1), tmp_path / "chain.pt")
-    return [
-        EnglishChars(), EnglishChars(SparsityOptions(top_k=5, eps=1e-3)),
+    return [cls(**cls.example_init_args) for cls in _registered_sources()] + [
+        EnglishChars(SparsityOptions(top_k=5, eps=1e-3)),
         Synthetic(vocab_size=64, top_k=8, seed=3), ChainFile(str(tmp_path / "chain.pt")),
         PaperArtifact(str(tmp_path / "gt.pt"), trust_pickle=True),
         Text8Chars(dataset="text", data_files=[str(tmp_path / "a.txt")], max_chars=None),
@@ -115,9 +127,7 @@ def test_every_source_describes_itself_as_a_config_entry(tmp_path) -> None:
         again = parser.instantiate_classes(parser.parse_object({"source": d})).source
         assert type(again) is cls and again.describe() == d
         described.add(cls)
-    exported = {getattr(sources, n) for n in sources.__all__}
-    concrete = {c for c in exported if isinstance(c, type) and issubclass(c, ChainSource) and not inspect.isabstract(c)}
-    assert concrete == described
+    assert described == set(_registered_sources())
     assert EnglishChars().describe()["init_args"] == {"sparsity": {"top_k": None, "target_mass": None, "k_percentile": None, "eps": 0.0}}
 
 
@@ -133,3 +143,24 @@ def test_sources_take_sparsity_as_a_dict_too() -> None:
         EnglishChars({"k": 4})
     with pytest.raises(ValueError, match="sparsity must be a SparsityOptions"):
         EnglishChars(0.1)  # type: ignore[arg-type]
+
+
+def test_register_exports_a_source_and_refuses_a_taken_name() -> None:
+    import dllm_lit.sources as sources
+    from dllm_lit.sources import ChainSource, register
+
+    class Fixed(ChainSource):
+        def build(self, cache_dir=None):
+            return synthetic_chain(4, 2, seed=0)
+
+    try:
+        assert register(Fixed) is Fixed and sources.Fixed is Fixed and Fixed in _registered_sources()
+        with pytest.raises(ValueError, match=r"^source 'Fixed' is already registered; choose another name$"):
+            register(Fixed)
+    finally:
+        sources.__all__.remove("Fixed")
+        del sources.Fixed
+    with pytest.raises(ValueError, match=r"^source 'Synthetic' is already registered; choose another name$"):
+        register(type("Synthetic", (Fixed,), {}))
+    with pytest.raises(ValueError, match="is not a chain source"):
+        register(int)

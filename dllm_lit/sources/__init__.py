@@ -1,10 +1,12 @@
 """Chain sources: where a ground-truth :class:`~dllm_lit.markov.MarkovChain` comes from, one source per module.
 
 Configs name a source by ``class_path: dllm_lit.sources.<Name>`` (fragments in ``configs/data/``).  Adding a
-source is one module here, its export line below and one config fragment: the module subclasses
+source is one module here, its export line below (or :func:`register` at run time; a name already exported is
+refused in one line) and one config fragment: the module subclasses
 :class:`ChainSource` (or :class:`CorpusChainSource` for a chain counted from a corpus and cached), keeps each
 ``__init__`` argument as an attribute of the same name (what :meth:`ChainSource.describe` reports), and takes
-``sparsity: SparsityOptions`` if it builds the chain from bigram counts.
+``sparsity: SparsityOptions`` if it builds the chain from bigram counts.  The tests build every exported source
+(``cls(**cls.example_init_args)``), so a new one needs no test edit.
 """
 from dllm_lit.sources.base import ChainSource, IdDecoder, TextDecoder
 from dllm_lit.sources.chain_file import ChainFile
@@ -32,3 +34,18 @@ __all__ = [
     # functions behind them
     "english_char_chain", "load_paper_artifact", "load_reference_samples",
 ]
+
+
+def register(cls: type) -> type:
+    """Export the chain source ``cls`` as ``dllm_lit.sources.<cls.__name__>``; a name already exported is refused
+    in one line.  Returns ``cls`` (usable as a class decorator)."""
+    import sys
+
+    from dllm_lit.util.registration import refuse_clash
+
+    if not (isinstance(cls, type) and issubclass(cls, ChainSource)):
+        raise ValueError(f"register: {cls!r} is not a chain source (a subclass of dllm_lit.sources.ChainSource)")
+    refuse_clash("source", cls.__name__, set(__all__))
+    setattr(sys.modules[__name__], cls.__name__, cls)
+    __all__.append(cls.__name__)
+    return cls

@@ -11,7 +11,8 @@ import inspect
 import json
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -49,8 +50,13 @@ class ChainSource(ABC):
     """Base class: ``build(cache_dir) -> MarkovChain`` and ``decoder() -> TextDecoder``.
 
     A subclass keeps each ``__init__`` argument as an attribute of the same name (that is what
-    :meth:`describe` reports); option groups are frozen dataclasses (e.g. ``SparsityOptions``).
+    :meth:`describe` reports); option groups are frozen dataclasses (e.g. ``SparsityOptions``).  A source whose
+    ``__init__`` has an argument without a default names one value for it in :attr:`example_init_args` (the
+    tests build ``cls(**example_init_args)`` for every exported source and check that it describes itself).
     """
+
+    #: ``__init__`` arguments of one instance (nothing is read before ``build``); ``{}`` when every argument has a default
+    example_init_args: ClassVar[Mapping[str, Any]] = {}
 
     @abstractmethod
     def build(self, cache_dir: Path | None = None) -> MarkovChain:

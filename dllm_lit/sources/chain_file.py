@@ -12,6 +12,8 @@ __all__ = ["ChainFile"]
 class ChainFile(ChainSource):
     """A chain saved with :func:`dllm_lit.markov.save_chain` (checksummed artifact)."""
 
+    example_init_args = {"path": "chain.pt"}
+
     def __init__(self, path: str) -> None:
         self.path = path
 

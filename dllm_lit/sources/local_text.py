@@ -23,6 +23,8 @@ class LocalTextChars(CharCorpusChainSource):
 
     cache_kind = "chain-local-text"
 
+    example_init_args = {"path": "corpus.txt"}
+
     def __init__(
         self,
         path: str,

@@ -29,6 +29,8 @@ class PaperArtifact(ChainSource):
     from a trusted source).  Token ids decode through the file's ``itos`` when it has one.
     """
 
+    example_init_args = {"path": "artifact.pt"}
+
     def __init__(self, path: str, trust_pickle: bool = False) -> None:
         self.path, self.trust_pickle = path, trust_pickle
 
