@@ -1,9 +1,9 @@
 """ReMDM remasking samplers (cap, rescale, conf, loop); see ``docs/samplers/remdm.md``.
 
-Schedule.  Upstream ReMDM (and the paper's runs) use the *linear* schedule alpha_t = 1 - t on
-the grid ``t_j = linspace(1, t_min, steps + 1)`` (t_min = 1e-5), s = t_{j+1}; ``schedule`` only
-accepts ``"linear"``.  Internally everything is written with the move chance m = 1 - alpha
-(m_t = t for the linear schedule), which keeps the sigma = 0 kernel bit-identical to MDLM's.
+Schedule. Upstream ReMDM (and the paper's runs) use the *linear* schedule alpha_t = 1 - t on the grid ``t_j =
+linspace(1, t_min, steps + 1)`` (t_min = 1e-5), s = t_{j+1}; ``schedule`` only accepts ``"linear"``. Internally
+everything is written with the move chance m = 1 - alpha (m_t = t for the linear schedule), which keeps the sigma =
+0 kernel bit-identical to MDLM's.
 
 Generic kernel (ReMDM Eq. 6) with remasking probability sigma:
 
@@ -20,36 +20,31 @@ Variants (``variant``):
 
 * ``cap``:     sigma = min(eta, sigma_max)            (upstream default eta = 0.008)
 * ``rescale``: sigma = eta * sigma_max                (upstream default eta = 0.015)
-* ``conf``:    per-position sigma_i = eta_i * sigma_max, eta_i = softmax_i(conf) over the
-  UNMASKED positions of the sequence (0 at masked positions, which therefore follow the MDLM
-  kernel).  conf_i = -psi_i, psi_i = the nucleus-filtered probability of the token drawn at i,
-  frozen at decode time; remasked positions get conf = -inf.  Low-confidence tokens are thus
-  remasked more often; expected remasks per step = sigma_max.  Upstream has no eta for conf;
-  the optional ``eta_cap`` replaces sigma_max by min(eta_cap, sigma_max) (ReMDM paper's
-  conf-with-cap combination; default None = upstream).  Upstream computes the softmax in
-  bfloat16; here it is float64 (a deliberate precision fix).
+* ``conf``: per-position sigma_i = eta_i * sigma_max, eta_i = softmax_i(conf) over the UNMASKED positions
+  (0 at masked positions, which follow the MDLM kernel); conf_i = -psi_i, psi_i the nucleus-filtered probability
+  of the token drawn at i, frozen at decode time; remasked positions get conf = -inf, so low-confidence tokens are
+  remasked more often (expected remasks per step = sigma_max).  Upstream has no eta for conf; the optional
+  ``eta_cap`` replaces sigma_max by min(eta_cap, sigma_max) (the paper's conf-with-cap; default None = upstream).
+  Upstream's softmax is bfloat16; here it is float64 (a deliberate precision fix).
 * ``loop`` (t_on, t_off, alpha_on, eta; upstream 0.55, 0.05, 0.9, 0.02):
   t > t_on: MDLM step on alpha(t) = (1 - t) alpha_on / (1 - t_on);
   t_off < t <= t_on: generic kernel with alpha_t = alpha_s = alpha_on and
   sigma = min(eta, sigma_max) (= eta whenever eta <= (1 - alpha_on)/alpha_on, e.g. the paper's
   settings; the cap is the paper's App. formula and keeps the kernel valid otherwise);
   t <= t_off: MDLM step on alpha(t) = 1 - t (1 - alpha_on) / t_off.
-  When a coarse grid makes alpha(s) > 1 in the first phase, alpha(s) is clamped to 1 (every
-  masked position unmasks) - the law upstream's exponential race gives to the negative
-  MASK weight.
+  When a coarse grid makes alpha(s) > 1 in the first phase, alpha(s) is clamped to 1 (every masked position
+  unmasks) - the law upstream's exponential race gives to the negative MASK weight.
 
-After the last step every remaining MASK is filled with argmax_v p(x0 = v | z) (no nucleus),
-as upstream.
+After the last step every remaining MASK is filled with argmax_v p(x0 = v | z) (no nucleus), as upstream.
 
-Efficiency and randomness.  Neither the remask decision nor the unmask decision depends on the
-denoiser's token distribution, so each step first decides, with one uniform per position, which
-masked positions unmask (stream TOKEN, slot 0 - the same uniforms as :class:`MDLM`) and which
-unmasked positions are remasked (stream REMASK, slot 0), then queries the denoiser only at the
-k unmasking positions (O(k V), in row chunks) and draws their tokens by the float64 inverse
-CDF (stream TOKEN, slot 1, as MDLM).  Hence with sigma = 0 and ``top_p = 1`` (cap/rescale with
-eta = 0) ReMDM reproduces ``MDLM(decoding="stepwise")`` draw for draw (MDLM's default "ordered"
-decoding has the same law but other draws).  A step costs O(B T) for the decisions (as stepwise MDLM) plus O(k V)
-for the k decoded positions; conf adds an O(B T) weight sum.
+Efficiency and randomness. Neither the remask decision nor the unmask decision depends on the denoiser's token
+distribution, so each step first decides, with one uniform per position, which masked positions unmask (stream
+TOKEN, slot 0 - the same uniforms as :class:`MDLM`) and which unmasked positions are remasked (stream REMASK, slot
+0), then queries the denoiser only at the k unmasking positions (O(k V), in row chunks) and draws their tokens by
+the float64 inverse CDF (stream TOKEN, slot 1, as MDLM). Hence with sigma = 0 and ``top_p = 1`` (cap/rescale with
+eta = 0) ReMDM reproduces ``MDLM(decoding="stepwise")`` draw for draw (MDLM's default "ordered" decoding has the
+same law but other draws). A step costs O(B T) for the decisions (as stepwise MDLM) plus O(k V) for the k decoded
+positions; conf adds an O(B T) weight sum.
 """
 from __future__ import annotations
 
@@ -58,13 +53,12 @@ from collections.abc import Callable
 import torch
 
 from dllm_lit import checks, rng
-from dllm_lit.decoding import NeighbourhoodRows, keyed_rows, run_memo
+from dllm_lit.decoding import NeighbourhoodRows, keyed_rows, run_memo, top_p_filter
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import (ROW_CHUNK_ELEMENTS, StepUniforms, argmax_fill, categorical,
                                    categorical_from_stored_cdf, masked_posterior_chunks)
-from dllm_lit.decoding import top_p_filter
 from dllm_lit.samplers.schedules import time_grid
 
 __all__ = ["ReMDM", "VARIANTS", "DEFAULT_ETA"]
