@@ -127,9 +127,10 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
     widths = {"probs": ((V,), None), "argmax": ((), torch.int64)}
     if rule.bound is not None:
         widths["pmax"] = ((), None)
-    if not bounded and not greedy:
-        widths["cdf"] = ((V,), torch.float64)
     stored_score = not rule.reads_tokens and not bounded  # a score of the row alone, stored with the row
+    at_commits = stored_score and rule.adaptive  # rows recomputed and the law drawn only where positions commit
+    if not bounded and not greedy and not at_commits:
+        widths["cdf"] = ((V,), torch.float64)
     if stored_score:
         widths["score"] = ((), torch.float64)
 
@@ -142,7 +143,7 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         out = {"probs": probs, "argmax": probs.argmax(-1)}
         if rule.bound is not None:
             out["pmax"] = probs.amax(-1)
-        if not bounded and not greedy:
+        if not bounded and not greedy and not at_commits:
             out["cdf"] = rule.propose(probs).to(torch.float64).cumsum(-1)
         if stored_score:
             out["score"] = row_score(probs)
@@ -184,14 +185,16 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
         return s
 
     common = dict(features=features, widths=widths, propose=propose, score=score, tie_rule=rule.tie_rule,
-                  tie_u=tie_u, use_cache=rule.use_cache, fresh=("probs",) if bounded else (),
-                  law=rule.propose if bounded and not greedy else None, score_reads_tokens=rule.reads_tokens,
+                  tie_u=tie_u, use_cache=rule.use_cache, fresh=("probs",) if bounded or at_commits else (),
+                  law=rule.propose if (bounded or at_commits) and not greedy else None, score_reads_tokens=rule.reads_tokens,
                   law_scores=rule.scores_by_law and bounded and not greedy)
     if rule.adaptive:
         def count(sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
             return check_count(rule, rule.adaptive_count(sorted_scores, n_masked), n_masked)
 
         bounds = dict(bound="pmax", count_decided=rule.count_decided) if bounded else {}
+        if rule.prefix_count:
+            bounds["count_prefix"] = rule.prefix_decides
         n = decode_blocks(den, x, rule.blocks(x.shape[1]), count=count, **bounds, **common)
         if taken is not None:
             taken += n.to(taken.device)

@@ -17,6 +17,10 @@ no mask is left: the number of steps (denoiser evaluations) is adaptive and coun
 At gamma = 0 (and temperature 1) a step commits one position - plus any of zero entropy, whose
 token is certain - chosen from the entropies alone, with a token drawn from its exact conditional:
 exact sequential sampling in a state-dependent order, so the output law is the chain's.
+
+The sampler is a rule (:mod:`dllm_lit.samplers.rule`): score -H(p) of the row alone, the count an
+``adaptive_count``, and ``prefix_decides`` (the count of the first sorted scores is the row's once
+their entropy sum exceeds gamma) lets the engine partially select instead of sorting every step.
 """
 from __future__ import annotations
 
@@ -24,11 +28,12 @@ import math
 
 import torch
 
-from dllm_lit import checks, rng
-from dllm_lit.decoding import decode_blocks, posterior_entropy, propose_tokens, ranking_options, with_tie_rule
+from dllm_lit import checks
+from dllm_lit.decoding import posterior_entropy, ranking_options, with_tie_rule
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, tempered_law
+from dllm_lit.samplers.draws import tempered_law
+from dllm_lit.samplers.rule import RuleSampler
 
 __all__ = ["EBSampler", "entropy_bound_count", "entropy_bound_prefix_exact"]
 
@@ -55,8 +60,9 @@ def entropy_bound_prefix_exact(prefix: torch.Tensor, gamma: float, vocab_size: i
     return ~valid[:, -1] | (total * (1.0 - 1e-12) - 1e-12 * h_max > gamma)
 
 
-class EBSampler(Sampler):
-    """Entropy-bounded parallel unmasking (see module docstring).
+class EBSampler(RuleSampler):
+    """Entropy-bounded parallel unmasking (see module docstring): a rule ranking by -H(p) alone
+    (``reads_tokens = False``: proposals drawn only where positions commit) with an adaptive count.
 
     Args:
         denoiser: frozen denoiser (None: the chain's exact oracle).
@@ -67,10 +73,12 @@ class EBSampler(Sampler):
     """
 
     sampler_name = "eb_sampler"
+    reads_tokens = False
+    no_log_q_reason = Sampler.no_log_q_reason
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, gamma: float = 0.01,
                  temperature: float = 0.0, tie_rule: str = "lowest") -> None:
-        super().__init__(denoiser=denoiser, steps=steps)
+        super().__init__(denoiser, steps)
         self.gamma = checks.real("gamma", gamma, 0.0)
         ranking_options(self, temperature, tie_rule)
 
@@ -79,31 +87,14 @@ class EBSampler(Sampler):
         base = "eb_sampler" if self.gamma == 0.01 else f"eb_sampler_g{self.gamma:g}"
         return with_tie_rule(base, self.tie_rule)
 
-    def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
-        return self.generate_with_nfe(indices, seq_len, steps, seed)[0]
+    def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
+        return tempered_law(probs, self.temperature)  # None (the argmax) at temperature 0
 
-    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Samples and the denoiser evaluations of each sequence (its number of steps)."""
-        x = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
-        tau, gamma, tok_u = self.temperature, self.gamma, StepUniforms(seed, indices, steps)
+    def score(self, probs: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return -posterior_entropy(probs)  # the most certain positions first
 
-        # the entropies alone rank the positions: proposals are drawn where they commit, from rows recomputed
-        # there (the cache keeps the entropy per position - and the argmax at temperature 0 - no [V] rows)
-        def features(probs: torch.Tensor) -> dict[str, torch.Tensor]:
-            out = {"probs": probs, "entropy": posterior_entropy(probs)}
-            if tau == 0:
-                out["argmax"] = probs.argmax(-1)
-            return out
+    def adaptive_count(self, sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
+        return entropy_bound_count(sorted_scores, self.gamma)
 
-        widths = {"probs": ((self.vocab_size,), None), "entropy": ((), torch.float64)}
-        if tau == 0:
-            widths["argmax"] = ((), torch.int64)
-        nfe = decode_blocks(
-            self.denoiser, x, [(0, seq_len)], features=features, widths=widths,
-            propose=lambda view: propose_tokens(view, tau, tok_u), score=lambda view: -view.get("entropy"),
-            tie_rule=self.tie_rule, tie_u=StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER),
-            count=lambda sorted_scores, m: entropy_bound_count(sorted_scores, gamma), use_cache=self.use_cache,
-            count_prefix=lambda prefix: entropy_bound_prefix_exact(prefix, gamma, self.vocab_size),
-            fresh=("probs",), law=(lambda probs: tempered_law(probs, tau)) if tau > 0 else None,
-            score_reads_tokens=False)
-        return x, nfe
+    def prefix_decides(self, prefix: torch.Tensor) -> torch.Tensor:
+        return entropy_bound_prefix_exact(prefix, self.gamma, self.vocab_size)

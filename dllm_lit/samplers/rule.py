@@ -121,6 +121,18 @@ class RuleSampler(Sampler):
         (it overrides :meth:`count_decided`)."""
         return type(self).count_decided is not RuleSampler.count_decided
 
+    def prefix_decides(self, prefix: torch.Tensor) -> torch.Tensor:
+        """Override (an adaptive rule) to let the engine select partially instead of sorting every step: per sequence,
+        whether :meth:`adaptive_count` of the first scores ``prefix`` [B, P] (sorted descending, -inf past the masked
+        ones) is that of the whole sorted row (the EB-sampler's, once the prefix spends its entropy budget).  False
+        where unsure only costs a sort; True where the counts differ changes the draws."""
+        raise TypeError(f"{type(self).__name__} declares no prefix_decides: the engine sorts every step's scores")
+
+    @property
+    def prefix_count(self) -> bool:
+        """Whether the adaptive rule's count is decided by a prefix of its sorted scores (:meth:`prefix_decides`)."""
+        return type(self).prefix_decides is not RuleSampler.prefix_decides
+
     def score_bound(self, pmax: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """With ``bound = "pmax"``: an upper bound (float64) of the score at absolute positions ``pos`` where
         max_v p <= ``pmax`` (float64, same shape), non-decreasing in ``pmax``.  Default ``pmax`` itself (score <=
