@@ -12,7 +12,7 @@ from conftest import counted_calls
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit.samplers import KLASS, MaskGIT
-from dllm_lit.decoding import posterior_cache
+from dllm_lit.decoding import posterior_cache, stability_decoding
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -78,14 +78,14 @@ def test_klass_whole_batch_equals_direct_and_sub_batches(chain, conf, kl, monkey
         s.use_cache = True
         with monkeypatch.context() as m:
             _budget(m, 2 * T * (2 * V + 2))
-            calls = counted_calls(m, KLASS, "generate_with_nfe")
+            calls = counted_calls(m, stability_decoding, "_decode_batch")
             x1, st1 = s.generate_with_stats(torch.arange(7), T, steps, 7)
             assert len(calls) == 1  # one batch
         with monkeypatch.context() as m:
             _budget(m, 2 * T * 2)  # the row-free features of 2 sequences
-            calls = counted_calls(m, KLASS, "generate_with_nfe")
+            calls = counted_calls(m, stability_decoding, "_decode_batch")
             x2, st2 = s.generate_with_stats(torch.arange(7), T, steps, 7)
-            assert len(calls) == 1 + 4  # sub-batches 2, 2, 2, 1
+            assert len(calls) == 4  # sub-batches 2, 2, 2, 1
         for x, st in ((x1, st1), (x2, st2)):
             assert torch.equal(x0, x) and torch.equal(st0["nfe"], st["nfe"]), (steps, conf, kl)
 
@@ -100,9 +100,9 @@ def test_klass_other_paths_keep_the_row_sizing(monkeypatch) -> None:
         direct = s.generate_with_stats(torch.arange(5), 16, 8, 3)[0]
         with monkeypatch.context() as m:
             _budget(m, 2 * (block or 16) * (2 * V + 2))
-            calls = counted_calls(m, KLASS, "generate_with_nfe")
+            calls = counted_calls(m, stability_decoding, "_decode_batch")
             assert torch.equal(s.generate_with_stats(torch.arange(5), 16, 8, 3)[0], direct)
-            assert len(calls) == 1 + 3
+            assert len(calls) == 3
 
 
 @pytest.mark.parametrize("chain", [synthetic_chain(256, 8, eps=0.05, seed=4), _iid()], ids=["v256", "iid"])

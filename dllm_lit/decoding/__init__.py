@@ -6,7 +6,8 @@ decode_rule``), never a module of it (``tests/test_import_layering.py``).  A sam
 The rule engine
     :func:`decode_rule` runs a rule through the posterior provider its denoiser allows (dense, cache, bounded:
     :mod:`.providers`), :func:`decode_random_order` a rule that declares ``order = "random"`` (only committed
-    positions are queried); :func:`~.reference.reference_decode` is the dense loop, read top to bottom, and
+    positions are queried), :func:`decode_stable` one that declares ``stability_history`` (KLASS: the engine keeps
+    the previous posterior rows); :func:`~.reference.reference_decode` is the dense loop, read top to bottom, and
     :data:`GUMBEL_SLOT` the uniform slot of a ``position_temperature``'s Gumbel keys.
 
 Ordered decoding (MDLM, BD3, FHS, DUS, SEDD, LLaDA's random remasking: the positions of a step are known before the
@@ -18,7 +19,7 @@ The confidence loop (LLaDA, Dream, EB, PC and, through :func:`decode_rule`, ever
     :func:`decode_blocks` with its callables' helpers :func:`proposal_features`, :func:`proposal_widths`,
     :func:`propose_tokens`, :func:`confidence`, :func:`posterior_entropy`, :func:`has_max_prob_bound`; the block
     shape :func:`block_bounds`, :func:`check_blocks`, the options :func:`ranking_options`, :func:`with_tie_rule`
-    and the uniform slot of tie keys :data:`TIE_SLOT`.  KLASS and MaskGIT drive its parts themselves:
+    and the uniform slot of tie keys :data:`TIE_SLOT`.  MaskGIT drives its parts itself:
     :class:`BlockPosteriors`, :class:`StepView`, :func:`propose_step`, :func:`cache_width`, :func:`in_sub_batches`,
     :func:`first_draws`, :data:`ROUNDS_MIN_VOCAB` and the compact columns :class:`CompactBlock`,
     :func:`compact_applies`.
@@ -57,12 +58,13 @@ from dllm_lit.decoding.posterior_cache import PosteriorCache
 from dllm_lit.decoding.providers import decode_random_order, decode_rule, keyed_rows, run_memo
 from dllm_lit.decoding.reference import GUMBEL_SLOT
 from dllm_lit.decoding.row_providers import LeaveOneOutRows, check_leave_one_out, draft_rows, draw_stored
+from dllm_lit.decoding.stability_decoding import decode_stable
 from dllm_lit.decoding.score_envelopes import ENVELOPE_SLACK, ReferenceScoreBounds
 from dllm_lit.decoding.step_view import StepView
 
 __all__ = [
     # the rule engine
-    "decode_rule", "decode_random_order", "GUMBEL_SLOT",
+    "decode_rule", "decode_random_order", "decode_stable", "GUMBEL_SLOT",
     # ordered decoding
     "decode_in_order", "coin_decode_steps", "random_order_steps",
     # the confidence loop and its parts

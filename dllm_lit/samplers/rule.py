@@ -37,7 +37,7 @@ from abc import abstractmethod
 import torch
 
 from dllm_lit import checks
-from dllm_lit.decoding import GUMBEL_SLOT, decode_random_order, decode_rule, random_order_steps
+from dllm_lit.decoding import GUMBEL_SLOT, decode_random_order, decode_rule, decode_stable, random_order_steps
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
@@ -144,6 +144,29 @@ class RuleSampler(Sampler):
         """Whether the rule overrides :meth:`score_bound`."""
         return type(self).score_bound is not RuleSampler.score_bound
 
+    # ------------------------------------------------------------------ stability (KLASS)
+    #: H >= 1 declares a stability rule: the engine keeps each masked position's previous posterior row and, per
+    #: step, ``stable`` = its last H ``divergence`` values are all below ``stability_threshold``; the commits are
+    #: then :meth:`stable_commits`' (:mod:`dllm_lit.decoding.stability_decoding`).  0: off
+    stability_history: int = 0
+    stability_threshold: float = 0.0
+
+    def divergence(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """Float64 [n] divergence of each row of ``p`` [n, V] from the previous call's ``q`` (float64 rows; all zeros
+        before the first call); must be exactly 0 where p = q (the engine skips unchanged rows)."""
+        raise TypeError(f"{type(self).__name__} declares stability_history but no divergence")
+
+    def stability_read(self, scores: torch.Tensor) -> torch.Tensor:
+        """Bool [B, L]: where :meth:`stable_commits` reads ``stable`` given the step's scores (the engine computes
+        divergences lazily elsewhere; default everywhere)."""
+        return torch.ones_like(scores, dtype=torch.bool)
+
+    def stable_commits(self, scores: torch.Tensor, stable: torch.Tensor, masked: torch.Tensor, k: int,
+                       last: bool) -> torch.Tensor:
+        """Bool [B, L]: the block positions committing now, from the scores (-inf where revealed), ``stable`` and
+        ``masked`` [B, L], the count k of the rule's ``counts`` at this step and whether it is the block's last."""
+        raise TypeError(f"{type(self).__name__} declares stability_history but no stable_commits")
+
     def blocks(self, seq_len: int) -> list[tuple[int, int]]:
         """[lo, hi) of the blocks decoded left to right (default: one block)."""
         return [(0, seq_len)] if seq_len > 0 else []
@@ -198,7 +221,7 @@ class RuleSampler(Sampler):
 
     def nfe(self, seq_len: int, steps: int | None) -> float | None:
         """Steps that commit at least one token (adaptive rules: None, counted per sequence by the run)."""
-        if (steps is None and self.uses_steps) or self.adaptive:
+        if (steps is None and self.uses_steps) or self.adaptive or self.stability_history:
             return None
         return float(sum(1 for c in self.block_schedule(seq_len, steps)[1] for k in c if k > 0))
 
@@ -216,7 +239,9 @@ class RuleSampler(Sampler):
             raise ValueError(f"{type(self).__name__} records no log q: {self.log_q_reason(steps)}")
         x = self.initial_state(indices, seq_len, seed, log_q=log_q)
         taken = torch.zeros(indices.numel(), dtype=torch.float64, device=indices.device) if self.adaptive else None
-        if self.order == "random":
+        if self.stability_history:
+            taken = decode_stable(self, self.denoiser, x, indices, steps, seed)
+        elif self.order == "random":
             decode_random_order(self, self.denoiser, x, indices, steps, seed, log_q=log_q)
         else:
             decode_rule(self, self.denoiser, x, indices, steps, seed, log_q=log_q, taken=taken)
