@@ -12,8 +12,8 @@ from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import MarkovChain, synthetic_chain
 from dllm_lit import rng
 from dllm_lit.samplers import FastDLLM
-from dllm_lit.decoding.confidence_decoding import (block_bounds, confidence, decode_blocks, proposal_features,
-                                                   proposal_widths, propose_tokens)
+from dllm_lit.decoding.confidence_decoding import (BlockDecoding, block_bounds, confidence, decode_blocks,
+                                                   proposal_features, proposal_widths, propose_tokens)
 from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.samplers.fast_dllm import factor_count, threshold_count
 from dllm_lit.decoding.providers import choose_provider, decode_rule
@@ -51,11 +51,10 @@ def hand_wired(s: FastDLLM, idx: torch.Tensor, T: int, steps: int, seed: int) ->
         return factor_count(sorted_conf, m, s.factor) if s.factor is not None else threshold_count(sorted_conf,
                                                                                                   s.threshold)
 
-    nfe = decode_blocks(s.denoiser, x, block_bounds(T, 0, s.block_length),
-                        features=lambda probs: proposal_features(probs, tau), widths=proposal_widths(s.vocab_size, tau),
-                        propose=lambda view: propose_tokens(view, tau, tok_u), score=confidence, tie_rule=s.tie_rule,
-                        tie_u=StepUniforms(seed, idx, steps, stream=rng.Stream.ORDER), count=count,
-                        width=2 * s.vocab_size + 2)
+    nfe = decode_blocks(s.denoiser, x, block_bounds(T, 0, s.block_length), BlockDecoding(
+        features=lambda probs: proposal_features(probs, tau), widths=proposal_widths(s.vocab_size, tau),
+        propose=lambda view: propose_tokens(view, tau, tok_u), score=confidence, tie_rule=s.tie_rule,
+        tie_u=StepUniforms(seed, idx, steps, stream=rng.Stream.ORDER), count=count, width=2 * s.vocab_size + 2))
     return x, nfe
 
 

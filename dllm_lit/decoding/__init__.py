@@ -16,7 +16,7 @@ posteriors)
     :func:`random_order_steps` (the orders it takes).
 
 The confidence loop (LLaDA, Dream, EB, PC and, through :func:`decode_rule`, every rule)
-    :func:`decode_blocks` with its callables' helpers :func:`proposal_features`, :func:`proposal_widths`,
+    :func:`decode_blocks` (a rule's hooks and capabilities as one :class:`BlockDecoding`) with its callables' helpers :func:`proposal_features`, :func:`proposal_widths`,
     :func:`propose_tokens`, :func:`confidence`, :func:`posterior_entropy`, :func:`has_max_prob_bound`; the block
     shape :func:`block_bounds`, :func:`check_blocks`, the options :func:`ranking_options`, :func:`with_tie_rule`
     and the uniform slot of tie keys :data:`TIE_SLOT`.  MaskGIT drives its parts itself:
@@ -44,7 +44,7 @@ computation (``torch.equal``, tested); see ``docs/exactness.md`` and ``docs/perf
 from __future__ import annotations
 
 from dllm_lit.decoding.compact_decoding import CompactBlock, compact_applies
-from dllm_lit.decoding.confidence_decoding import (ROUNDS_MIN_VOCAB, TIE_SLOT, BlockPosteriors, block_bounds,
+from dllm_lit.decoding.confidence_decoding import (ROUNDS_MIN_VOCAB, TIE_SLOT, BlockDecoding, BlockPosteriors, block_bounds,
                                                    cache_width, check_blocks, confidence, decode_blocks, first_draws,
                                                    has_max_prob_bound, in_sub_batches, posterior_entropy,
                                                    proposal_features, proposal_widths, propose_step, propose_tokens,
@@ -68,7 +68,7 @@ __all__ = [
     # ordered decoding
     "decode_in_order", "coin_decode_steps", "random_order_steps",
     # the confidence loop and its parts
-    "decode_blocks", "proposal_features", "proposal_widths", "propose_tokens", "confidence", "posterior_entropy",
+    "decode_blocks", "BlockDecoding", "proposal_features", "proposal_widths", "propose_tokens", "confidence", "posterior_entropy",
     "has_max_prob_bound", "block_bounds", "check_blocks", "ranking_options", "with_tie_rule", "TIE_SLOT",
     "BlockPosteriors", "StepView", "propose_step", "cache_width", "in_sub_batches", "first_draws",
     "ROUNDS_MIN_VOCAB", "CompactBlock", "compact_applies",

@@ -29,6 +29,7 @@ coincide draw for draw.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -45,7 +46,7 @@ from dllm_lit.samplers.selection import (TIE_RULES, rank_positions, top_n_mask, 
                                          unique_top_n)
 from dllm_lit.decoding.step_view import StepView
 
-__all__ = ["BlockPosteriors", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
+__all__ = ["BlockPosteriors", "BlockDecoding", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
            "propose_tokens", "propose_step", "confidence", "posterior_entropy",
            "sub_batches", "in_sub_batches", "cache_width", "check_blocks", "block_bounds", "TIE_SLOT", "ranking_options",
            "with_tie_rule"]
@@ -276,15 +277,38 @@ def first_draws(k: int, vocab_size: int) -> int:
     return 2 * k + 1 if vocab_size >= ROUNDS_MIN_VOCAB else 4 * k + 16
 
 
-def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, features: Features, widths: Widths,
-                  propose: Callable[[StepView], torch.Tensor], score: Score, tie_rule: str,
-                  tie_u: StepUniforms | None, schedule: list[list[int]] | None = None, count: Count | None = None,
-                  use_cache: bool = True, width: int | None = None, bound: str | None = None,
-                  fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                  score_reads_tokens: bool = True, score_bound: ScoreBound | None = None,
-                  law_scores: bool = False, count_prefix: CountPrefix | None = None,
-                  count_decided: CountDecided | None = None) -> torch.Tensor:
-    """Decode the masked positions of ``blocks`` in x [B, T] (in place), block after block.
+@dataclass(frozen=True)
+class BlockDecoding:
+    """What :func:`decode_blocks` reads of a rule, derived once from its declarations by the provider
+    (:func:`~dllm_lit.decoding.providers.decode_rule`): the hooks over a :class:`StepView` (``features`` of the
+    posterior rows and their ``widths``, ``propose``, ``score``), the count (a fixed ``schedule`` or an adaptive
+    ``count`` with its optional ``count_prefix`` / ``count_decided``) and the declared capabilities (``bound``,
+    ``score_bound``, ``law``, ``fresh``, ``score_reads_tokens``, ``law_scores``, ``tie_rule``; see
+    :func:`decode_blocks`).  ``width``: numbers per position of the cache (None: from ``widths``)."""
+
+    features: Features
+    widths: Widths
+    propose: Callable[[StepView], torch.Tensor]
+    score: Score
+    tie_rule: str = "lowest"
+    tie_u: StepUniforms | None = None
+    schedule: list[list[int]] | None = None
+    count: Count | None = None
+    use_cache: bool = True
+    width: int | None = None
+    bound: str | None = None
+    fresh: tuple[str, ...] = ()
+    law: Callable[[torch.Tensor], torch.Tensor] | None = None
+    score_reads_tokens: bool = True
+    score_bound: ScoreBound | None = None
+    law_scores: bool = False
+    count_prefix: CountPrefix | None = None
+    count_decided: CountDecided | None = None
+
+
+def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], plan: BlockDecoding) -> torch.Tensor:
+    """Decode the masked positions of ``blocks`` in x [B, T] (in place), block after block, by ``plan`` (the
+    names below are its fields: :class:`BlockDecoding`).
 
     Fixed schedule: ``schedule[blk][i]`` positions commit at step i of block blk (global step
     index = the earlier blocks' step counts + i; steps with 0 commits are skipped).
@@ -333,21 +357,23 @@ def decode_blocks(den, x: torch.Tensor, blocks: list[tuple[int, int]], *, featur
     identical commits).
     """
     B, dev = x.shape[0], x.device
-    if width is None:
-        width = cache_width(den, widths, fresh)
+    width = cache_width(den, plan.widths, plan.fresh) if plan.width is None else plan.width
     L = max((hi - lo for lo, hi in blocks), default=0)
     taken = torch.zeros(B, dtype=torch.long, device=dev)
-    for sl in sub_batches(B, width, L, use_cache):
-        _decode(den, x[sl], sl.start, taken[sl], blocks, features, widths, propose, score, tie_rule,
-                tie_u.rows(sl) if tie_u is not None else None, schedule, count, use_cache, width, bound, fresh, law,
-                score_reads_tokens, score_bound, law_scores, count_prefix, count_decided)
+    for sl in sub_batches(B, width, L, plan.use_cache):
+        _decode(den, x[sl], sl.start, taken[sl], blocks, plan, plan.tie_u.rows(sl) if plan.tie_u is not None else None)
     return taken.to(torch.float64)
 
 
-def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_rule, tie_u, schedule, count,
-            use_cache, width, bound, fresh, law, score_reads_tokens=True, score_bound=None, law_scores=False,
-            count_prefix=None, count_decided=None) -> None:
+def _decode(den, x: torch.Tensor, row0: int, taken: torch.Tensor, blocks: list[tuple[int, int]], plan: BlockDecoding,
+            tie_u: StepUniforms | None) -> None:
     """:func:`decode_blocks` on rows row0.. of the caller's batch (``x``, ``taken`` and ``tie_u`` are these rows)."""
+    features, widths, propose, score, tie_rule = plan.features, plan.widths, plan.propose, plan.score, plan.tie_rule
+    schedule, count, use_cache, bound, fresh, law = plan.schedule, plan.count, plan.use_cache, plan.bound, plan.fresh, \
+        plan.law
+    score_reads_tokens, score_bound, law_scores = plan.score_reads_tokens, plan.score_bound, plan.law_scores
+    count_prefix, count_decided = plan.count_prefix, plan.count_decided
+    width = cache_width(den, widths, fresh) if plan.width is None else plan.width
     B, dev = x.shape[0], x.device
     M = den.mask_id
     rows = torch.arange(B, device=dev)
@@ -398,13 +424,12 @@ def _decode(den, x, row0, taken, blocks, features, widths, propose, score, tie_r
                 continue
             n_counted = None
             if bound is not None and schedule is not None:
-                scores, proposal = _score_bounded(post, x, masked, j, k, bound, propose, score, score_bound,
-                                                  score_reads_tokens)
+                scores, proposal = _score_bounded(post, x, masked, j, k, plan)
                 if not score_reads_tokens:  # ranked by features: proposals drawn where they commit
                     b, p = nonzero_pairs(masked) if post.cache is None else (None, None)
                     proposal = _LazyProposals(post, masked, b, None if p is None else p + lo, lo, j, propose, proposal)
             elif bound is not None and count_decided is not None:
-                ub, scores, proposal, fill = _bounded_scores(post, x, masked, taken, bound, propose, score, score_bound)
+                ub, scores, proposal, fill = _bounded_scores(post, x, masked, taken, plan, True)
                 large = den.vocab_size >= ROUNDS_MIN_VOCAB
                 n_counted = score_until_counted(ub, masked, scores, fill, count, count_decided,
                                                 ADAPTIVE_FIRST if large else first_draws(1, den.vocab_size), large,
@@ -591,17 +616,15 @@ def _commit_cols(scores: torch.Tensor, k: int, tie_rule: str) -> torch.Tensor:
     return nonzero_pairs(topk_mask_by_rule(scores, k, tie_rule))[1].view(B, k)
 
 
-def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int, k: int, bound: str,
-                   propose, score, score_bound: ScoreBound | None = None,
-                   score_reads_tokens: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int, k: int,
+                   plan: BlockDecoding) -> tuple[torch.Tensor, torch.Tensor]:
     """Scores and proposals [B, L] of the block, computed only where a proposal can be among the k best
-    (see :func:`decode_blocks`); -inf scores elsewhere.  Without ``score_reads_tokens`` only the scores are
+    (see :func:`decode_blocks`); -inf scores elsewhere.  Without ``plan.score_reads_tokens`` only the scores are
     computed (the proposals stay 0: the caller draws them where they commit)."""
     B, L = masked.shape
-    ub, scores, proposal, fill = _bounded_scores(post, x, masked, j, bound, propose, score, score_bound,
-                                                 score_reads_tokens)
+    ub, scores, proposal, fill = _bounded_scores(post, x, masked, j, plan, plan.score_reads_tokens)
     V = post.den.vocab_size
-    tighten = _tightener(post, ub, score_bound)
+    tighten = _tightener(post, ub, plan.score_bound)
     # with neighbourhood bounds the k positions of largest cheap bound are most often the k best already (measured
     # on the OWT-sized chain, Dream entropy at 256 steps: 2,045 rows per sequence against 3,314 with first_draws)
     size = first_draws(k, V) if tighten is None else k
@@ -626,12 +649,12 @@ def _score_bounded(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor,
 
 
 def _bounded_scores(post: BlockPosteriors, x: torch.Tensor, masked: torch.Tensor, j: int | torch.Tensor,
-                    bound: str, propose, score, score_bound: ScoreBound | None = None,
-                    score_reads_tokens: bool = True):
-    """(ub, scores, proposal, fill) of a block step: the score bounds [B, L] at the masked positions (-inf
-    elsewhere), the scores and proposals [B, L] (-inf / 0 until filled) and ``fill(where)``, which proposes and
-    scores at the masked positions ``where`` [B, L] (scores only without ``score_reads_tokens``); ``j``: the step
-    index, or one per row of the state."""
+                    plan: BlockDecoding, score_reads_tokens: bool):
+    """(ub, scores, proposal, fill) of a block step: the bounds [B, L] of ``plan.score`` at the masked positions (-inf
+    elsewhere: the feature ``plan.bound``, mapped by ``plan.score_bound``), the scores and proposals [B, L] (-inf / 0
+    until filled) and ``fill(where)``, which proposes and scores at the masked positions ``where`` [B, L] (scores only
+    without ``score_reads_tokens``); ``j``: the step index, or one per row of the state."""
+    bound, propose, score, score_bound = plan.bound, plan.propose, plan.score, plan.score_bound
     B, L = masked.shape
     lo, dev = post.lo, x.device
     index = None

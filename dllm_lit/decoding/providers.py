@@ -25,13 +25,14 @@ wherever a score is computed and records log q at the committed positions.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
-from dllm_lit.decoding.confidence_decoding import StepView, decode_blocks
+from dllm_lit.decoding.confidence_decoding import BlockDecoding, StepView, decode_blocks
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows, rows_by_key
 from dllm_lit.decoding.reference import GUMBEL_SLOT, check_bound, check_count, draw, reference_decode
@@ -184,25 +185,29 @@ def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, 
             s = s / rule.position_temperature - torch.log(-torch.log(view.uniforms(tie_u, slot=GUMBEL_SLOT)))
         return s
 
-    common = dict(features=features, widths=widths, propose=propose, score=score, tie_rule=rule.tie_rule,
-                  tie_u=tie_u, use_cache=rule.use_cache, fresh=("probs",) if bounded or at_commits else (),
-                  law=rule.propose if (bounded or at_commits) and not greedy else None, score_reads_tokens=rule.reads_tokens,
-                  law_scores=rule.scores_by_law and bounded and not greedy)
+    plan = BlockDecoding(features, widths, propose, score, rule.tie_rule, tie_u, use_cache=rule.use_cache,
+                         fresh=("probs",) if bounded or at_commits else (),
+                         law=rule.propose if (bounded or at_commits) and not greedy else None,
+                         score_reads_tokens=rule.reads_tokens, law_scores=rule.scores_by_law and bounded and not greedy)
     if rule.adaptive:
-        def count(sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
-            return check_count(rule, rule.adaptive_count(sorted_scores, n_masked), n_masked)
-
-        bounds = dict(bound="pmax", count_decided=rule.count_decided) if bounded else {}
-        if rule.prefix_count:
-            bounds["count_prefix"] = rule.prefix_decides
-        n = decode_blocks(den, x, rule.blocks(x.shape[1]), count=count, **bounds, **common)
+        n = decode_blocks(den, x, rule.blocks(x.shape[1]), _adaptive(plan, rule, bounded))
         if taken is not None:
             taken += n.to(taken.device)
         return provider
     blocks, schedule = rule.block_schedule(x.shape[1], steps)
-    decode_blocks(den, x, blocks, schedule=schedule, bound="pmax" if bounded else None,
-                  score_bound=_score_bound(rule, den) if bounded and rule.maps_bound else None, **common)
+    decode_blocks(den, x, blocks, replace(plan, schedule=schedule, bound="pmax" if bounded else None,
+                                          score_bound=_score_bound(rule, den) if bounded and rule.maps_bound else None))
     return provider
+
+
+def _adaptive(plan: BlockDecoding, rule: RuleSampler, bounded: bool) -> BlockDecoding:
+    """``plan`` with the rule's adaptive count (checked) and the count capabilities it declares."""
+    def count(sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
+        return check_count(rule, rule.adaptive_count(sorted_scores, n_masked), n_masked)
+
+    return replace(plan, count=count, bound="pmax" if bounded else None,
+                   count_decided=rule.count_decided if bounded else None,
+                   count_prefix=rule.prefix_decides if rule.prefix_count else None)
 
 
 def _score_bound(rule: RuleSampler, den):
