@@ -46,8 +46,8 @@ from dllm_lit.samplers.selection import (TIE_RULES, rank_positions, top_n_mask, 
                                          unique_top_n)
 from dllm_lit.decoding.step_view import StepView
 
-__all__ = ["BlockPosteriors", "BlockDecoding", "StepView", "decode_blocks", "proposal_features", "proposal_widths",
-           "propose_tokens", "propose_step", "confidence", "posterior_entropy",
+__all__ = ["BlockPosteriors", "BlockDecoding", "StepView", "decode_blocks", "proposal_features",
+           "proposal_widths", "propose_tokens", "propose_step", "confidence", "posterior_entropy",
            "sub_batches", "in_sub_batches", "cache_width", "check_blocks", "block_bounds", "TIE_SLOT", "ranking_options",
            "with_tie_rule"]
 

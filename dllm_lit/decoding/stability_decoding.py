@@ -6,7 +6,7 @@ step; all zeros before the first call; never stable before step H - 1), and ``ru
 commits from the step's scores.  The engine keeps the previous rows; ``D(p, p) = 0`` (declared by the rule) lets it
 skip them entirely on a local denoiser: a row that did not change has divergence 0, so divergences are computed only
 where a nearest revealed neighbour changed (per neighbourhood key where keys are few, or lazily, only where the rule
-reads ``stable``: :class:`_PendingKL`).  Every path gives the draws of computing every divergence (tested).
+reads ``stable``: :class:`_PendingKL`; "KL" below is the rule's divergence, KLASS's).  Every path gives the draws of computing every divergence (tested).
 """
 from __future__ import annotations
 
@@ -202,11 +202,11 @@ class _PendingKL:
 
     Under a denoiser of nearest revealed neighbours a position's KL at call t is exactly 0 unless a neighbour
     changed at t (then it compares the rows of the neighbours before and after t; at a block's first call, the
-    previous call's row).  With ``kl_threshold > 0`` a 0 is below the threshold, so "the last H KL values are below it"
-    at step s reads only the KL values of the changes in (s - H, s], and only where the confidence exceeds its
-    threshold.  Kept per step slot t mod H: where a neighbour changed at t, the neighbours before the change, and
-    whether its KL is still to be computed; the neighbours after it are those before the next change, or the
-    current ones.  A computed KL not below the threshold sets ``lastbad`` (the state the eager path keeps), so the
+    previous call's row).  With a threshold > 0 a 0 is below it, so "the last H KL values are below it" at step s
+    reads only the KL values of the changes in (s - H, s], and only where the rule reads stability
+    (``stability_read``).  Kept per step slot t mod H: where a neighbour changed at t, the neighbours before the
+    change, and whether its KL is still to be computed; the neighbours after it are those before the next change, or
+    the current ones.  A computed KL not below the threshold sets ``lastbad`` (the state the eager path keeps), so the
     ready test and the draws are those of computing every KL."""
 
     def __init__(self, H: int, B: int, bl: int, device: torch.device) -> None:
@@ -262,7 +262,7 @@ class _PendingKL:
 
 
 def _kl_by_slots(memo: NeighbourhoodRows, then: torch.Tensor, now: torch.Tensor, divergence) -> torch.Tensor:
-    """the rule's ``divergence`` of the memo's float64 rows ``rows64`` at slots ``now`` against those at ``then``, once per
+    """``divergence`` of the memo's float64 rows ``rows64`` at slots ``now`` against those at ``then``, once per
     distinct (then, now) pair: equal slots are identical rows (the numbers :func:`_kl_at` computes from the
     neighbours), so equal pairs have identical KL."""
     rep, inv = distinct_queries(then * memo.size + now)
