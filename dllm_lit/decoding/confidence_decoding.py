@@ -48,8 +48,8 @@ from dllm_lit.decoding.step_view import StepView
 
 __all__ = ["BlockPosteriors", "BlockDecoding", "StepView", "decode_blocks", "proposal_features",
            "proposal_widths", "propose_tokens", "propose_step", "confidence", "posterior_entropy",
-           "sub_batches", "in_sub_batches", "cache_width", "check_blocks", "block_bounds", "TIE_SLOT", "ranking_options",
-           "with_tie_rule"]
+           "sub_batches", "in_sub_batches", "cache_width", "check_blocks", "block_bounds", "TIE_SLOT",
+           "ranking_options", "with_tie_rule"]
 
 #: slot of Stream.ORDER uniforms that break ties under tie_rule="random"
 TIE_SLOT = 1

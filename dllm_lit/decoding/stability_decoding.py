@@ -6,7 +6,8 @@ step; all zeros before the first call; never stable before step H - 1), and ``ru
 commits from the step's scores.  The engine keeps the previous rows; ``D(p, p) = 0`` (declared by the rule) lets it
 skip them entirely on a local denoiser: a row that did not change has divergence 0, so divergences are computed only
 where a nearest revealed neighbour changed (per neighbourhood key where keys are few, or lazily, only where the rule
-reads ``stable``: :class:`_PendingKL`; "KL" below is the rule's divergence, KLASS's).  Every path gives the draws of computing every divergence (tested).
+reads ``stable``: :class:`_PendingKL`; "KL" below is the rule's divergence, KLASS's).  Every path gives the draws
+of computing every divergence (tested).
 """
 from __future__ import annotations
 
