@@ -33,7 +33,10 @@ class _SortedEB(EBSampler):
 
 def _eager(cls: type) -> type:
     """``cls`` reading stability everywhere: the engine computes every divergence it would otherwise skip."""
-    return type(f"Eager{cls.__name__}", (cls,), {"stability_read": lambda self, s: torch.ones_like(s, dtype=torch.bool)})
+    def everywhere(self, scores: torch.Tensor) -> torch.Tensor:
+        return torch.ones_like(scores, dtype=torch.bool)
+
+    return type(f"Eager{cls.__name__}", (cls,), {"stability_read": everywhere})
 
 
 class _TotalVariation(KLASS):
