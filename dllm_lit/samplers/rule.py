@@ -122,10 +122,8 @@ class RuleSampler(Sampler):
         return type(self).count_decided is not RuleSampler.count_decided
 
     def prefix_decides(self, prefix: torch.Tensor) -> torch.Tensor:
-        """Override (an adaptive rule) to let the engine select partially instead of sorting every step: per sequence,
-        whether :meth:`adaptive_count` of the first scores ``prefix`` [B, P] (sorted descending, -inf past the masked
-        ones) is that of the whole sorted row (the EB-sampler's, once the prefix spends its entropy budget).  False
-        where unsure only costs a sort; True where the counts differ changes the draws."""
+        """Override (adaptive rule): per sequence, whether :meth:`adaptive_count` of the first sorted scores
+        ``prefix`` [B, P] is the whole row's; the engine then selects partially (True when unsure: wrong draws)."""
         raise TypeError(f"{type(self).__name__} declares no prefix_decides: the engine sorts every step's scores")
 
     @property
@@ -145,26 +143,23 @@ class RuleSampler(Sampler):
         return type(self).score_bound is not RuleSampler.score_bound
 
     # ------------------------------------------------------------------ stability (KLASS)
-    #: H >= 1 declares a stability rule: the engine keeps each masked position's previous posterior row and, per
-    #: step, ``stable`` = its last H ``divergence`` values are all below ``stability_threshold``; the commits are
-    #: then :meth:`stable_commits`' (:mod:`dllm_lit.decoding.stability_decoding`).  0: off
+    #: H >= 1: the engine keeps each masked position's previous posterior row; a position is ``stable`` when its last
+    #: H ``divergence`` values are below ``stability_threshold``, and :meth:`stable_commits` picks the commits
+    #: (:mod:`dllm_lit.decoding.stability_decoding`).  0: off
     stability_history: int = 0
     stability_threshold: float = 0.0
 
     def divergence(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        """Float64 [n] divergence of each row of ``p`` [n, V] from the previous call's ``q`` (float64 rows; all zeros
-        before the first call); must be exactly 0 where p = q (the engine skips unchanged rows)."""
+        """Float64 [n]: rows ``p`` [n, V] against the previous call's ``q`` (zeros before the first); 0 at p = q."""
         raise TypeError(f"{type(self).__name__} declares stability_history but no divergence")
 
     def stability_read(self, scores: torch.Tensor) -> torch.Tensor:
-        """Bool [B, L]: where :meth:`stable_commits` reads ``stable`` given the step's scores (the engine computes
-        divergences lazily elsewhere; default everywhere)."""
+        """Bool [B, L]: where :meth:`stable_commits` reads ``stable`` (divergences are computed there only)."""
         return torch.ones_like(scores, dtype=torch.bool)
 
     def stable_commits(self, scores: torch.Tensor, stable: torch.Tensor, masked: torch.Tensor, k: int,
                        last: bool) -> torch.Tensor:
-        """Bool [B, L]: the block positions committing now, from the scores (-inf where revealed), ``stable`` and
-        ``masked`` [B, L], the count k of the rule's ``counts`` at this step and whether it is the block's last."""
+        """Bool [B, L] commits from the scores (-inf where revealed), ``stable``, ``masked``, k and the last step."""
         raise TypeError(f"{type(self).__name__} declares stability_history but no stable_commits")
 
     def blocks(self, seq_len: int) -> list[tuple[int, int]]:
