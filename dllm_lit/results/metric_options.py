@@ -118,9 +118,14 @@ class GreedyOptions:
 class SandwichOptions:
     """Sequence KL: ``sandwich_paths`` K, the fresh orders of the importance-weighted path sandwich
     (``seq_kl_iw_lower`` / ``seq_kl_iw_upper``, :mod:`dllm_lit.samplers.path_sandwich`; 0: off, the default); each
-    order rescores every sample once along it, so a row costs about K more passes of its sampler's ordered decode."""
+    order rescores every sample once along it, so a row costs about K more passes of its sampler's ordered decode.
+    ``sandwich_method``: "orders" (the default) or "smc", K particles of the sequential Monte Carlo over reveal
+    states (:mod:`dllm_lit.samplers.path_smc`; paper-MDLM, whose path law is implemented; other samplers keep
+    "orders"), much tighter on many-step samplers (docs/metrics.md)."""
 
     sandwich_paths: int = 0
+    sandwich_method: str = "orders"
 
     def __post_init__(self) -> None:
         checks.integer("sandwich_paths", self.sandwich_paths, minimum=0)
+        checks.choice("sandwich_method", self.sandwich_method, ("orders", "smc"))

@@ -131,10 +131,18 @@ class RandomSubsetLaw:
             out = out.index_add(0, b, lq)
         return torch.where(ok, out, torch.full_like(out, -math.inf))
 
+    def tilt(self, z: torch.Tensor, x: torch.Tensor, step: int) -> torch.Tensor | None:
+        """log p(x_i | z) at every position from the oracle's table (:func:`oracle_log_tilt`), None for other
+        denoisers (the proposal is then uniform)."""
+        return oracle_log_tilt(self.denoiser, z, x) if self._oracle() else None
+
+    def _oracle(self) -> bool:
+        return hasattr(self.denoiser, "table_rows") and bool(getattr(self.denoiser, "certified", False))
+
     def log_twist(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
         """log p(x's masked tokens | z's revealed ones) under the oracle's chain (:func:`oracle_log_revealed`),
         None for other denoisers."""
-        if not (hasattr(self.denoiser, "table_rows") and getattr(self.denoiser, "certified", False)):
+        if not self._oracle():
             return None
         return oracle_log_revealed(self.denoiser, x, x != self.denoiser.mask_id) - oracle_log_revealed(
             self.denoiser, x, z != self.denoiser.mask_id)

@@ -1,25 +1,32 @@
 r"""Sequential Monte Carlo over reveal states: a sandwich of a sampler's marginal log q(x) that closes with K.
 
 For a sampler with a path law (:class:`~dllm_lit.samplers.path_law.PathLaw`), q(x) = sum over paths of
-prod_j q_j(S_j | z_j) (the states z_j reveal x's tokens on S_0 .. S_{j-1}).  A particle filter over the paths that
-end at x, with K particles, proposals r(S | z_j) and incremental weights w = q_j(S | z_j) / r(S | z_j), resampling
-(multinomial) whenever the effective sample size falls below K / 2, gives
+prod_j q_j(S_j | z_j) (the states z_j reveal x's tokens on S_0 .. S_{j-1}).  K particles walk the paths that end at
+x, each step drawn from a proposal r(S | z_j) and weighted by w = q_j(S | z_j) psi(z_{j+1}) / (r(S | z_j) psi(z_j))
+(a twist psi, the law's ``log_twist``, telescopes out along a path: the exact chain's p(x's masked tokens | z) for the
+oracle), with multinomial resampling of a sequence's particles whenever their effective sample size falls below
+``resample_below`` K.  Then
 
     Z_K = prod over resampling epochs of mean_n W_n,     E[Z_K] = q(x),  so  E[log Z_K] <= log q(x)
 
 (Del Moral, "Feynman-Kac formulae", 2004; the lower end).  **Conditional SMC** (Andrieu, Doucet, Holenstein,
-"Particle Markov chain Monte Carlo methods", 2010) keeps one particle on a given path and resamples the others
-around it; with that path drawn from q(path | x) - the sampler's own path of its sample x is exactly such a draw -
-its Z_K has E[log Z_K] >= log q(x) (the particle system is then drawn from the extended target, and
-log Z_K - log q(x) is the log density ratio of that target to the SMC's own law: a KL >= 0), the upper end
-(bidirectional Monte Carlo: Grosse, Ghahramani, Adams, "Sandwiching the marginal likelihood using bidirectional
-Monte Carlo", arXiv 1511.02543).  Both ends converge to log q(x) as K grows; at K = 1 the lower end is one
-proposed path's log q(x, path) - log r(path) and the upper one the own path's.
+"Particle Markov chain Monte Carlo methods", 2010) keeps particle 0 on a given path and resamples the others around
+it; with that path drawn from q(path | x) - the sampler's own path of its sample x is exactly such a draw - the
+particle system is drawn from the extended target, log Z_K - log q(x) is the log density ratio of that target to the
+SMC's own law, and E[log Z_K] >= log q(x): the upper end (the sandwich of Grosse, Ghahramani, Adams, "Sandwiching
+the marginal likelihood using bidirectional Monte Carlo", arXiv 1511.02543).  Both ends converge to log q(x) as K
+grows.  At K = 1 the lower end is one proposed path's log q(x, path) / r(path), the upper one the own path's.
 
-The proposal (:func:`subset_proposal`) is the conditional Bernoulli law of a k-subset of the allowed positions,
-r(S | z) = prod_{i in S} w_i / e_k(w), w_i = exp(tilt_i) (the law's ``tilt``: for the random-order samplers
-p(x_i | z), so r is proportional to q_j(S | z) and the weight is the same for every S: the fully adapted filter);
-e_k is the elementary symmetric polynomial, computed by its recursion in log space, O(m k) per particle and step.
+The proposal (:func:`subset_proposal`) picks a step's k positions one at a time: pick t takes position i with
+probability proportional to (1 - GUIDE_MIX) g_t(i) / sum g_t + GUIDE_MIX / (positions left), g_t(i) =
+p(x_i | z) / p(x_i | z and the earlier picks) (the law's ``tilt``), the factor by which the step's earlier picks
+change i's law: for a random-order sampler on the exact oracle, q_j(S | z) psi(z + S) / psi(z) = C(m, k)^{-1}
+prod_t g_t(s_t), so the guided pick follows the twisted target and avoids co-revealing dependent positions; the
+uniform part keeps the own path's density away from 0 (the upper end pays KL(q(path | x) || r)).  The pick order is
+an auxiliary variable with a uniform target law (1 / k!).  Resampling is off by default (``resample_below = 0``:
+sequential importance sampling with this proposal): with the chain's twist it selected particles whose past
+co-reveals were cheap and whose remaining ones are dear, and loosened both ends on the English chain
+(``benchmarks/seq_kl_audit.py --groups smc_sandwich``; docs/metrics.md).
 
 Randomness: the uniforms of particle n of sequence b are keyed by (seed, sequence index, end, n, step, position)
 (:mod:`dllm_lit.rng`), a stream the sampler never draws from: the samples are unchanged and the estimates do not
@@ -36,74 +43,65 @@ from dllm_lit.samplers.path_law import PathLaw
 
 __all__ = ["PathLaw", "subset_proposal", "smc_log_q", "smc_sandwich"]
 
-#: smallest tilt (log weight) the proposal uses, so that every allowed position stays proposable
-_TILT_FLOOR = -300.0
-
-#: particle rows per block of the proposal's recursion table (memory: rows x m x (k + 1) float64)
-_ROWS = 2048
+#: weight of the uniform pick in the proposal's defensive mixture (module docstring; 0.1 - 0.3 measured alike at 64
+#: steps, 0.3 the tighter upper end at 16)
+GUIDE_MIX = 0.3
 
 
-def _log_esp(lw: torch.Tensor, kmax: int) -> torch.Tensor:
-    """E[i, :, r] = log e_r(w_i .. w_{m-1}) (float64 [m + 1, n, kmax + 1]) for log weights ``lw`` [n, m]."""
-    n, m = lw.shape
-    E = torch.full((m + 1, n, kmax + 1), -math.inf, dtype=torch.float64, device=lw.device)
-    E[m, :, 0] = 0.0
-    for i in range(m - 1, -1, -1):
-        E[i, :, 0] = 0.0
-        E[i, :, 1:] = torch.logaddexp(E[i + 1, :, 1:], lw[:, i, None] + E[i + 1, :, :-1])
-    return E
+def subset_proposal(tilt, z: torch.Tensor, x: torch.Tensor, allowed: torch.Tensor, k: torch.Tensor, u: torch.Tensor,
+                    forced: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(commit [P, T] bool, log r [P]): k positions of ``allowed`` picked one at a time (module docstring),
+    pick t taking i with probability proportional to g_t(i) = exp(tilt(z)_i - tilt(z_t)_i), z_t = z with x's tokens
+    at the earlier picks (``tilt``: z -> float64 [P, T] or None, then every g is 1: uniform picks), from the
+    uniforms ``u`` [P, >= k].  The pick order is an auxiliary variable whose target law is uniform (1 / k!), so the
+    returned log r is that of the picks in their order plus log k!: q(S) / r is then the weight.  Rows of ``forced``
+    (long [P, k], -1 in free rows) pick the given positions instead (their log r is still the proposal's)."""
+    P, T = z.shape
+    log_r = torch.zeros(P, dtype=torch.float64, device=z.device)
+    if bool((k == allowed.sum(1)).all()):  # the only set: every allowed position
+        return allowed.clone(), log_r
+    rows = torch.arange(P, device=z.device)
+    base = tilt(z)
+    zt, avail = z.clone(), allowed.clone()
+    for t in range(int(k.max())):
+        active = t < k
+        lg = torch.zeros_like(log_r)[:, None].expand(P, T) if base is None else base - (base if t == 0 else tilt(zt))
+        lg = torch.where(avail, lg, torch.full_like(lg, -math.inf))
+        if GUIDE_MIX > 0:  # a defensive mixture with the uniform pick
+            lg = torch.logaddexp(lg + math.log1p(-GUIDE_MIX) - torch.logsumexp(lg, 1, keepdim=True),
+                                 torch.where(avail, 0.0, -math.inf) + math.log(GUIDE_MIX) - avail.sum(1, keepdim=True).log())
+        lse = torch.logsumexp(lg, 1)
+        cdf = torch.exp(lg - lse[:, None]).cumsum(1)
+        pick = torch.searchsorted(cdf, (u[:, t] * cdf[:, -1])[:, None]).squeeze(1).clamp(max=T - 1)
+        if forced is not None:
+            pick = torch.where(forced[:, t] >= 0, forced[:, t], pick)
+        ok = avail[rows, pick]  # a pick on a zero-probability position (float edge): the particle's weight is 0
+        log_r = log_r + torch.where(active, torch.where(ok, lg[rows, pick] - lse, math.inf), 0.0)
+        r, c = rows[active], pick[active]
+        zt[r, c] = x[r, c]
+        avail[r, c] = False
+    return zt != z, log_r + torch.lgamma(k.to(torch.float64) + 1)
 
 
-def _conditional_bernoulli(lw: torch.Tensor, k: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(chosen [n, m] bool, log e_k(w) [n]): a k-subset with P(S) = prod_{i in S} w_i / e_k(w), position i taken in
-    turn with probability w_i e_{r-1}(w_{i+1..}) / e_r(w_{i..}) (r still to take), from the uniforms ``u`` [n, m]."""
-    n, m = lw.shape
-    kmax = int(k.max()) if n else 0
-    chosen = torch.zeros((n, m), dtype=torch.bool, device=lw.device)
-    log_norm = torch.empty(n, dtype=torch.float64, device=lw.device)
-    for sl in (slice(a, a + _ROWS) for a in range(0, n, _ROWS)):
-        E = _log_esp(lw[sl], kmax)
-        rows = torch.arange(E.shape[1], device=lw.device)
-        r = k[sl].clone()
-        log_norm[sl] = E[0, rows, r]
-        for i in range(m):
-            take = (r > 0) & (u[sl, i].log() < lw[sl, i] + E[i + 1, rows, (r - 1).clamp(min=0)] - E[i, rows, r])
-            chosen[sl, i] = take
-            r = r - take.long()
-    return chosen, log_norm
+def _forced_order(own: torch.Tensor, step: int, keys: torch.Tensor, kmax: int) -> torch.Tensor:
+    """The retained path's commits at ``step`` in a uniformly random order (keyed), as [P, kmax] (-1 padded)."""
+    T = own.shape[1]
+    score = torch.where(own == step, _uniforms(keys, step, T, 3), torch.full(own.shape, 2.0, device=own.device))
+    order = torch.argsort(score, 1)[:, :kmax]
+    return torch.where(score.gather(1, order) < 2.0, order, -1)
 
 
-def subset_proposal(tilt: torch.Tensor, allowed: torch.Tensor, k: torch.Tensor,
-                    u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(commit [P, T] bool, log w [P, T], log e_k(w) [P]) of the conditional Bernoulli proposal (module docstring)
-    on the ``allowed`` positions with log weights ``tilt`` (floored), from the uniforms ``u`` [P, T]: a set S has
-    log r(S) = sum_{i in S} log w_i - log e_k(w).  Where k > m - k the complement is drawn with weights 1 / w_i
-    (the same law), so the recursion is O(m min(k, m - k))."""
-    lw = torch.where(allowed, tilt.clamp(min=_TILT_FLOOR), torch.full_like(tilt, -math.inf))
-    m = allowed.sum(1)
-    flip = k > m - k
-    size = torch.where(flip, m - k, k)
-    order = torch.argsort((~allowed).to(torch.int8), dim=1, stable=True)[:, : int(m.max()) if m.numel() else 0]
-    lwc = lw.gather(1, order)
-    lwc = torch.where(flip[:, None] & torch.isfinite(lwc), -lwc, lwc)
-    chosen_c, log_e = _conditional_bernoulli(lwc, size, u.gather(1, order))
-    chosen = torch.zeros_like(allowed).scatter_(1, order, chosen_c)
-    commit = torch.where(flip[:, None], allowed & ~chosen, chosen)
-    total = torch.where(allowed, lw, torch.zeros_like(lw)).sum(1)
-    log_norm = torch.where(flip, total + log_e, log_e)
-    return commit, lw, log_norm
-
-
-def _uniforms(keys: torch.Tensor, step: int, T: int, slot: int) -> torch.Tensor:
-    return rng.uniform(keys[:, None], step, torch.arange(T, device=keys.device)[None, :], slot)
+def _uniforms(keys: torch.Tensor, step: int, n: int, slot: int) -> torch.Tensor:
+    return rng.uniform(keys[:, None], step, torch.arange(n, device=keys.device)[None, :], slot)
 
 
 def smc_log_q(law: PathLaw, start: torch.Tensor, x: torch.Tensor, keys: torch.Tensor, particles: int,
-              own: torch.Tensor | None = None) -> torch.Tensor:
+              own: torch.Tensor | None = None, resample_below: float = 0.0) -> torch.Tensor:
     """log Z_K (float64 [B]) of the SMC over ``law``'s paths from ``start`` (the first state: the mask id where
     masked) to ``x`` [B, T] with K = ``particles`` (module docstring); ``keys`` [B]: the per-sequence keys of this
     run's uniforms; ``own``: the retained path's decode steps [B, T] (step j commits {own == j}; negative:
-    revealed in ``start``) for the conditional SMC, None for the plain one."""
+    revealed in ``start``) for the conditional SMC, None for the plain one; ``resample_below``: the ESS fraction
+    below which a sequence's particles are resampled (0: never)."""
     B, T = x.shape
     K, dev = int(particles), x.device
     rows = torch.arange(B * K, device=dev)
@@ -113,6 +111,7 @@ def smc_log_q(law: PathLaw, start: torch.Tensor, x: torch.Tensor, keys: torch.Te
     kept = (rows % K == 0) if own is not None else torch.zeros(B * K, dtype=torch.bool, device=dev)
     own_rows = own.repeat_interleave(K, 0) if own is not None else None
     twist = getattr(law, "log_twist", lambda z, x: None)
+    tilt = getattr(law, "tilt", lambda z, x, j: None)
     psi = twist(z, xs)
     psi = torch.zeros(B * K, dtype=torch.float64, device=dev) if psi is None else psi
     log_w = psi.view(B, K).clone()
@@ -121,32 +120,34 @@ def smc_log_q(law: PathLaw, start: torch.Tensor, x: torch.Tensor, keys: torch.Te
         allowed, k = law.allowed(z, j), law.count(z, j)
         if k is None:
             raise ValueError("smc_log_q needs a path law whose schedule fixes the commits per step (count)")
-        tilt = law.tilt(z, xs, j) if hasattr(law, "tilt") else torch.zeros(z.shape, dtype=torch.float64, device=dev)
-        commit, lw, log_norm = subset_proposal(tilt, allowed, k, _uniforms(pkeys, j, T, 0))
+        kmax = int(k.max())
+        forced = None
         if own is not None:
-            commit = torch.where(kept[:, None], own_rows == j, commit)
-        log_r = torch.where(commit, lw, torch.zeros_like(lw)).sum(1) - log_norm
+            forced = torch.where(kept[:, None], _forced_order(own_rows, j, pkeys, kmax), -1)
+        commit, log_r = subset_proposal(lambda zz: tilt(zz, xs, j), z, xs, allowed, k,
+                                        _uniforms(pkeys, j, kmax, 0), forced)
         inc = law.step_log_prob(z, commit, xs, j) - log_r - psi
         z = torch.where(commit, xs, z)
         psi = twist(z, xs) if j < law.num_steps - 1 else None
         psi = torch.zeros_like(inc) if psi is None else psi
         log_w = log_w + (inc + psi).view(B, K)
         if j < law.num_steps - 1:
-            log_z, log_w, anc = _resample(log_w, log_z, keys, j, own is not None)
+            log_z, log_w, anc = _resample(log_w, log_z, keys, j, own is not None, resample_below)
             if anc is not None:  # the own path's rows are the same within a sequence: no reindexing
                 z, psi = z[anc], psi[anc]
     return log_z + torch.logsumexp(log_w, 1) - math.log(K)
 
 
-def _resample(log_w: torch.Tensor, log_z: torch.Tensor, keys: torch.Tensor, step: int, conditional: bool):
-    """Multinomial resampling of the sequences whose effective sample size is below K / 2: (log Z, log W,
+def _resample(log_w: torch.Tensor, log_z: torch.Tensor, keys: torch.Tensor, step: int, conditional: bool,
+              below: float):
+    """Multinomial resampling of the sequences whose effective sample size is below ``below`` K: (log Z, log W,
     flat ancestors or None); particle 0 keeps its own lineage in the conditional SMC."""
     B, K = log_w.shape
-    if K == 1:
+    if K == 1 or below <= 0:
         return log_z, log_w, None
     lse = torch.logsumexp(log_w, 1)
     ess = torch.exp(2 * lse - torch.logsumexp(2 * log_w, 1))
-    low = ess < K / 2  # NaN (every weight -inf) is not below: such a sequence keeps its particles
+    low = ess < below * K  # NaN (every weight -inf) is not below: such a sequence keeps its particles
     if not bool(low.any()):
         return log_z, log_w, None
     cdf = torch.softmax(log_w, 1).cumsum(1)
@@ -162,7 +163,7 @@ def _resample(log_w: torch.Tensor, log_z: torch.Tensor, keys: torch.Tensor, step
 
 
 def smc_sandwich(law: PathLaw, start: torch.Tensor, x: torch.Tensor, own: torch.Tensor, indices: torch.Tensor,
-                 seed: int, particles: int) -> dict[str, torch.Tensor]:
+                 seed: int, particles: int, resample_below: float = 0.0) -> dict[str, torch.Tensor]:
     """``{"log_q_iw_lower", "log_q_iw_upper"}`` (float64 [B] each): the SMC's and the conditional SMC's log Z_K
     with K = ``particles`` for the samples ``x`` of the sequences ``indices`` of a run seeded ``seed``, ``own``
     their decode steps (the retained path).  The keys are :func:`~dllm_lit.samplers.path_sandwich.path_seed`
@@ -170,6 +171,6 @@ def smc_sandwich(law: PathLaw, start: torch.Tensor, x: torch.Tensor, own: torch.
     from dllm_lit.samplers.path_sandwich import path_seed
 
     keys = rng.sequence_keys(path_seed(seed, 0), indices, rng.Stream.ORDER)
-    lower = smc_log_q(law, start, x, rng.mix64(keys ^ 1), particles)
-    upper = smc_log_q(law, start, x, rng.mix64(keys ^ 2), particles, own=own)
+    lower = smc_log_q(law, start, x, rng.mix64(keys ^ 1), particles, resample_below=resample_below)
+    upper = smc_log_q(law, start, x, rng.mix64(keys ^ 2), particles, own, resample_below)
     return {"log_q_iw_lower": lower.cpu(), "log_q_iw_upper": upper.cpu()}
