@@ -169,8 +169,11 @@ def test_exact_sampler_reads_log_p() -> None:
         assert torch.allclose(st[key], lp, rtol=0, atol=1e-5)
 
 
-def test_sandwich_method_is_checked() -> None:
-    from dllm_lit.results.metric_options import SandwichOptions
+def test_sandwich_method_is_checked_and_in_the_run_identity_when_set() -> None:
+    from dllm_lit.results.metric_options import SandwichOptions, identity
 
     with pytest.raises(ValueError, match="sandwich_method"):
         SandwichOptions(sandwich_paths=4, sandwich_method="particles")
+    # the default (the behaviour before the option) stays out of the identity, so stored runs keep matching
+    assert identity(SandwichOptions(sandwich_paths=4)) == {"sandwich_paths": 4}
+    assert identity(SandwichOptions(sandwich_paths=4, sandwich_method="smc"))["sandwich_method"] == "smc"
