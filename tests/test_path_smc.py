@@ -78,17 +78,40 @@ def test_pick_proposal_is_normalised() -> None:
 
     T, k = 5, 3
     _, den, law = _world(T, [1, 3, 1])
-    x = torch.tensor([[0, 2, 1, 1, 0]])
-    z = torch.tensor([[den.mask_id, 2, den.mask_id, den.mask_id, den.mask_id]])
-    allowed = z == den.mask_id
     seqs = list(itertools.permutations([0, 2, 3, 4], k))
     n = len(seqs)
-    forced = torch.tensor(seqs)
-    out, log_r = subset_proposal(lambda zz: law.tilt(zz, x.expand(zz.shape[0], T), 1), z.expand(n, T).clone(),
-                                 x.expand(n, T).clone(), allowed.expand(n, T).clone(), torch.full((n,), k),
-                                 torch.full((n, k), 0.5, dtype=torch.float64), forced)
-    assert float(torch.exp(log_r - torch.lgamma(torch.tensor(k + 1.0, dtype=torch.float64))).sum()) == pytest.approx(1.0, abs=1e-12)
-    assert torch.equal(out.sum(1), torch.full((n,), k))
+    x = torch.tensor([[0, 2, 1, 1, 0]]).expand(n, T).clone()
+    z = torch.where(torch.arange(T) == 1, x, den.mask_id)
+    _, log_r, guided = subset_proposal(law.guide(z, x), z == den.mask_id, torch.full((n,), k),
+                                       torch.full((n, k), 0.5, dtype=torch.float64), torch.tensor(seqs))
+    total = torch.exp(log_r - torch.lgamma(torch.tensor(k + 1.0, dtype=torch.float64))).sum()
+    assert guided and float(total) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_guide_updates_match_a_fresh_guide() -> None:
+    """The guide's incremental tilt and twist after reveals equal those of a guide built on the new state, its tilt
+    the float64 oracle's log p(x_i | z) and its twist log p(x) - log p(x on the revealed positions) (1e-12)."""
+    from dllm_lit.markov import synthetic_chain
+    from dllm_lit.metrics.functional.sequence_kl import sequence_log_prob
+    from dllm_lit.samplers.oracle_guide import OracleGuide
+
+    chain = synthetic_chain(16, 4, eps=0.02, seed=2)
+    den = OracleDenoiser(chain, dtype=torch.float64)
+    x = chain.sample(3, 20, seed=0)
+    z = torch.full_like(x, den.mask_id)
+    g = OracleGuide(den, z, x)
+    for pos in ([5, 0, 19], [12, 7, 3], [6, 8, 18]):
+        g.reveal(torch.arange(3), torch.tensor(pos))
+        z[torch.arange(3), torch.tensor(pos)] = x[torch.arange(3), torch.tensor(pos)]
+    fresh = OracleGuide(den, z, x)
+    masked = z == den.mask_id
+    assert torch.allclose(g.tilt[masked], fresh.tilt[masked], rtol=0, atol=1e-12)
+    assert torch.allclose(g.log_twist, fresh.log_twist, rtol=0, atol=1e-12)
+    b, p = masked.nonzero(as_tuple=True)
+    exact = den.probs_at(z, b, p).gather(1, x[b, p, None]).squeeze(1).log()
+    assert torch.allclose(g.tilt[b, p], exact, rtol=0, atol=1e-12)
+    full = OracleGuide(den, torch.full_like(x, den.mask_id), x).log_twist  # nothing revealed: log p(x)
+    assert torch.allclose(full, sequence_log_prob(chain, x).to(torch.float64), rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("resample_below", [0.0, 1.0])

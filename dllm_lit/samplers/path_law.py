@@ -11,10 +11,11 @@ so that :mod:`dllm_lit.samplers.path_smc` can estimate q(x) over these paths:
 * ``count(z, j)``: the number of commits of step j when the schedule fixes it, else None;
 * ``step_log_prob(z, commit, x, j)``: log q_j(commit with x's tokens | z) (float64; -inf where impossible).
 
-Optional: ``tilt(z, x, j)`` (float64 [B, T]), per-position log weights that guide the proposal (the SMC's
-:func:`~dllm_lit.samplers.path_smc.subset_proposal`; without it the proposal is uniform over the allowed
-positions), and ``log_twist(z, x)`` (float64 [B] or None), a guess of log q(x | z) that the SMC's intermediate
-targets carry (the exact chain's log p(x's masked tokens | z) for the oracle: exact for an exact sampler).
+Optional: ``guide(z, x)``, an object that steers the SMC (None: uniform picks, no twist) with ``tilt`` (float64
+[B, T], log p(x_i | z) at every position: the proposal's :func:`~dllm_lit.samplers.path_smc.subset_proposal` guide),
+``log_twist`` (float64 [B], a guess of log q(x | z) carried by the intermediate targets: the exact chain's
+log p(x's masked tokens | z) for the oracle, exact for an exact sampler), ``reveal(rows, pos)`` (x revealed at one
+position per listed row) and ``select(rows)`` (resampling); :class:`~dllm_lit.samplers.oracle_guide.OracleGuide`.
 
 :class:`RandomSubsetLaw` is the law of the random-order samplers: step j commits a uniform k_j-subset of the
 allowed positions, each drawing its token from the denoiser's row p_i(. | z_j) (``log_law``: the law it is drawn
@@ -32,10 +33,9 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from dllm_lit.denoisers.local import nearest_revealed
 from dllm_lit.samplers.reference_scoring import LogLaw
 
-__all__ = ["PathLaw", "RandomSubsetLaw", "log_binomial", "oracle_log_revealed", "oracle_log_tilt"]
+__all__ = ["PathLaw", "RandomSubsetLaw", "log_binomial"]
 
 
 @runtime_checkable
@@ -61,39 +61,6 @@ def log_binomial(m: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     ok = (k >= 0) & (k <= m)
     out = torch.lgamma(m + 1) - torch.lgamma(k.clamp(min=0) + 1) - torch.lgamma((m - k).clamp(min=0) + 1)
     return torch.where(ok, out, torch.full_like(out, -math.inf))
-
-
-def oracle_log_tilt(denoiser, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """log p(x_i | z) at every position (float64 [B, T]) for the exact oracle, from three table entries per position:
-    P'^a(x_l, x_i) P'^b(x_i, x_r) / P'^(a+b)(x_l, x_r) (pi for a missing left neighbour, 1 for a missing right one;
-    distances beyond the table's depth read its last power).  A guide for the proposal, not the sampler's law."""
-    T, V, D = z.shape[1], denoiser.vocab_size, denoiser.depth
-    left, right = (t.long() for t in nearest_revealed(z, denoiser.mask_id))
-    pos = torch.arange(T, device=z.device)
-    d_l, d_r = torch.where(left >= 0, pos - left, 0), torch.where(right < T, right - pos, 0)
-    x_l, x_r = x.gather(1, left.clamp(min=0)), x.gather(1, right.clamp(max=T - 1))
-    table = denoiser.table.to(torch.float64)
-    r_idx, c_idx = denoiser.table_rows(x_l, d_l, x_r, d_r)
-    num = table[r_idx, x] * table[c_idx, x]
-    both = (d_l > 0) & (d_r > 0)
-    span = table[(2 * (d_l + d_r).clamp(min=1, max=D) - 2) * V + x_l, x_r]
-    norm = torch.where(both, span, torch.where(d_r > 0, table[2 * D * V, x_r], torch.ones_like(span)))
-    return (num / norm).clamp(min=1e-300).log().nan_to_num(0.0)
-
-
-def oracle_log_revealed(denoiser, x: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor:
-    """log p(x on ``revealed``) (float64 [B]) under the oracle's chain: log pi(x_r1) + sum log P'^(r_{i+1} - r_i)
-    (x_ri, x_r{i+1}) over the revealed positions r_1 < r_2 < ... (distances beyond the table's depth read its last
-    power)."""
-    T, V, D = x.shape[1], denoiser.vocab_size, denoiser.depth
-    left, _ = nearest_revealed(torch.where(revealed, x, denoiser.mask_id), denoiser.mask_id)
-    left = left.long()
-    d = (torch.arange(T, device=x.device) - left).clamp(max=D)
-    x_l = x.gather(1, left.clamp(min=0))
-    table = denoiser.table.to(torch.float64)
-    row = torch.where(left >= 0, (2 * d - 2) * V + x_l, 2 * D * V)
-    term = table[row, x].clamp(min=1e-300).log()
-    return torch.where(revealed, term, torch.zeros_like(term)).sum(1)
 
 
 class RandomSubsetLaw:
@@ -131,18 +98,10 @@ class RandomSubsetLaw:
             out = out.index_add(0, b, lq)
         return torch.where(ok, out, torch.full_like(out, -math.inf))
 
-    def tilt(self, z: torch.Tensor, x: torch.Tensor, step: int) -> torch.Tensor | None:
-        """log p(x_i | z) at every position from the oracle's table (:func:`oracle_log_tilt`), None for other
-        denoisers (the proposal is then uniform)."""
-        return oracle_log_tilt(self.denoiser, z, x) if self._oracle() else None
-
-    def _oracle(self) -> bool:
-        return hasattr(self.denoiser, "table_rows") and bool(getattr(self.denoiser, "certified", False))
-
-    def log_twist(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
-        """log p(x's masked tokens | z's revealed ones) under the oracle's chain (:func:`oracle_log_revealed`),
-        None for other denoisers."""
-        if not self._oracle():
+    def guide(self, z: torch.Tensor, x: torch.Tensor):
+        """The exact oracle's :class:`~dllm_lit.samplers.oracle_guide.OracleGuide` (certified table), else None."""
+        if not (hasattr(self.denoiser, "table_rows") and bool(getattr(self.denoiser, "certified", False))):
             return None
-        return oracle_log_revealed(self.denoiser, x, x != self.denoiser.mask_id) - oracle_log_revealed(
-            self.denoiser, x, z != self.denoiser.mask_id)
+        from dllm_lit.samplers.oracle_guide import OracleGuide
+
+        return OracleGuide(self.denoiser, z, x)
