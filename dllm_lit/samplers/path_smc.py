@@ -47,6 +47,10 @@ __all__ = ["PathLaw", "subset_proposal", "smc_log_q", "smc_sandwich"]
 #: 64 x 256, K = 16) 0.3 / 0.5 / 0.7 gave mean lower / upper 0.79 / 0.84 / 0.85 at 16 steps and 0.92 / 0.82 / 0.72 at 128
 GUIDE_MIX = 0.5
 
+#: particle rows (sequences x K) per pass: [rows, T] working tensors that stay in the CPU's caches (16384 rows of
+#: T = 256 took 4.5x the time of 8192 on the English audit)
+PARTICLE_ROWS = 4096
+
 
 def subset_proposal(guide, allowed: torch.Tensor, k: torch.Tensor, u: torch.Tensor,
                     forced: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -176,6 +180,10 @@ def smc_sandwich(law: PathLaw, start: torch.Tensor, x: torch.Tensor, own: torch.
     from dllm_lit.samplers.path_sandwich import path_seed
 
     keys = rng.sequence_keys(path_seed(seed, 0), indices, rng.Stream.ORDER)
-    lower = smc_log_q(law, start, x, rng.mix64(keys ^ 1), particles, resample_below=resample_below)
-    upper = smc_log_q(law, start, x, rng.mix64(keys ^ 2), particles, own, resample_below)
-    return {"log_q_iw_lower": lower.cpu(), "log_q_iw_upper": upper.cpu()}
+    lower, upper = [], []
+    step = max(1, PARTICLE_ROWS // int(particles))
+    for sl in (slice(a, a + step) for a in range(0, x.shape[0], step)):  # sequences are independent: same numbers
+        lower.append(smc_log_q(law, start[sl], x[sl], rng.mix64(keys[sl] ^ 1), particles,
+                               resample_below=resample_below))
+        upper.append(smc_log_q(law, start[sl], x[sl], rng.mix64(keys[sl] ^ 2), particles, own[sl], resample_below))
+    return {"log_q_iw_lower": torch.cat(lower).cpu(), "log_q_iw_upper": torch.cat(upper).cpu()}
