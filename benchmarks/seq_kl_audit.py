@@ -23,6 +23,10 @@ V = 3 cases by the dynamic program of ``dllm_lit/exact/``.
 
     python benchmarks/seq_kl_audit.py [--seeds 20] [--groups tiny synthetic english]
 
+Other groups: ``bracket`` (the certified bracket's coverage; ``--sandwich-method smc`` for the SMC sandwich),
+``english_sandwich`` (the order sandwich's tightness against K), ``smc_sandwich`` (the SMC sandwich's, paper-MDLM
+on English, ``--smc-paths`` K values, ``--english-n`` sequences), ``cost`` (V = 4096 profile).
+
 The machine's load changes the cpu column only.
 """
 from __future__ import annotations
@@ -291,9 +295,10 @@ def english_sandwich(paths: int, N: int = 512, T: int = 256, seed: int = 0) -> N
 
 
 def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: int = 0,
-                       steps_list: tuple[int, ...] = (16, 64, 128)) -> None:
+                       steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float = 0.0) -> None:
     """paper-MDLM on the English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token,
-    their ratio and the CPU (process time) of both ends, for each K in ``particles``."""
+    their ratio and the CPU (process time) of both ends, for each K in ``particles`` (resampling below the ESS
+    fraction ``resample_below``; 0: none, the metric's setting)."""
     from dllm_lit.samplers.path_smc import smc_sandwich
 
     chain = english_char_chain()
@@ -307,12 +312,12 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
         parts = []
         for k in particles:
             t0 = time.process_time()
-            r = smc_sandwich(law, torch.full_like(x, paper.mask_id), x, own, idx, seed, k)
+            r = smc_sandwich(law, torch.full_like(x, paper.mask_id), x, own, idx, seed, k, resample_below)
             cpu = time.process_time() - t0
             lo, hi = (float((r[key] - lp).mean()) / T for key in ("log_q_iw_lower", "log_q_iw_upper"))
             parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, {cpu:.1f} s)")
         own_u = float((st["log_q"] - lp).mean()) / T
-        print(f"english paper s{steps} {N}x{T} smc: own path {own_u:.5f}; lower/upper {'; '.join(parts)}", flush=True)
+        print(f"english paper s{steps} {N}x{T} smc (resample below {resample_below}): own path {own_u:.5f}; lower/upper {'; '.join(parts)}", flush=True)
 
 
 def _fmt(value: float | None) -> str:
@@ -371,6 +376,8 @@ def main() -> None:
     ap.add_argument("--paths", type=int, default=8, help="fresh orders K of the sandwich")
     ap.add_argument("--english-n", type=int, default=512, help="sequences of the English sandwich groups")
     ap.add_argument("--smc-paths", type=int, nargs="+", default=[8, 16, 32], help="particles K of the smc_sandwich group")
+    ap.add_argument("--smc-resample", type=float, default=0.0, help="ESS fraction below which the smc_sandwich "
+                    "group resamples (0: never, the metric's setting)")
     ap.add_argument("--sandwich-method", choices=["orders", "smc"], default="orders",
                     help="the sandwich of the bracket group (sandwich_method)")
     ap.add_argument("--cost-n", type=int, default=64, help="sequences of the V = 4096 cost profile")
@@ -396,7 +403,7 @@ def main() -> None:
     if "english_sandwich" in args.groups:
         english_sandwich(args.paths, N=args.english_n)
     if "smc_sandwich" in args.groups:
-        smc_sandwich_group(args.smc_paths, N=args.english_n)
+        smc_sandwich_group(args.smc_paths, N=args.english_n, resample_below=args.smc_resample)
     if "cost" in args.groups:
         cost_profile(args.cost_n, row=args.cost_row, paths=args.cost_paths, cache_dir=args.cache_dir)
 

@@ -41,15 +41,12 @@ def _paths(T: int, counts: list[int]):
     return list(rec(frozenset(range(T)), 0))
 
 
-@pytest.mark.parametrize("counts", [[1, 2, 1], [2, 2], [4]])
-def test_step_probabilities_sum_over_paths_to_the_exact_law(counts) -> None:
-    T = sum(counts)
-    chain, den, law = _world(T, counts)
-    assert isinstance(law, PathLaw)
+def _sum_over_paths(law, T: int, paths, mask_id: int) -> torch.Tensor:
+    """sum over ``paths`` (lists of committed sets) of prod_j exp(step_log_prob), for every x in {0, 1, 2}^T."""
     xs = torch.tensor(list(itertools.product(range(3), repeat=T)))
     total = torch.zeros(len(xs), dtype=torch.float64)
-    for path in _paths(T, counts):
-        z = torch.full_like(xs, den.mask_id)
+    for path in paths:
+        z = torch.full_like(xs, mask_id)
         lp = torch.zeros(len(xs), dtype=torch.float64)
         for j, S in enumerate(path):
             commit = torch.zeros_like(xs, dtype=torch.bool)
@@ -57,7 +54,36 @@ def test_step_probabilities_sum_over_paths_to_the_exact_law(counts) -> None:
             lp += law.step_log_prob(z, commit, xs, j)
             z = torch.where(commit, xs, z)
         total += lp.exp()
+    return total
+
+
+@pytest.mark.parametrize("counts", [[1, 2, 1], [2, 2], [4]])
+def test_step_probabilities_sum_over_paths_to_the_exact_law(counts) -> None:
+    T = sum(counts)
+    chain, den, law = _world(T, counts)
+    assert isinstance(law, PathLaw)
+    total = _sum_over_paths(law, T, _paths(T, counts), den.mask_id)
     assert torch.allclose(total, mdlm_paper_law(chain, T, len(counts), counts), rtol=0, atol=1e-12)
+
+
+def test_windowed_law_sums_to_the_exact_block_law() -> None:
+    """LLaDA's random remasking in two blocks of 3 (a window per step, rounds 2 + 1 each): the step probabilities
+    summed over every path equal the dynamic program's law built with the same windows (1e-12)."""
+    from dllm_lit.exact.core import PosteriorCache, law_vector
+    from dllm_lit.exact.subsets import random_subset_step
+
+    T, counts, windows = 6, [2, 1, 2, 1], [(0, 3), (0, 3), (3, 6), (3, 6)]
+    chain, den, _ = _world(T, counts)
+    law = RandomSubsetLaw(den, counts, windows, lambda j, b, p, probs, tok: drawn_log_prob(probs, tok))
+    post, M = PosteriorCache(chain), den.mask_id
+    dist = {(M,) * T: 1.0}
+    for k, (lo, hi) in zip(counts, windows):
+        dist = random_subset_step(dist, post, M, k, lambda g, i: [(v, float(g[i, v])) for v in range(3)], lo, hi)
+    exact = law_vector(dist, 3, T)
+    paths = [[a, tuple(set(range(3)) - set(a)), b, tuple(set(range(3, 6)) - set(b))]
+             for a in itertools.combinations(range(3), 2) for b in itertools.combinations(range(3, 6), 2)]
+    total = _sum_over_paths(law, T, paths, M)
+    assert torch.allclose(total, exact, rtol=0, atol=1e-12)
 
 
 def test_step_log_prob_is_minus_inf_off_the_law() -> None:
