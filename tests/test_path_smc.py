@@ -161,13 +161,13 @@ def test_smc_estimate_is_unbiased(resample_below) -> None:
 
 
 def test_sandwich_brackets_log_q_and_tightens_with_k() -> None:
-    """paper-MDLM, V = 3, T = 6, 3 steps, 600 samples: the mean lower end is below the mean exact log q(x) and the
+    """paper-MDLM, V = 3, T = 5, 3 steps, 400 samples: the mean lower end is below the mean exact log q(x) and the
     mean upper end above it (each within 3 standard errors of the right side), and the gap shrinks from K = 1 to 8."""
     from dllm_lit.samplers import MDLMPaper
     from dllm_lit.samplers.path_smc import smc_sandwich
 
-    T, S, N = 6, 3, 600
-    chain, den, law = _world(T, [2, 2, 2])
+    T, S, N = 5, 3, 400
+    chain, den, law = _world(T, [2, 2, 1])
     s = MDLMPaper(den)
     s.connect(chain)
     idx = torch.arange(N)
