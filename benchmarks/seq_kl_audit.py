@@ -295,11 +295,17 @@ def english_sandwich(paths: int, N: int = 512, T: int = 256, seed: int = 0) -> N
 
 
 def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: int = 0,
-                       steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float = 0.0) -> None:
+                       steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float = 0.0,
+                       mix: float | None = None) -> None:
     """paper-MDLM on the English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token,
     their ratio and the CPU (process time) of both ends, for each K in ``particles`` (resampling below the ESS
-    fraction ``resample_below``; 0: none, the metric's setting)."""
+    fraction ``resample_below``; 0: none, the metric's setting; ``mix``: the proposal's uniform share, None: the
+    metric's ``GUIDE_MIX``)."""
+    from dllm_lit.samplers import path_smc
     from dllm_lit.samplers.path_smc import smc_sandwich
+
+    if mix is not None:
+        path_smc.GUIDE_MIX = mix
 
     chain = english_char_chain()
     paper = MDLMPaper()
@@ -317,7 +323,7 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
             lo, hi = (float((r[key] - lp).mean()) / T for key in ("log_q_iw_lower", "log_q_iw_upper"))
             parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, {cpu:.1f} s)")
         own_u = float((st["log_q"] - lp).mean()) / T
-        print(f"english paper s{steps} {N}x{T} smc (resample below {resample_below}): own path {own_u:.5f}; lower/upper {'; '.join(parts)}", flush=True)
+        print(f"english paper s{steps} {N}x{T} smc (mix {path_smc.GUIDE_MIX}, resample below {resample_below}): own path {own_u:.5f}; lower/upper {'; '.join(parts)}", flush=True)
 
 
 def _fmt(value: float | None) -> str:
@@ -378,6 +384,8 @@ def main() -> None:
     ap.add_argument("--smc-paths", type=int, nargs="+", default=[8, 16, 32], help="particles K of the smc_sandwich group")
     ap.add_argument("--smc-resample", type=float, default=0.0, help="ESS fraction below which the smc_sandwich "
                     "group resamples (0: never, the metric's setting)")
+    ap.add_argument("--smc-mix", type=float, default=None, help="the smc_sandwich group's uniform share of the pick "
+                    "law (default: the metric's)")
     ap.add_argument("--sandwich-method", choices=["orders", "smc"], default="orders",
                     help="the sandwich of the bracket group (sandwich_method)")
     ap.add_argument("--cost-n", type=int, default=64, help="sequences of the V = 4096 cost profile")
@@ -403,7 +411,7 @@ def main() -> None:
     if "english_sandwich" in args.groups:
         english_sandwich(args.paths, N=args.english_n)
     if "smc_sandwich" in args.groups:
-        smc_sandwich_group(args.smc_paths, N=args.english_n, resample_below=args.smc_resample)
+        smc_sandwich_group(args.smc_paths, N=args.english_n, resample_below=args.smc_resample, mix=args.smc_mix)
     if "cost" in args.groups:
         cost_profile(args.cost_n, row=args.cost_row, paths=args.cost_paths, cache_dir=args.cache_dir)
 

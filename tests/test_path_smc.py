@@ -226,3 +226,7 @@ def test_sandwich_method_is_checked_and_in_the_run_identity_when_set() -> None:
     # the default (the behaviour before the option) stays out of the identity, so stored runs keep matching
     assert identity(SandwichOptions(sandwich_paths=4)) == {"sandwich_paths": 4}
     assert identity(SandwichOptions(sandwich_paths=4, sandwich_method="smc"))["sandwich_method"] == "smc"
+    from dllm_lit.results.writer import ResultsWriter  # what the engine reads to set the sampler's method
+
+    settings = ResultsWriter(metric_options={"sandwich_paths": 4, "sandwich_method": "smc"}).metric_settings()
+    assert settings["sandwich_method"] == "smc"

@@ -20,6 +20,9 @@ Rescoring x along an order teacher-forces it through the sampler's own step law
 (:func:`~dllm_lit.samplers.reference_scoring.teacher_forced_log_q`: the exact oracle's nearest-revealed-neighbour
 rows, O(T V) per order and sequence).  Fresh orders are keyed by (seed, sequence, k) through :func:`path_seed`,
 a stream the sampler never draws from, so the samples are unchanged.
+
+For many-step samplers the uniform orders close slowly; ``sandwich_method: smc`` replaces them by the sequential Monte
+Carlo over reveal states of :mod:`dllm_lit.samplers.path_smc` where the sampler has a path law (paper-MDLM).
 """
 from __future__ import annotations
 
