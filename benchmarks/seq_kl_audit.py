@@ -323,7 +323,8 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
             lo, hi = (float((r[key] - lp).mean()) / T for key in ("log_q_iw_lower", "log_q_iw_upper"))
             parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, {cpu:.1f} s)")
         own_u = float((st["log_q"] - lp).mean()) / T
-        print(f"english paper s{steps} {N}x{T} smc (mix {path_smc.GUIDE_MIX}, resample below {resample_below}): own path {own_u:.5f}; lower/upper {'; '.join(parts)}", flush=True)
+        print(f"english paper s{steps} {N}x{T} smc (mix {path_smc.GUIDE_MIX}, resample below {resample_below}): "
+              f"own path {own_u:.5f}; lower/upper {'; '.join(parts)}", flush=True)
 
 
 def _fmt(value: float | None) -> str:
@@ -381,7 +382,8 @@ def main() -> None:
                     choices=["tiny", "synthetic", "english", "bracket", "english_sandwich", "smc_sandwich", "cost"])
     ap.add_argument("--paths", type=int, default=8, help="fresh orders K of the sandwich")
     ap.add_argument("--english-n", type=int, default=512, help="sequences of the English sandwich groups")
-    ap.add_argument("--smc-paths", type=int, nargs="+", default=[8, 16, 32], help="particles K of the smc_sandwich group")
+    ap.add_argument("--smc-paths", type=int, nargs="+", default=[8, 16, 32],
+                    help="particles K of the smc_sandwich group")
     ap.add_argument("--smc-resample", type=float, default=0.0, help="ESS fraction below which the smc_sandwich "
                     "group resamples (0: never, the metric's setting)")
     ap.add_argument("--smc-mix", type=float, default=None, help="the smc_sandwich group's uniform share of the pick "
