@@ -23,6 +23,10 @@ V = 3 cases by the dynamic program of ``dllm_lit/exact/``.
 
     python benchmarks/seq_kl_audit.py [--seeds 20] [--groups tiny synthetic english]
 
+Other groups: ``bracket`` (the certified bracket's coverage; ``--sandwich-method smc`` for the SMC sandwich),
+``english_sandwich`` (the order sandwich's tightness against K), ``smc_sandwich`` (the SMC sandwich's, paper-MDLM
+on English, ``--smc-paths`` K values, ``--english-n`` sequences), ``cost`` (V = 4096 profile).
+
 The machine's load changes the cpu column only.
 """
 from __future__ import annotations
@@ -211,7 +215,8 @@ def bracket_cases():
         yield f"V{V} paper s1", chain, one, 64, 64, 1, product_truth(chain, 64), product_truth(chain, 64)
 
 
-def bracket_case(name, chain, sampler, N, T, steps, truth, upper_target, seeds: int, paths: int) -> str:
+def bracket_case(name, chain, sampler, N, T, steps, truth, upper_target, seeds: int, paths: int,
+                 method: str = "orders") -> str:
     """Shares of seeds: certified bracket ends on the right side of the truth (and printed), seq_kl_upper's interval
     printed and covering its target, the sandwich's one-sided bounds on the right side; mean ratios; CPU."""
     from dllm_lit.metrics.functional.path_sandwich import certified_bracket, mean_bounds
@@ -219,6 +224,7 @@ def bracket_case(name, chain, sampler, N, T, steps, truth, upper_target, seeds: 
 
     V = chain.vocab_size
     sampler.sandwich_paths = paths if hasattr(sampler, "sandwich_paths") else 0
+    sampler.sandwich_method = method
     exact = sampler.law_is_exact(T, steps)
     rec = {k: [] for k in ("lo", "hi", "hi_given", "ci_given", "ci_cov", "iw_lo", "iw_hi", "zero", "ratio")}
     cpu = 0.0
@@ -288,6 +294,39 @@ def english_sandwich(paths: int, N: int = 512, T: int = 256, seed: int = 0) -> N
               f"rescoring cpu {cpu:.1f} s for {paths} orders", flush=True)
 
 
+def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: int = 0,
+                       steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float = 0.0,
+                       mix: float | None = None) -> None:
+    """paper-MDLM on the English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token,
+    their ratio and the CPU (process time) of both ends, for each K in ``particles`` (resampling below the ESS
+    fraction ``resample_below``; 0: none, the metric's setting; ``mix``: the proposal's uniform share, None: the
+    metric's ``GUIDE_MIX``)."""
+    from dllm_lit.samplers import path_smc
+    from dllm_lit.samplers.path_smc import smc_sandwich
+
+    if mix is not None:
+        path_smc.GUIDE_MIX = mix
+
+    chain = english_char_chain()
+    paper = MDLMPaper()
+    paper.connect(chain)
+    idx = torch.arange(N)
+    for steps in steps_list:
+        x, st = paper.generate_with_stats(idx, T, steps, seed)
+        lp = sequence_log_prob(chain, x)
+        law, own = paper.path_law(T, steps), paper._decode(idx, T, steps, seed)
+        parts = []
+        for k in particles:
+            t0 = time.process_time()
+            r = smc_sandwich(law, torch.full_like(x, paper.mask_id), x, own, idx, seed, k, resample_below)
+            cpu = time.process_time() - t0
+            lo, hi = (float((r[key] - lp).mean()) / T for key in ("log_q_iw_lower", "log_q_iw_upper"))
+            parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, {cpu:.1f} s)")
+        own_u = float((st["log_q"] - lp).mean()) / T
+        print(f"english paper s{steps} {N}x{T} smc (mix {path_smc.GUIDE_MIX}, resample below {resample_below}): "
+              f"own path {own_u:.5f}; lower/upper {'; '.join(parts)}", flush=True)
+
+
 def _fmt(value: float | None) -> str:
     return "none" if value is None else f"{value:.6f}"
 
@@ -340,9 +379,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--groups", nargs="+", default=["tiny", "synthetic", "english"],
-                    choices=["tiny", "synthetic", "english", "bracket", "english_sandwich", "cost"])
+                    choices=["tiny", "synthetic", "english", "bracket", "english_sandwich", "smc_sandwich", "cost"])
     ap.add_argument("--paths", type=int, default=8, help="fresh orders K of the sandwich")
-    ap.add_argument("--english-n", type=int, default=512, help="sequences of the English sandwich group")
+    ap.add_argument("--english-n", type=int, default=512, help="sequences of the English sandwich groups")
+    ap.add_argument("--smc-paths", type=int, nargs="+", default=[8, 16, 32],
+                    help="particles K of the smc_sandwich group")
+    ap.add_argument("--smc-resample", type=float, default=0.0, help="ESS fraction below which the smc_sandwich "
+                    "group resamples (0: never, the metric's setting)")
+    ap.add_argument("--smc-mix", type=float, default=None, help="the smc_sandwich group's uniform share of the pick "
+                    "law (default: the metric's)")
+    ap.add_argument("--sandwich-method", choices=["orders", "smc"], default="orders",
+                    help="the sandwich of the bracket group (sandwich_method)")
     ap.add_argument("--cost-n", type=int, default=64, help="sequences of the V = 4096 cost profile")
     ap.add_argument("--cost-row", choices=["ar", "mdlm64"], default="ar", help="the row of the V = 4096 cost profile")
     ap.add_argument("--cost-paths", type=int, default=0, help="fresh orders rescored in the mdlm64 cost profile")
@@ -359,12 +406,14 @@ def main() -> None:
         for case in groups[g]():
             print(run_case(*case, seeds=args.seeds), flush=True)
     if "bracket" in args.groups:
-        print(f"certified bracket (95% one-sided each end), sandwich K = {args.paths}")
+        print(f"certified bracket (95% one-sided each end), sandwich K = {args.paths} ({args.sandwich_method})")
         print(BRACKET_HEADER)
         for case in bracket_cases():
-            print(bracket_case(*case, seeds=args.seeds, paths=args.paths), flush=True)
+            print(bracket_case(*case, seeds=args.seeds, paths=args.paths, method=args.sandwich_method), flush=True)
     if "english_sandwich" in args.groups:
         english_sandwich(args.paths, N=args.english_n)
+    if "smc_sandwich" in args.groups:
+        smc_sandwich_group(args.smc_paths, N=args.english_n, resample_below=args.smc_resample, mix=args.smc_mix)
     if "cost" in args.groups:
         cost_profile(args.cost_n, row=args.cost_row, paths=args.cost_paths, cache_dir=args.cache_dir)
 

@@ -53,6 +53,7 @@ def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "Results
     for row in plan.rows:  # the forward-KL and sandwich scoring passes run only when the results ask for them
         row.sampler.score_reference = bool(getattr(writer, "forward_kl", False))
         row.sampler.sandwich_paths = int(settings.get("sandwich_paths", 0))
+        row.sampler.sandwich_method = str(settings.get("sandwich_method", "orders"))
     datamodule.use_plan(plan)
     if writer is not None:
         writer.connect(plan, chain, decoder=datamodule.decoder(), reference_samples=datamodule.reference_samples,

@@ -19,11 +19,15 @@ from typing import Any
 
 from dllm_lit import checks
 
-__all__ = ["ForwardKLOptions", "GenPPLOptions", "GreedyOptions", "MauveOptions", "NOT_IDENTITY", "SandwichOptions",
-           "identity", "make_options", "option_names"]
+__all__ = ["ForwardKLOptions", "GenPPLOptions", "GreedyOptions", "IDENTITY_IF_SET", "MauveOptions", "NOT_IDENTITY",
+           "SandwichOptions", "identity", "make_options", "option_names"]
 
 #: field metadata of an option that cannot change a metric's values (left out of the run identity)
 NOT_IDENTITY = {"identity": False}
+
+#: field metadata of an option added after runs were stored: in the identity only when set to another value than its
+#: default (the default is the behaviour before the option existed, so stored rows keep matching)
+IDENTITY_IF_SET = {"identity": "if set"}
 
 
 def option_names(options_cls: type | None) -> tuple[str, ...]:
@@ -38,7 +42,9 @@ def make_options(options_cls: type, values: Mapping[str, Any]) -> Any:
 
 def identity(options: Any) -> dict[str, Any]:
     """``{field: value}`` of the fields that change a metric's values, in declaration order."""
-    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if f.metadata.get("identity", True)}
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)
+            if f.metadata.get("identity", True) is True
+            or (f.metadata.get("identity") == "if set" and getattr(options, f.name) != f.default)}
 
 
 def merged_identity(instances: Iterable[Any]) -> dict[str, Any]:
@@ -118,9 +124,14 @@ class GreedyOptions:
 class SandwichOptions:
     """Sequence KL: ``sandwich_paths`` K, the fresh orders of the importance-weighted path sandwich
     (``seq_kl_iw_lower`` / ``seq_kl_iw_upper``, :mod:`dllm_lit.samplers.path_sandwich`; 0: off, the default); each
-    order rescores every sample once along it, so a row costs about K more passes of its sampler's ordered decode."""
+    order rescores every sample once along it, so a row costs about K more passes of its sampler's ordered decode.
+    ``sandwich_method``: "orders" (the default) or "smc", K particles of the sequential Monte Carlo over reveal
+    states (:mod:`dllm_lit.samplers.path_smc`; paper-MDLM, whose path law is implemented; other samplers keep
+    "orders"), much tighter on many-step samplers (docs/metrics.md)."""
 
     sandwich_paths: int = 0
+    sandwich_method: str = field(default="orders", metadata=IDENTITY_IF_SET)
 
     def __post_init__(self) -> None:
         checks.integer("sandwich_paths", self.sandwich_paths, minimum=0)
+        checks.choice("sandwich_method", self.sandwich_method, ("orders", "smc"))

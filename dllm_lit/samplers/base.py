@@ -194,6 +194,10 @@ class Sampler(L.LightningModule, ABC):
     #: ``results.metric_options.sandwich_paths``
     sandwich_paths: int = 0
 
+    #: "orders" (fresh uniform orders) or "smc" (the SMC over reveal states, :mod:`~dllm_lit.samplers.path_smc`, for
+    #: samplers with a path law; the others keep "orders"); ``results.metric_options.sandwich_method``
+    sandwich_method: str = "orders"
+
     def declares_exact(self, seq_len: int, steps: int | None) -> bool:
         """Whether this sampler's law at (``seq_len``, ``steps``) is the chain's own law when its denoiser is the
         exact oracle (override where it is: one position per step from its exact conditional, exact chain sampling)."""

@@ -31,6 +31,7 @@ from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.selection import transfer_schedule
+from dllm_lit.samplers.path_law import RandomSubsetLaw
 from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts
@@ -92,6 +93,13 @@ class MDLMPaper(Sampler):
 
         return decode_in_order(self.denoiser, z, decode, steps - 1, draw, log_q=log_q)
 
+    def path_law(self, seq_len: int, steps: int) -> RandomSubsetLaw:
+        """The step law over reveal states (:mod:`~dllm_lit.samplers.path_law`): uniform k_i-subsets of the masked
+        positions, tokens from the denoiser's rows."""
+        counts = self.counts(seq_len, steps) or transfer_schedule(seq_len, steps)
+        return RandomSubsetLaw(self.denoiser, counts, [(0, seq_len)] * steps,
+                               lambda j, b, p, probs, tok: drawn_log_prob(probs, tok))
+
     def declares_exact(self, seq_len: int, steps: int | None) -> bool:
         """One position per step (every round size <= 1): exact sequential sampling of the conditionals."""
         return steps is not None and max(self.counts(seq_len, steps) or transfer_schedule(seq_len, steps)) <= 1
@@ -99,9 +107,10 @@ class MDLMPaper(Sampler):
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         log_q = self._log_q_buffer(indices, seq_len)
         x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
+        law = lambda j, b, p, probs, tok: drawn_log_prob(probs, tok)  # noqa: E731
         stats = add_sandwich(self, self._stats(self.nfe(seq_len, steps), log_q, indices.numel()), x,
-                             lambda s: self._decode(indices, seq_len, steps, s), steps - 1,
-                             lambda j, b, p, probs, tok: drawn_log_prob(probs, tok), seed)
+                             lambda s: self._decode(indices, seq_len, steps, s), steps - 1, law, seed,
+                             lambda: self.path_law(seq_len, steps), indices)
         if not self.score_reference:
             return x, stats
         counts = self.counts(seq_len, steps) or transfer_schedule(seq_len, steps)
