@@ -33,9 +33,20 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from dllm_lit import rng
 from dllm_lit.samplers.reference_scoring import LogLaw
 
-__all__ = ["PathLaw", "RandomSubsetLaw", "log_binomial"]
+__all__ = ["PathLaw", "RandomSubsetLaw", "log_binomial", "path_seed"]
+
+
+#: offset of the sandwich's order seeds (the sampler's own orders use ``seed`` itself); shared by every path estimator
+_SANDWICH_SALT = 0x5A4D_5157
+
+
+def path_seed(seed: int, k: int) -> int:
+    """The seed of fresh order k (k >= 1) for a run seeded ``seed``: a 63-bit SplitMix64 mix of both."""
+    h = rng.mix64(torch.tensor([(int(seed) * 1_000_003 + _SANDWICH_SALT + int(k)) & ((1 << 63) - 1)]))
+    return int(h.item()) & ((1 << 62) - 1)
 
 
 @runtime_checkable

@@ -31,23 +31,13 @@ from collections.abc import Callable
 
 import torch
 
-from dllm_lit import rng
+from dllm_lit.samplers.path_law import path_seed
 from dllm_lit.samplers.reference_scoring import LogLaw, teacher_forced_log_q
 
 __all__ = ["SANDWICH_STATS", "add_sandwich", "path_seed", "fresh_path_log_q", "sandwich_stats"]
 
 #: the per-sequence statistics :func:`sandwich_stats` adds (log q estimates, nats)
 SANDWICH_STATS = ("log_q_iw_lower", "log_q_iw_upper")
-
-#: offset of the sandwich's order seeds (the sampler's own orders use ``seed`` itself)
-_SANDWICH_SALT = 0x5A4D_5157
-
-
-def path_seed(seed: int, k: int) -> int:
-    """The seed of fresh order k (k >= 1) for a run seeded ``seed``: a 63-bit SplitMix64 mix of both."""
-    h = rng.mix64(torch.tensor([(int(seed) * 1_000_003 + _SANDWICH_SALT + int(k)) & ((1 << 63) - 1)]))
-    return int(h.item()) & ((1 << 62) - 1)
-
 
 def fresh_path_log_q(denoiser, x: torch.Tensor, order: Callable[[int], torch.Tensor], num_steps: int,
                      log_law: LogLaw, seed: int, paths: int) -> torch.Tensor:

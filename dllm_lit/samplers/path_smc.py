@@ -39,7 +39,7 @@ import math
 import torch
 
 from dllm_lit import rng
-from dllm_lit.samplers.path_law import PathLaw
+from dllm_lit.samplers.path_law import PathLaw, path_seed
 
 __all__ = ["PathLaw", "subset_proposal", "smc_log_q", "smc_sandwich"]
 
@@ -176,9 +176,8 @@ def smc_sandwich(law: PathLaw, start: torch.Tensor, x: torch.Tensor, own: torch.
                  seed: int, particles: int, resample_below: float = 0.0) -> dict[str, torch.Tensor]:
     """``{"log_q_iw_lower", "log_q_iw_upper"}`` (float64 [B] each): the SMC's and the conditional SMC's log Z_K
     with K = ``particles`` for the samples ``x`` of the sequences ``indices`` of a run seeded ``seed``, ``own``
-    their decode steps (the retained path).  The keys are :func:`~dllm_lit.samplers.path_sandwich.path_seed`
+    their decode steps (the retained path).  The keys are :func:`~dllm_lit.samplers.path_law.path_seed`
     (seed, 0)'s, one per end: a stream the sampler and the order sandwich never draw from."""
-    from dllm_lit.samplers.path_sandwich import path_seed
 
     keys = rng.sequence_keys(path_seed(seed, 0), indices, rng.Stream.ORDER)
     lower, upper = [], []
