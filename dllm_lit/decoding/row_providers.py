@@ -38,7 +38,7 @@ import torch
 
 from dllm_lit.denoisers.channels import ABSORBING
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed, revealed_neighbours_at
-from dllm_lit.samplers.draws import categorical_from_stored_cdf, neighbour_queries
+from dllm_lit.samplers.draws import categorical_from_cdf, neighbour_queries, row_chunks
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows, rows_by_key
 
 __all__ = ["LOO_PROVIDERS", "LeaveOneOutRows", "check_leave_one_out", "draft_rows", "draw_stored"]
@@ -122,11 +122,14 @@ class LeaveOneOutRows:
 
 def draw_stored(features: dict[str, torch.Tensor], index: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Proposals at rows ``index`` of the features: the stored ``argmax``, or the inverse-CDF draw with uniforms ``u``
-    from the stored float64 ``cdf`` (:func:`categorical_from_stored_cdf`: a binary search in the table, no row
-    gathered - :func:`categorical` of the law, draw for draw, at a quarter of the CPU of gathering the rows)."""
+    from the stored float64 ``cdf`` (gathered in chunks and searched: :func:`categorical` of the law, draw for draw)."""
     if "cdf" not in features:
         return features["argmax"].index_select(0, index)
-    return categorical_from_stored_cdf(features["cdf"], index, u)
+    cdf = features["cdf"]
+    out = torch.empty_like(index)
+    for sl in row_chunks(index.numel(), cdf.shape[1], index.device):
+        out[sl] = categorical_from_cdf(cdf.index_select(0, index[sl]), u[sl])
+    return out
 
 
 def draft_rows(den, z: torch.Tensor, rows: torch.Tensor, W: torch.Tensor, d: torch.Tensor,
