@@ -22,6 +22,7 @@ class GibbsSweeps(EditRule):
     """Left-to-right ancestral calls, then ``sweeps`` Gibbs sweeps on the leave-one-out rows."""
 
     sampler_name = "gibbs_sweeps"
+    edit_law = None  # the hook below
 
     def __init__(self, denoiser=None, steps=1, sweeps: int = 2) -> None:
         super().__init__(denoiser, steps)

@@ -19,6 +19,8 @@ bounded paths that draw only where a proposal can matter (same draws, tested).
 """
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import torch
 
 from dllm_lit import checks
@@ -33,8 +35,12 @@ class EditRule(NFECountingSampler):
     """A sampler that revisits revealed tokens, written as a declaration (module docstring)."""
 
     edits = True
-    #: None (the rule's :meth:`edit`), "refine" or "plan" (:data:`EDIT_LAWS`)
-    edit_law: str | None = None
+
+    @property
+    @abstractmethod
+    def edit_law(self) -> str | None:
+        """None (the rule's :meth:`edit`), "refine" or "plan" (:data:`EDIT_LAWS`): every editing rule declares it,
+        as a class attribute (``edit_law = None``)."""
     #: True: leave-one-out rows at revealed positions (the denoiser must answer them); False: masked rows only
     reads_revealed: bool = True
     block_length: int | None = None

@@ -54,6 +54,7 @@ class SlowFast(EditRule):
     """
 
     sampler_name = "slowfast"
+    edit_law = None  # its own edit hook
     reads_revealed = False
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, block_length: int | None = None,

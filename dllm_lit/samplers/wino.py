@@ -53,6 +53,7 @@ class WINO(EditRule):
     """
 
     sampler_name = "wino"
+    edit_law = None  # its own edit hook
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, block_length: int | None = None,
                  wide_in_threshold: float = 0.6, narrow_out_threshold: float = 0.9, temperature: float = 1.0,
