@@ -72,22 +72,3 @@ def test_an_engine_law_never_asks_the_hook(chain) -> None:
 
     with pytest.raises(TypeError, match="declares edit_law='plan'"):
         P2(OracleDenoiser(chain)).edit(None, {})
-
-
-def test_the_plan_laws_threshold_is_kthvalue(monkeypatch) -> None:
-    """P2's kept-set threshold by the compiled selection near a hint (``decoding/kth_kernel.py``) is
-    ``torch.kthvalue``'s value: ties, -inf entries, hints at, near, far from and below it, an empty window (width
-    < 0), and the torch path without numba."""
-    from dllm_lit.decoding import selection_kernels
-
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(40, 256, generator=g, dtype=torch.float64) * 5
-    x[x < -6] = -torch.inf
-    x[:, :60] = x[:, :60].round()  # ties
-    for k in (1, 7, 128, 200, 256):
-        want = x.kthvalue(k, dim=1, keepdim=True).values
-        for hint in (want, want + 0.3, want - 4.0, torch.full_like(want, -torch.inf), torch.zeros_like(want)):
-            for width in (0.5, 3.0, -0.1):
-                assert torch.equal(selection_kernels.kth_smallest(x, k, hint, width), want), (k, width)
-    monkeypatch.setattr(selection_kernels, "numba_available", lambda: False)
-    assert torch.equal(selection_kernels.kth_smallest(x, 9, x[:, :1]), x.kthvalue(9, dim=1, keepdim=True).values)

@@ -23,7 +23,7 @@ import torch
 from dllm_lit.util.indices import flat_nonzero
 from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.decoding.row_providers import LeaveOneOutRows, draw_stored
-from dllm_lit.decoding.selection_kernels import kth_smallest, lowest
+from dllm_lit.decoding.selection_kernels import lowest
 
 __all__ = ["BoundedPlanning", "GUESS_MARGIN"]
 
@@ -84,7 +84,6 @@ class BoundedPlanning:
             if guess is None:
                 guess = bound.kthvalue(m + 1, dim=1, keepdim=True).values
             cand = masked & (bound >= guess - width)
-        hint = None if nan else guess  # where the threshold was: the compiled selection looks there first
         undrawn = masked.clone()
         while True:
             at = flat_nonzero(cand)
@@ -93,7 +92,7 @@ class BoundedPlanning:
             if nan:  # NaN keys (only where a bound is NaN) in the sort's order
                 return x0.masked_fill_(lowest(keys, m), self.M)
             undrawn.view(-1)[at] = False
-            t = hint = kth_smallest(keys, m + 1, hint, width)  # the (T - m)-th largest known key
+            t = keys.kthvalue(m + 1, dim=1, keepdim=True).values  # the (T - m)-th largest known key
             cand = undrawn & (bound >= t)
             if not bool(cand.any()):
                 break
