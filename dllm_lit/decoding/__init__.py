@@ -34,9 +34,14 @@ Truncated proposal laws (ReMDM, Dream, BD3)
     additions), :func:`top_k_filter`, :func:`check_top_p`; ``top_p_filter`` is also public as
     ``dllm_lit.samplers.top_p_filter``.
 
-Leave-one-out and draft rows (WINO, LLaDA 2.1, P2, ASSD)
-    :class:`LeaveOneOutRows`, :func:`check_leave_one_out`, :func:`draw_stored`, :func:`draft_rows`, and the bounded
-    variants :class:`BoundedRefinement` (LLaDA 2.1), :class:`BoundedPlanning` (P2).
+The editing loop (WINO, LLaDA 2.1, P2, SlowFast: rules that revisit revealed tokens)
+    :func:`decode_edits` runs an editing rule (:class:`~dllm_lit.samplers.edit_rule.EditRule`) from its declared
+    ``edit_law`` (:data:`EDIT_LAWS`: its own ``edit`` hook on an :class:`EditCall`, or the engine's "refine" /
+    "plan" laws with their bounded paths); :func:`stable_ranks` and :func:`lowest` are its stable selections
+    (:mod:`.editing`).
+
+Leave-one-out and draft rows (ASSD)
+    :class:`LeaveOneOutRows`, :func:`check_leave_one_out`, :func:`draw_stored`, :func:`draft_rows`.
 
 These entry points shrink as hand-wired samplers become rules.  Every path draws the same samples as the direct
 computation (``torch.equal``, tested); see ``docs/exactness.md`` and ``docs/performance.md``.
@@ -49,15 +54,15 @@ from dllm_lit.decoding.confidence_decoding import (ROUNDS_MIN_VOCAB, TIE_SLOT, B
                                                    has_max_prob_bound, in_sub_batches, posterior_entropy,
                                                    proposal_features, proposal_widths, propose_step, propose_tokens,
                                                    ranking_options, with_tie_rule)
-from dllm_lit.decoding.llada21_bounded import BoundedRefinement
+from dllm_lit.decoding.editing import EDIT_LAWS, EditCall, decode_edits
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.decoding.nucleus import check_top_p, top_k_filter, top_p_filter
 from dllm_lit.decoding.ordered_decoding import coin_decode_steps, decode_in_order, random_order_steps
-from dllm_lit.decoding.p2_bounded import BoundedPlanning
 from dllm_lit.decoding.posterior_cache import PosteriorCache
 from dllm_lit.decoding.providers import decode_random_order, decode_rule, keyed_rows, run_memo
 from dllm_lit.decoding.reference import GUMBEL_SLOT
 from dllm_lit.decoding.row_providers import LeaveOneOutRows, check_leave_one_out, draft_rows, draw_stored
+from dllm_lit.decoding.selection_kernels import lowest, stable_ranks
 from dllm_lit.decoding.stability_decoding import decode_stable
 from dllm_lit.decoding.score_envelopes import ENVELOPE_SLACK, ReferenceScoreBounds
 from dllm_lit.decoding.step_view import StepView
@@ -76,6 +81,8 @@ __all__ = [
     "NeighbourhoodRows", "run_memo", "keyed_rows", "PosteriorCache", "ReferenceScoreBounds", "ENVELOPE_SLACK",
     # truncated proposal laws
     "top_p_filter", "top_k_filter", "check_top_p",
+    # the editing loop
+    "decode_edits", "EditCall", "EDIT_LAWS", "stable_ranks", "lowest",
     # leave-one-out and draft rows
-    "LeaveOneOutRows", "check_leave_one_out", "draw_stored", "draft_rows", "BoundedRefinement", "BoundedPlanning",
+    "LeaveOneOutRows", "check_leave_one_out", "draw_stored", "draft_rows",
 ]

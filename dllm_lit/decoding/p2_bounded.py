@@ -1,5 +1,5 @@
 """P2's steps with proposals drawn only at masked positions that can be kept (:class:`BoundedPlanning`): the same
-samples as the direct step of :class:`~dllm_lit.samplers.p2.P2`, which draws at every masked position
+samples as the direct step of :func:`~.planning.decode_plan` (P2's), which draws at every masked position
 (``tests/test_p2_bounded.py``).
 
 A step keeps the T - m positions with the highest keys k_j = w_j + s G_j (equal keys: the higher position kept, as
@@ -23,6 +23,7 @@ import torch
 from dllm_lit.util.indices import flat_nonzero
 from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.decoding.row_providers import LeaveOneOutRows, draw_stored
+from dllm_lit.decoding.selection_kernels import lowest
 
 __all__ = ["BoundedPlanning", "GUESS_MARGIN"]
 
@@ -89,7 +90,6 @@ class BoundedPlanning:
             w = draw(at)
             keys.view(-1)[at] = w if noise is None else w + noise.view(-1).index_select(0, at)
             if nan:  # NaN keys (only where a bound is NaN) in the sort's order
-                from dllm_lit.samplers.p2 import lowest  # (p2 imports this module)
                 return x0.masked_fill_(lowest(keys, m), self.M)
             undrawn.view(-1)[at] = False
             t = keys.kthvalue(m + 1, dim=1, keepdim=True).values  # the (T - m)-th largest known key

@@ -17,24 +17,24 @@ p(x_i | z_{-i}) at a revealed one (what an editing model is trained to predict; 
   the block (and a block without masks ends at once when editing is off).
 
 Ties: the lower position first.  NFE = calls, per sequence (adaptive: threshold commits end the mask phase early,
-edits extend the post phase).  Randomness: Stream.TOKEN uniforms at (the sequence's call count, position).
+edits extend the post phase).  Randomness: Stream.TOKEN uniforms at (the sequence's call count, position).  An editing rule with
+``edit_law = "refine"``: the engine runs the calls (:func:`dllm_lit.decoding.decode_edits`), on the exact oracle
+drawing only where a proposal can commit or edit.
 """
 from __future__ import annotations
 
 import torch
 
 from dllm_lit import checks
-from dllm_lit.decoding import BoundedRefinement, LeaveOneOutRows, check_blocks, check_leave_one_out, draw_stored
+from dllm_lit.decoding import check_blocks
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.util.indices import flat_nonzero
-from dllm_lit.samplers.base import NFECountingSampler
-from dllm_lit.samplers.draws import StepUniforms, tempered_law
-from dllm_lit.samplers.selection import topk_stable_mask, transfer_schedule
+from dllm_lit.samplers.draws import tempered_law
+from dllm_lit.samplers.edit_rule import EditRule
 
 __all__ = ["LLaDA21"]
 
 
-class LLaDA21(NFECountingSampler):
+class LLaDA21(EditRule):
     """Threshold block refinement with token editing (T2T) from leave-one-out confidences.
 
     Args:
@@ -48,6 +48,7 @@ class LLaDA21(NFECountingSampler):
     """
 
     sampler_name = "llada21"
+    edit_law = "refine"
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, block_length: int | None = None,
                  threshold: float = 0.7, editing_threshold: float | None = 0.5, max_post_steps: int = 16,
@@ -64,9 +65,6 @@ class LLaDA21(NFECountingSampler):
     def name(self) -> str:
         return self.sampler_name if self.editing_threshold is not None else f"{self.sampler_name}_noedit"
 
-    def check_options(self) -> None:
-        check_leave_one_out(self.denoiser, "LLaDA21")
-
     def check_run(self, seq_len: int, steps: int | None) -> None:
         check_blocks(seq_len, 0, self.block_length, steps)
 
@@ -80,94 +78,3 @@ class LLaDA21(NFECountingSampler):
             return {"argmax": rows.argmax(-1), "law": rows, "cmax": rows.amax(-1)}
         total = law.sum(-1)
         return {"cdf": law.cumsum(-1), "law": law, "sum": total, "cmax": law.amax(-1) / total}
-
-    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int, cache: bool = True):
-        """Samples and NFE; ``cache=False`` computes every call's rows afresh (identical draws, tested).  Where the
-        engine memoises rows by neighbourhood key (the exact oracle on the CPU) a call draws only where a proposal
-        can commit or edit (:mod:`.llada21_bounded`: the same draws, tested)."""
-        B, T, dev, M = indices.numel(), seq_len, indices.device, self.mask_id
-        L = self.block_length or T
-        nb = T // L
-        S = steps // nb
-        k_of = torch.tensor(transfer_schedule(L, S), dtype=torch.long, device=dev)
-        z = torch.full((B, T), M, dtype=torch.long, device=dev)
-        blk = torch.zeros(B, dtype=torch.long, device=dev)
-        j = torch.zeros(B, dtype=torch.long, device=dev)        # mask-filling steps in the block
-        post = torch.zeros(B, dtype=torch.long, device=dev)     # post-mask calls in the block
-        left = torch.full((B,), L, dtype=torch.long, device=dev)  # masks left in the block
-        nfe = torch.zeros(B, dtype=torch.long, device=dev)
-        tok_u = StepUniforms(seed, indices, steps)
-        col = torch.arange(L, device=dev)
-        memo = LeaveOneOutRows.provider_for(self.denoiser, dev, cache) == "memo"
-        bounded = BoundedRefinement(self, z, tok_u) if memo else None
-        loo = None if memo else LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
-        while True:
-            rows = flat_nonzero(blk < nb)
-            if rows.numel() == 0:
-                break
-            has_mask = left[rows] > 0  # read before the call, as the pipeline's masks_remaining
-            post[rows] += (~has_mask).long()
-            edited = torch.zeros_like(has_mask)
-            if self.editing_threshold is not None or bool(has_mask.any()):  # else a call changes nothing
-                k = k_of[j[rows].clamp(max=S - 1)]
-                if bounded is None:
-                    pos = blk[rows, None] * L + col[None, :]
-                    idx, tok, edited, filled = self._direct_call(loo, z, rows, pos, has_mask, k, nfe, tok_u)
-                else:
-                    idx, tok, edited, filled = bounded.call(z, rows, blk[rows] * L, L, has_mask, k, left[rows], nfe)
-                z.view(-1)[idx] = tok
-                left[rows] -= filled
-                if bounded is not None:
-                    bounded.changed(z, idx)
-            nfe[rows] += 1
-            j[rows] += has_mask.long()
-            # the pipeline's check_block_should_continue: a filling call ends the block if it was the S-th; a
-            # post-mask call if it edited nothing (always, editing off) or was the (max_post_steps + 1)-th
-            done = torch.where(has_mask, j[rows] >= S, ~edited | (post[rows] > self.max_post_steps))
-            which = torch.zeros_like(blk, dtype=torch.bool).index_fill_(0, rows[done], True)
-            self._next_block(which, blk, j, post)
-            left.masked_fill_(which, L)
-        return z, nfe.to(torch.float64)
-
-    def _direct_call(self, loo: LeaveOneOutRows, z: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor,
-                     has_mask: torch.Tensor, k: torch.Tensor, nfe: torch.Tensor, tok_u: StepUniforms):
-        """One call of the sequences ``rows`` at their block positions ``pos`` [R, L], scoring every position:
-        (flat positions, their new tokens, whether each sequence edited, tokens filled per sequence)."""
-        bb = rows[:, None].expand_as(pos)
-        zb = z[bb, pos]
-        masked = zb == self.mask_id
-        x0, conf = self._proposals(loo, z, zb, bb, pos, masked, nfe, tok_u, self.editing_threshold is not None)
-        score = torch.where(masked, conf, float("-inf"))
-        fill = (score > self.threshold) & masked
-        ranked = flat_nonzero((fill.sum(1) < k) & has_mask)  # the most confident min(k, #masked): where needed
-        if ranked.numel():
-            fill[ranked] = topk_stable_mask(score[ranked], torch.minimum(k, masked.sum(1))[ranked]) & masked[ranked]
-        edit = torch.zeros_like(masked)
-        if self.editing_threshold is not None:
-            edit = ~masked & (x0 != zb) & (conf > self.editing_threshold)
-        change = fill | edit
-        return (bb * z.shape[1] + pos)[change], x0[change], edit.any(1), fill.sum(1)
-
-    def _proposals(self, loo: LeaveOneOutRows, z: torch.Tensor, zb: torch.Tensor, bb: torch.Tensor, pos: torch.Tensor,
-                   masked: torch.Tensor, nfe: torch.Tensor, tok_u: StepUniforms,
-                   edit_on: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """One call's proposals x^ and confidences [R, L] at the block positions ``pos`` of rows ``bb``: drawn at
-        masked positions and at revealed ones that can be edited; any other revealed position keeps its token."""
-        bf, pf = bb.reshape(-1), pos.reshape(-1)
-        feat, row = loo.rows(z, bf, pf)
-        drawn = masked.reshape(-1)
-        if edit_on:
-            drawn = drawn | (feat["cmax"][row] > self.editing_threshold)
-        at = flat_nonzero(drawn)
-        x0 = zb.reshape(-1).clone()
-        x0[at] = draw_stored(feat, row[at], tok_u.at(nfe.index_select(0, bf[at]), bf[at], pf[at]))
-        conf = feat["law"][row, x0]
-        if "sum" in feat:
-            conf = conf / feat["sum"][row]
-        return x0.view_as(zb), conf.view_as(zb)
-
-    @staticmethod
-    def _next_block(which: torch.Tensor, blk: torch.Tensor, j: torch.Tensor, post: torch.Tensor) -> None:
-        blk += which.long()
-        j.masked_fill_(which, 0)
-        post.masked_fill_(which, 0)

@@ -21,22 +21,23 @@ Departures: upstream runs the fast phase until every sequence of the batch has f
 over a revealed one in the sequences that already have); here each sequence stops on its own.  Its safety cap of
 256 sub-cycles is not needed (every sub-cycle commits a token).  Ties: the lower position.  Upstream's prefix
 truncation of fast calls is a cache; every call counts.  NFE = calls, counted per sequence (adaptive).
-Randomness: proposals from Stream.TOKEN uniforms at (the sequence's call count, position).
+Randomness: proposals from Stream.TOKEN uniforms at (the sequence's call count, position).  An editing rule that
+reads masked rows only and revisits no token: the engine runs the calls (:func:`dllm_lit.decoding.decode_edits`),
+:meth:`SlowFast.edit` decides each and ends a block once its last sub-cycle is over.
 """
 from __future__ import annotations
 
 import torch
 
 from dllm_lit import checks
+from dllm_lit.decoding import EditCall, stable_ranks
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.base import NFECountingSampler
-from dllm_lit.samplers.draws import StepUniforms, tempered_draw
-from dllm_lit.samplers.wino import stable_ranks
+from dllm_lit.samplers.edit_rule import EditRule
 
 __all__ = ["SlowFast"]
 
 
-class SlowFast(NFECountingSampler):
+class SlowFast(EditRule):
     """SlowFast: per sub-cycle, slow calls that estimate a span end by confidence, fast calls that fill the span.
 
     Args:
@@ -53,6 +54,8 @@ class SlowFast(NFECountingSampler):
     """
 
     sampler_name = "slowfast"
+    edit_law = None  # its own edit hook
+    reads_revealed = False
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, block_length: int | None = None,
                  k_exploration_steps: int = 6, cycle_threshold: float = 0.3, stability_window: int = 2,
@@ -69,87 +72,59 @@ class SlowFast(NFECountingSampler):
     def check_run(self, seq_len: int, steps: int | None) -> None:
         checks.divides("block_length", self.block_length, seq_len)
 
-    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
-        self.check_run(seq_len, steps)
-        B, T, dev = indices.numel(), seq_len, indices.device
-        L = self.block_length or T
-        M, nb, K, W = self.mask_id, T // L, self.k_exploration_steps, self.stability_window
-        z = torch.full((B, T), M, dtype=torch.long, device=dev)
-        blk = torch.zeros(B, dtype=torch.long, device=dev)
-        start = torch.zeros(B, dtype=torch.long, device=dev)       # e: the offset the last sub-cycle reached
-        end = torch.full((B,), L, dtype=torch.long, device=dev)    # the span end of the current sub-cycle
-        kstep = torch.zeros(B, dtype=torch.long, device=dev)       # slow calls made in this sub-cycle (K: fast)
-        hist = torch.zeros(B, W, dtype=torch.float64, device=dev)  # the last W estimates (newest last)
-        count = torch.zeros(B, dtype=torch.long, device=dev)
-        fixed = torch.zeros(B, dtype=torch.bool, device=dev)       # span end frozen
-        nfe = torch.zeros(B, dtype=torch.long, device=dev)
-        tok_u = StepUniforms(seed, indices, steps)
-        col = torch.arange(L, device=dev)
-        while True:
-            # a fast phase whose span is full ends the sub-cycle; a full block moves on to the next block
-            masked_blk = self._block_masks(z, blk, col, L, nb)
-            span = (col[None, :] >= start[:, None]) & (col[None, :] < end[:, None])
-            over = (blk < nb) & (kstep >= K) & ~(masked_blk & span).any(1)
-            start = torch.where(over, end, start)
-            kstep[over], count[over], fixed[over] = 0, 0, False
-            full = over & ~masked_blk.any(1)
-            blk[full] += 1
-            start[full], end[full] = 0, L
-            rows = torch.nonzero(blk < nb).squeeze(1)
-            if rows.numel() == 0:
-                break
-            R = rows.numel()
-            pos = blk[rows, None] * L + col[None, :]
-            bb = rows[:, None].expand(R, L)
-            zb = z[bb, pos]
-            masked = zb == M
-            probs = self._masked_rows(z, bb, pos, masked)
-            step = nfe[rows, None].expand(R, L)
-            x0 = tempered_draw(probs.view(R * L, -1), tok_u.at(step.reshape(-1), bb.reshape(-1), pos.reshape(-1)),
-                               self.temperature).view(R, L)
-            conf = torch.where(masked, probs.gather(2, x0[..., None]).squeeze(2), float("-inf"))
-            e, slow = start[rows], kstep[rows] < K
-            scope = col[None, :] >= e[:, None]
-            # slow: the span-end estimate (only while not frozen)
-            est_new = self._estimate(conf, scope, e, L)
-            upd = slow & ~fixed[rows]
-            h = torch.where(upd[:, None], torch.cat([hist[rows, 1:], est_new[:, None].double()], 1), hist[rows])
-            c = torch.where(upd, (count[rows] + 1).clamp(max=W), count[rows])
-            mean = h.mean(1).floor().long().clamp(1, L)
-            stable = h.std(1, unbiased=False) < self.stability_std if W > 1 else torch.ones_like(upd)
-            last_call = kstep[rows] == K - 1
-            judged = upd & (c >= W)
-            new_end = torch.where(judged, torch.where(stable, est_new, mean), end[rows])
-            new_fixed = fixed[rows] | (judged & (stable | last_call))
-            # fallback after the last slow call with fewer than W estimates: their mean, or L // 2 with none
-            short = slow & last_call & ~new_fixed
-            kept = torch.arange(W, device=dev)[None, :] >= (W - c)[:, None]
-            short_mean = (h * kept).sum(1).div(c.clamp(min=1)).floor().long().clamp(1, L)
-            new_end = torch.where(short, torch.where(c > 0, short_mean, L // 2), new_end)
-            hist[rows], count[rows], end[rows], fixed[rows] = h, c, new_end, new_fixed | short
-            # commits: in [e, L) for a slow call, in [e, end) for a fast one
-            region = scope & (slow[:, None] | (col[None, :] < end[rows][:, None])) & masked
-            score = torch.where(region, conf, float("-inf"))
-            high = region & (score >= self.high_threshold)
-            top = (stable_ranks(score, descending=True) == 0) & region
-            commit = torch.where((high.sum(1) > 1)[:, None], high, top)
-            z[bb, pos] = torch.where(commit, x0, zb)
-            kstep[rows] = torch.where(slow, kstep[rows] + 1, kstep[rows])
-            nfe[rows] += 1
-        return z, nfe.to(torch.float64)
+    def begin(self, batch: int, block_length: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """At a block's start: e = 0, span end L, no slow call made, no estimate kept, nothing frozen."""
+        zero = torch.zeros(batch, dtype=torch.long, device=device)
+        return {"start": zero, "end": torch.full_like(zero, block_length), "kstep": zero.clone(),
+                "hist": torch.zeros(batch, self.stability_window, dtype=torch.float64, device=device),
+                "count": zero.clone(), "fixed": torch.zeros(batch, dtype=torch.bool, device=device)}
 
-    def _masked_rows(self, z: torch.Tensor, bb: torch.Tensor, pos: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-        """float64 [R, L, V]: p(x_i | z) at the masked block positions, uniform rows at revealed ones (unused)."""
-        V = self.vocab_size
-        out = torch.full((*masked.shape, V), 1.0 / V, dtype=torch.float64, device=z.device)
-        if masked.any():
-            out[masked] = self.denoiser.probs_at(z, bb[masked], pos[masked]).to(torch.float64)
-        return out
-
-    def _block_masks(self, z: torch.Tensor, blk: torch.Tensor, col: torch.Tensor, L: int, nb: int) -> torch.Tensor:
-        """[B, L]: which positions of each sequence's current block are masked (none once past the last block)."""
-        pos = blk.clamp(max=nb - 1)[:, None] * L + col[None, :]
-        return (z.gather(1, pos) == self.mask_id) & (blk < nb)[:, None]
+    def edit(self, call: EditCall, state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A slow call (estimate the span end, commit in [e, L)) or a fast one (commit in [e, end)); then a fast
+        phase whose span is full ends the sub-cycle, and the block when the block is full too."""
+        rows, masked, K, W = call.rows, call.masked, self.k_exploration_steps, self.stability_window
+        R, L = masked.shape
+        col = torch.arange(L, device=masked.device)
+        start, end, kstep, hist, count, fixed = (state[k][rows] for k in ("start", "end", "kstep", "hist", "count",
+                                                                          "fixed"))
+        conf = torch.where(masked, call.prob, float("-inf"))
+        e, slow = start, kstep < K
+        scope = col[None, :] >= e[:, None]
+        # slow: the span-end estimate (only while not frozen)
+        est_new = self._estimate(conf, scope, e, L)
+        upd = slow & ~fixed
+        h = torch.where(upd[:, None], torch.cat([hist[:, 1:], est_new[:, None].double()], 1), hist)
+        c = torch.where(upd, (count + 1).clamp(max=W), count)
+        mean = h.mean(1).floor().long().clamp(1, L)
+        stable = h.std(1, unbiased=False) < self.stability_std if W > 1 else torch.ones_like(upd)
+        last_call = kstep == K - 1
+        judged = upd & (c >= W)
+        new_end = torch.where(judged, torch.where(stable, est_new, mean), end)
+        new_fixed = fixed | (judged & (stable | last_call))
+        # fallback after the last slow call with fewer than W estimates: their mean, or L // 2 with none
+        short = slow & last_call & ~new_fixed
+        kept = torch.arange(W, device=h.device)[None, :] >= (W - c)[:, None]
+        short_mean = (h * kept).sum(1).div(c.clamp(min=1)).floor().long().clamp(1, L)
+        end = torch.where(short, torch.where(c > 0, short_mean, L // 2), new_end)
+        fixed = new_fixed | short
+        # commits: in [e, L) for a slow call, in [e, end) for a fast one
+        region = scope & (slow[:, None] | (col[None, :] < end[:, None])) & masked
+        score = torch.where(region, conf, float("-inf"))
+        high = region & (score >= self.high_threshold)
+        top = (stable_ranks(score, descending=True) == 0) & region
+        commit = torch.where((high.sum(1) > 1)[:, None], high, top)
+        new = torch.where(commit, call.proposal, call.tokens)
+        kstep = torch.where(slow, kstep + 1, kstep)
+        # a fast phase whose span is full ends the sub-cycle; a full block ends the block
+        left = new == self.mask_id
+        span = (col[None, :] >= start[:, None]) & (col[None, :] < end[:, None])
+        over = (kstep >= K) & ~(left & span).any(1)
+        start = torch.where(over, end, start)
+        kstep, count, fixed = torch.where(over, 0, kstep), torch.where(over, 0, c), fixed & ~over
+        for k, v in (("start", start), ("end", end), ("kstep", kstep), ("hist", h), ("count", count),
+                     ("fixed", fixed)):
+            state[k][rows] = v
+        return new, over & ~left.any(1)
 
     def _estimate(self, conf: torch.Tensor, scope: torch.Tensor, e: torch.Tensor, L: int) -> torch.Tensor:
         """Span end est = clamp(e + d, 1, L): d = 1 + the farthest scope offset with confidence >= the cycle

@@ -20,17 +20,17 @@ re-mask only the n_prev - 1 least confident of them.  A block ends when it has n
 Ties (frequent under the exact oracle): the lower position first, in the top-a, the argmax and the re-mask order.
 Termination (a departure): after ``max_steps_per_block`` calls in a block (default 4 x block_length) re-masking
 stops, so every later call commits at least one token.  NFE = calls, counted per sequence (adaptive).
-Randomness: proposals from Stream.TOKEN uniforms at (the sequence's call count, position).
+Randomness: proposals from Stream.TOKEN uniforms at (the sequence's call count, position).  An editing rule: the
+engine runs the calls (:func:`dllm_lit.decoding.decode_edits`), :meth:`WINO.edit` decides each.
 """
 from __future__ import annotations
 
 import torch
 
 from dllm_lit import checks
-from dllm_lit.decoding import LeaveOneOutRows, check_leave_one_out, draw_stored
+from dllm_lit.decoding import EditCall, stable_ranks
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.base import NFECountingSampler
-from dllm_lit.samplers.draws import StepUniforms, tempered_law
+from dllm_lit.samplers.edit_rule import EditRule
 
 __all__ = ["WINO", "stable_ranks"]
 
@@ -38,14 +38,7 @@ __all__ = ["WINO", "stable_ranks"]
 FIRST_LAST_ACCEPT = 30
 
 
-def stable_ranks(scores: torch.Tensor, descending: bool) -> torch.Tensor:
-    """Rank of every entry of each row [R, L] (0 = best), ties broken by the lower position."""
-    order = torch.sort(scores, dim=1, descending=descending, stable=True).indices
-    ranks = torch.arange(scores.shape[1], device=scores.device).expand_as(order)
-    return torch.empty_like(order).scatter_(1, order, ranks)
-
-
-class WINO(NFECountingSampler):
+class WINO(EditRule):
     """Wide-in narrow-out: threshold commits plus leave-one-out re-masking of weak tokens, block by block.
 
     Args:
@@ -60,6 +53,7 @@ class WINO(NFECountingSampler):
     """
 
     sampler_name = "wino"
+    edit_law = None  # its own edit hook
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 128, block_length: int | None = None,
                  wide_in_threshold: float = 0.6, narrow_out_threshold: float = 0.9, temperature: float = 1.0,
@@ -71,69 +65,34 @@ class WINO(NFECountingSampler):
         self.temperature = checks.real("temperature", temperature, 0.0)
         self.max_steps_per_block = checks.optional_integer("max_steps_per_block", max_steps_per_block)
 
-    def check_options(self) -> None:
-        check_leave_one_out(self.denoiser, "WINO")
-
     def check_run(self, seq_len: int, steps: int | None) -> None:
         checks.divides("block_length", self.block_length, seq_len)
 
-    def row_features(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-        """What a call reads of a float64 row: the row, and the proposal's cdf (or the argmax at tau = 0)."""
-        law = tempered_law(rows, self.temperature)
-        return {"probs": rows, "argmax": rows.argmax(-1)} if law is None else {"probs": rows, "cdf": law.cumsum(-1)}
+    def begin(self, batch: int, block_length: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """``last``: the previous call's commit count (30 at a block's start)."""
+        return {"last": torch.full((batch,), FIRST_LAST_ACCEPT, dtype=torch.long, device=device)}
 
-    def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int, cache: bool = True):
-        """Samples and NFE; ``cache=False`` computes every call's rows afresh (identical draws, tested)."""
-        B, T, dev = indices.numel(), seq_len, indices.device
-        L = self.block_length or T
-        M, nb = self.mask_id, T // L
+    def edit(self, call: EditCall, state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Wide in (threshold commits, at most a, at least one), narrow out (re-mask weak revealed tokens)."""
+        masked, last = call.masked, state["last"][call.rows]
+        L = masked.shape[1]
         cap = self.max_steps_per_block if self.max_steps_per_block is not None else 4 * L
-        z = torch.full((B, T), M, dtype=torch.long, device=dev)
-        blk = torch.zeros(B, dtype=torch.long, device=dev)
-        last = torch.full((B,), FIRST_LAST_ACCEPT, dtype=torch.long, device=dev)
-        in_block = torch.zeros(B, dtype=torch.long, device=dev)     # calls made in the current block
-        nfe = torch.zeros(B, dtype=torch.long, device=dev)          # calls made in all (the randomness key too)
-        tok_u = StepUniforms(seed, indices, steps)
-        col = torch.arange(L, device=dev)
-        loo = LeaveOneOutRows(self.denoiser, self.row_features, dev, cache=cache)
-        while True:
-            rows = torch.nonzero(blk < nb).squeeze(1)
-            if rows.numel() == 0:
-                break
-            R = rows.numel()
-            pos = blk[rows, None] * L + col[None, :]                                  # [R, L]
-            bb = rows[:, None].expand(R, L)
-            zb = z[bb, pos]
-            masked = zb == M
-            feat, row = loo.rows(z, bb.reshape(-1), pos.reshape(-1))
-            step = nfe[rows, None].expand(R, L)
-            x0 = draw_stored(feat, row, tok_u.at(step.reshape(-1), bb.reshape(-1), pos.reshape(-1)))
-            conf = feat["probs"][row, x0].view(R, L)
-            back = feat["probs"][row, torch.where(masked, 0, zb).reshape(-1)].view(R, L)
-            x0 = x0.view(R, L)
-            # wide in
-            n_mask = masked.sum(1)
-            most = (n_mask.double() * 0.7).floor().long().clamp(min=5).clamp(max=20)
-            score = torch.where(masked, conf, float("-inf"))
-            above = (score > self.wide_in_threshold) & masked
-            n_above = above.sum(1, keepdim=True)
-            rank = stable_ranks(score, descending=True)
-            commit = torch.where(n_above > most[:, None], rank < most[:, None],
-                                 torch.where(n_above == 0, rank == 0, above)) & masked
-            n_commit = commit.sum(1)
-            # narrow out (scored on the tokens revealed before this call)
-            back = torch.where(masked, float("inf"), back)
-            low = back < self.narrow_out_threshold
-            fewest = stable_ranks(back, descending=False) < (last[rows] - 1)[:, None]
-            remask = torch.where((low.sum(1) >= last[rows])[:, None], fewest & low, low)
-            remask &= ((n_commit > 1) & (in_block[rows] < cap))[:, None] & ~masked
-            new = torch.where(commit, x0, torch.where(remask, M, zb))
-            z[bb, pos] = new
-            last[rows] = n_commit
-            in_block[rows] += 1
-            nfe[rows] += 1
-            done = rows[~(new == M).any(1)]
-            blk[done] += 1
-            last[done] = FIRST_LAST_ACCEPT
-            in_block[done] = 0
-        return z, nfe.to(torch.float64)
+        # wide in
+        n_mask = masked.sum(1)
+        most = (n_mask.double() * 0.7).floor().long().clamp(min=5).clamp(max=20)
+        score = torch.where(masked, call.prob, float("-inf"))
+        above = (score > self.wide_in_threshold) & masked
+        n_above = above.sum(1, keepdim=True)
+        rank = stable_ranks(score, descending=True)
+        commit = torch.where(n_above > most[:, None], rank < most[:, None],
+                             torch.where(n_above == 0, rank == 0, above)) & masked
+        n_commit = commit.sum(1)
+        # narrow out (scored on the tokens revealed before this call)
+        back = torch.where(masked, float("inf"), call.held)
+        low = back < self.narrow_out_threshold
+        fewest = stable_ranks(back, descending=False) < (last - 1)[:, None]
+        remask = torch.where((low.sum(1) >= last)[:, None], fewest & low, low)
+        remask &= ((n_commit > 1) & (call.in_block < cap))[:, None] & ~masked
+        new = torch.where(commit, call.proposal, torch.where(remask, self.mask_id, call.tokens))
+        state["last"][call.rows] = n_commit
+        return new, ~(new == self.mask_id).any(1)

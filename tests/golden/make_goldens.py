@@ -1,10 +1,12 @@
 """Write ``tests/golden/samplers.json``: the samples (sha256 of the int64 tensor), NFE and log q of the shipped
-ranked samplers' configs and variants at N = 48, T = 64, steps 4 / 16 / 64, seed 7, on the bundled English chain
-and the synthetic chain the rule tests use, with the exact oracle.  Run once on the commit whose draws are the
+ranked and editing samplers' configs and variants at N = 48, T = 64 (SlowFast's config: T = 128, its block),
+steps 4 / 16 / 64, seed 7, on the bundled English chain and the synthetic chain the rule tests use, with the exact
+oracle.  Run once on the commit whose draws are the
 reference; ``tests/test_golden_samplers.py`` compares every later commit against the file (issue 35: porting a
 sampler to a rule keeps its draws).
 
-    python tests/golden/make_goldens.py
+    python tests/golden/make_goldens.py            # every case
+    python tests/golden/make_goldens.py wino p2    # only these cases, merged into the file
 """
 from __future__ import annotations
 
@@ -47,7 +49,22 @@ CASES: list[tuple[str, str, dict]] = [
     ("klass", "KLASS", dict(conf_threshold=0.9, kl_threshold=0.01, history=2, temperature=0.0)),
     ("klass_tau1", "KLASS", dict(temperature=1.0, block_length=32)),
     ("maskgit", "MaskGIT", dict(choice_temperature=4.5, schedule="cosine", temperature=1.0)),
+    ("wino", "WINO", dict(block_length=32, wide_in_threshold=0.6, narrow_out_threshold=0.9, temperature=1.0)),
+    ("wino_greedy_cap", "WINO", dict(temperature=0.0, max_steps_per_block=3)),
+    ("wino_b16_tight", "WINO", dict(block_length=16, wide_in_threshold=0.3, narrow_out_threshold=0.99)),
+    ("llada21", "LLaDA21", dict(threshold=0.7, editing_threshold=0.5, max_post_steps=16, temperature=1.0)),
+    ("llada21_noedit_b16", "LLaDA21", dict(editing_threshold=None, block_length=16, temperature=1.0)),
+    ("llada21_greedy_b32", "LLaDA21", dict(temperature=0.0, block_length=32, editing_threshold=0.3, max_post_steps=2)),
+    ("p2", "P2", dict(temperature=1.0, eta=1.0, gumbel_scale=1.0)),
+    ("p2_greedy_eta0", "P2", dict(temperature=0.0, eta=0.0, gumbel_scale=0.0)),
+    ("p2_eta_scale", "P2", dict(temperature=0.8, eta=0.5, gumbel_scale=2.0)),
+    ("slowfast", "SlowFast", dict(block_length=128, k_exploration_steps=6, cycle_threshold=0.3, stability_window=2,
+                                  stability_std=1.0, high_threshold=0.9, temperature=1.0)),
+    ("slowfast_greedy_w3", "SlowFast", dict(temperature=0.0, block_length=32, k_exploration_steps=2,
+                                            stability_window=3, high_threshold=0.5)),
 ]
+#: cases run at another sequence length than T (SlowFast's config: blocks of 128)
+SEQ_LEN = {"slowfast": 128}
 
 
 def chains() -> dict:
@@ -64,10 +81,11 @@ def run(case: tuple[str, str, dict], chain, steps: int) -> dict:
     _, cls, options = case
     sampler = getattr(samplers, cls)(**options).connect(chain)
     sampler.check_options()
-    sampler.check_run(T, steps)
+    seq_len = SEQ_LEN.get(case[0], T)
+    sampler.check_run(seq_len, steps)
     idx = torch.arange(N)
     sampler.denoiser.decode_start(N)
-    x, stats = sampler.generate_with_stats(idx, T, steps, SEED)
+    x, stats = sampler.generate_with_stats(idx, seq_len, steps, SEED)
     return record(sampler.name, x, stats)
 
 
@@ -78,11 +96,12 @@ def record(name: str, x: torch.Tensor, stats: dict) -> dict:
             "nfe": nfe[0] if len(set(nfe)) == 1 else nfe, "log_q": None if any(math.isnan(v) for v in log_q) else log_q}
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
+    """Every case, or only the cases ``names`` (their records replace or join those already in the file)."""
     torch.set_num_threads(1)
-    out = {}
+    out = json.loads(OUT.read_text()) if names else {}
     for chain_name, chain in chains().items():
-        for case in CASES:
+        for case in (c for c in CASES if not names or c[0] in names):
             for steps in STEPS:
                 out[f"{case[0]}/{chain_name}/{steps}"] = run(case, chain, steps)
     OUT.write_text(json.dumps(out, sort_keys=True, separators=(",", ":")).replace("},", "},\n") + "\n")
@@ -90,4 +109,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
