@@ -1,0 +1,153 @@
+r"""The path law of LLaDA with low-confidence remasking (:class:`~dllm_lit.samplers.llada.LLaDA`), for the SMC sandwich.
+
+At step j (block [lo, hi), k_j commits) from the state z, every masked position l of the block draws a proposal
+v_l ~ r_l = p_l^(1/tau) / sum_v p_l(v)^(1/tau) independently (p_l the denoiser's row at z), scores it by its
+confidence c_l(v_l) = p_l(v_l) (float64 of the row's value, as :meth:`LLaDA.score`), and the k_j first positions of
+the ranking (score descending, equal scores by ``tie_rule``: lower position first for "lowest", higher for
+"highest") commit their proposals.  That ranking is a strict total order on (score, position), so the step commits
+exactly the set S with x's tokens there iff every i in S proposes x_i and every other masked position l of the block
+ranks after the weakest member s* of S (its lowest score c*, among equal ones the position ranked last).  The
+positions' proposals are independent, so
+
+    q_j(S, x_S | z) = prod_{i in S} r_i(x_i) * prod_{l masked in block, l not in S} P_{v ~ r_l}(l ranks after s*)
+
+with  P(l ranks after s*) = sum_v r_l(v) [p_l(v) < c*  or  (p_l(v) = c*  and  l after s* by the tie rule)]
+
+(exact comparisons of the same floats the sampler ranks: ties decided by the rule, never by rounding).
+
+Path-scorable: temperature > 0 with ``tie_rule`` "lowest" or "highest" (:func:`path_law_reason` says why not
+otherwise: at temperature 0 the path is a deterministic function of the run, and the random tie rule couples the
+positions of a tied group).  The proposal of the SMC (:meth:`LLaDAPathLaw.pick_log_weight`) picks positions by a
+Plackett-Luce law on x's confidence, c_i(x_i)^CONF_POWER, mixed with the oracle guide's co-reveal factor: the
+sampler commits its most confident proposals first.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dllm_lit.samplers.draws import drawn_log_prob, tempered_law
+
+__all__ = ["LLaDAPathLaw", "path_law_reason", "CONF_POWER"]
+
+#: exponent of x's confidence in the proposal's pick weights (module docstring)
+CONF_POWER = 4.0
+
+
+def path_law_reason(sampler) -> str | None:
+    """Why ``sampler`` (a LLaDA) has no computable path law, or None when it has one."""
+    if sampler.remasking != "low_confidence":
+        return "LLaDAPathLaw is low-confidence remasking's law (random remasking: RandomSubsetLaw)"
+    if sampler.temperature <= 0:
+        return "temperature 0 (argmax proposals) has no path law to sum: use temperature > 0"
+    if sampler.tie_rule not in ("lowest", "highest"):
+        return f"tie_rule {sampler.tie_rule!r} couples tied positions: the path law needs 'lowest' or 'highest'"
+    return None
+
+
+class LLaDAPathLaw:
+    """Step law of LLaDA's low-confidence remasking over reveal states (module docstring) for ``sampler`` at
+    (``seq_len``, ``steps``): one step per entry of the blocks' transfer counts (steps committing 0 included)."""
+
+    def __init__(self, sampler, seq_len: int, steps: int) -> None:
+        reason = path_law_reason(sampler)
+        if reason is not None:
+            raise ValueError(f"LLaDA path law: {reason}")
+        blocks, counts = sampler.block_schedule(seq_len, steps)
+        self.windows = [blk for blk, c in zip(blocks, counts) for _ in c]
+        self.counts = [k for c in counts for k in c]
+        self.num_steps = len(self.counts)
+        self.denoiser, self.temperature = sampler.denoiser, sampler.temperature
+        self.after = 1 if sampler.tie_rule == "lowest" else -1  # rank key: a larger key ranks later among ties
+        self._memo = None
+
+    def allowed(self, z: torch.Tensor, step: int) -> torch.Tensor:
+        lo, hi = self.windows[step]
+        pos = torch.arange(z.shape[1], device=z.device)
+        return (z == self.denoiser.mask_id) & (pos >= lo) & (pos < hi)
+
+    def count(self, z: torch.Tensor, step: int) -> torch.Tensor:
+        return torch.full((z.shape[0],), self.counts[step], dtype=torch.long, device=z.device)
+
+    def _rows(self, z: torch.Tensor, step: int):
+        """(b, p, rows [n, V]) at the step's allowed positions of z (memoised for the last z asked)."""
+        if self._memo is not None and self._memo[0] is z and self._memo[1] == step:
+            return self._memo[2]
+        b, p = self.allowed(z, step).nonzero(as_tuple=True)
+        out = (b, p, self.denoiser.probs_at(z, b, p))
+        self._memo = (z, step, out)
+        return out
+
+    def step_log_prob(self, z: torch.Tensor, commit: torch.Tensor, x: torch.Tensor, step: int) -> torch.Tensor:
+        B = z.shape[0]
+        allowed = self.allowed(z, step)
+        ok = ~(commit & ~allowed).any(1) & (commit.sum(1) == self.counts[step])
+        out = torch.zeros(B, dtype=torch.float64, device=z.device)
+        if self.counts[step] > 0 and bool(allowed.any()):
+            b, p, probs = self._rows(z, step)
+            law = tempered_law(probs, self.temperature).to(torch.float64)
+            law = law / law.sum(-1, keepdim=True)
+            conf = probs.to(torch.float64)  # the sampler's score of every proposal v
+            xi, in_s = x[b, p], commit[b, p]
+            c_x = conf.gather(1, xi[:, None]).squeeze(1)
+            c_star = torch.full((B,), math.inf, dtype=torch.float64, device=z.device)
+            c_star = c_star.scatter_reduce(0, b[in_s], c_x[in_s], "amin")
+            key = self.after * p
+            at_min = in_s & (c_x == c_star[b])
+            k_star = torch.full((B,), -(1 << 62), dtype=torch.long, device=z.device)
+            k_star = k_star.scatter_reduce(0, b[at_min], key[at_min], "amax")  # the weakest member's rank key
+            cs = c_star[b][:, None]
+            later = (conf < cs) | ((conf == cs) & (key > k_star[b])[:, None])
+            term = torch.where(in_s, drawn_log_prob(tempered_law(probs, self.temperature), xi),
+                               (law * later).sum(1).log())
+            out = out.index_add(0, b, term)
+        return torch.where(ok, out, torch.full_like(out, -math.inf))
+
+    def pick_log_weight(self, z: torch.Tensor, x: torch.Tensor, step: int) -> torch.Tensor | None:
+        """Float64 [B, T]: CONF_POWER log c_i(x_i) at the step's allowed positions (the proposal's pick weights;
+        -inf elsewhere), None on a step that commits nothing."""
+        if self.counts[step] == 0:
+            return None
+        b, p, probs = self._rows(z, step)
+        out = torch.full(z.shape, -math.inf, dtype=torch.float64, device=z.device)
+        c = probs.to(torch.float64).gather(1, x[b, p][:, None]).squeeze(1)
+        out[b, p] = CONF_POWER * c.clamp(min=1e-300).log()
+        return out
+
+    def guide(self, z: torch.Tensor, x: torch.Tensor):
+        """The exact oracle's :class:`~dllm_lit.samplers.oracle_guide.OracleGuide` (certified table), else None."""
+        if not (hasattr(self.denoiser, "table_rows") and bool(getattr(self.denoiser, "certified", False))):
+            return None
+        from dllm_lit.samplers.oracle_guide import OracleGuide
+
+        return OracleGuide(self.denoiser, z, x)
+
+
+
+def with_smc_sandwich(sampler, generate, indices: torch.Tensor, seq_len: int, steps: int,
+                      seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``generate(indices, seq_len, steps, seed)``'s (x, stats), plus the SMC sandwich's ``log_q_iw_lower`` /
+    ``log_q_iw_upper`` when ``sampler.sandwich_method`` is "smc" with ``sandwich_paths`` K > 0 (a LLaDA without a
+    path law is refused in one line before sampling).  The retained path is the sampler's own: the run replayed by
+    the dense provider (identical draws), recording each position's step; a drawn prompt token's log q
+    (``prompt_mode``) is added to both ends."""
+    K = int(sampler.sandwich_paths)
+    smc = K > 0 and sampler.sandwich_method == "smc"
+    if smc and path_law_reason(sampler) is not None:
+        raise ValueError(f"sandwich_method 'smc' needs LLaDA's path law: {path_law_reason(sampler)}")
+    x, stats = generate(indices, seq_len, steps, seed)
+    if not smc:
+        return x, stats
+    from dllm_lit.decoding.reference import reference_decode
+    from dllm_lit.samplers.path_smc import smc_sandwich
+
+    log_q0 = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
+    start = sampler.initial_state(indices, seq_len, seed, log_q=log_q0)
+    replay, own = start.clone(), torch.full(x.shape, -1, dtype=torch.long, device=x.device)
+    reference_decode(sampler, sampler.denoiser, replay, indices, steps, seed, steps_out=own)
+    if not torch.equal(replay, x):
+        raise RuntimeError("LLaDA's dense replay differs from its samples: the own path is unknown")
+    out = smc_sandwich(LLaDAPathLaw(sampler, seq_len, steps), start, x, own, indices, seed, K)
+    stats.update({key: v + log_q0.sum(1).cpu() for key, v in out.items()})
+    return x, stats
