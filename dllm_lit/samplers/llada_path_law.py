@@ -17,9 +17,12 @@ with  P(l ranks after s*) = sum_v r_l(v) [p_l(v) < c*  or  (p_l(v) = c*  and  l 
 
 Path-scorable: temperature > 0 with ``tie_rule`` "lowest" or "highest" (:func:`path_law_reason` says why not
 otherwise: at temperature 0 the path is a deterministic function of the run, and the random tie rule couples the
-positions of a tied group).  The proposal of the SMC (:meth:`LLaDAPathLaw.pick_log_weight`) picks positions by a
-Plackett-Luce law on x's confidence, c_i(x_i)^CONF_POWER, mixed with the oracle guide's co-reveal factor: the
-sampler commits its most confident proposals first.
+positions of a tied group).  The SMC's step proposal (:meth:`LLaDAPathLaw.propose`) mimics the sampler: it scans the
+allowed positions in the ranking of x's tokens and takes position i with the odds that i proposed x_i rather than a
+token ranked below it, until k are taken.  No twist: the chain's p(x's masked tokens | z) is not LLaDA's.  On the
+English chain this proposal is far from q(path | x) (docs/metrics.md: the bracket stays loose); the locally optimal
+proposal q_j(S | z, x) is computable by the same decomposition (weakest member s*, then a (k-1)-subset of the
+positions ranked above it, a conditional-Bernoulli law) at O(n^2 k) per particle and step, not done here.
 """
 from __future__ import annotations
 
@@ -28,11 +31,12 @@ import math
 import torch
 
 from dllm_lit.samplers.draws import drawn_log_prob, tempered_law
+from dllm_lit.samplers.selection import rank_positions
 
-__all__ = ["LLaDAPathLaw", "path_law_reason", "CONF_POWER"]
+__all__ = ["LLaDAPathLaw", "path_law_reason", "with_smc_sandwich", "SCAN_FLOOR"]
 
-#: exponent of x's confidence in the proposal's pick weights (module docstring)
-CONF_POWER = 4.0
+#: the scan proposal's take probabilities are kept in [SCAN_FLOOR, 1 - SCAN_FLOOR] (every k-subset stays possible)
+SCAN_FLOOR = 0.01
 
 
 def path_law_reason(sampler) -> str | None:
@@ -104,26 +108,49 @@ class LLaDAPathLaw:
             out = out.index_add(0, b, term)
         return torch.where(ok, out, torch.full_like(out, -math.inf))
 
-    def pick_log_weight(self, z: torch.Tensor, x: torch.Tensor, step: int) -> torch.Tensor | None:
-        """Float64 [B, T]: CONF_POWER log c_i(x_i) at the step's allowed positions (the proposal's pick weights;
-        -inf elsewhere), None on a step that commits nothing."""
-        if self.counts[step] == 0:
-            return None
+    def propose(self, z: torch.Tensor, x: torch.Tensor, step: int, u: torch.Tensor, forced: torch.Tensor | None,
+                forced_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(commit [P, T], log r [P]): the SMC's proposal of the step's set (module docstring): the allowed positions
+        scanned in the sampler's ranking of x's tokens (c_i(x_i) descending, ties by the rule), each taken with
+        probability a_i = r_i(x_i) / (r_i(x_i) + P_{v ~ r_i}(c_i(v) < c_i(x_i))) clamped to [SCAN_FLOOR,
+        1 - SCAN_FLOOR], until k are taken (all of the rest when only as many remain); uniforms ``u`` [P, >= T];
+        rows ``forced_rows`` take the set ``forced`` [P, T] instead (its log r is still the proposal's)."""
+        P, T = z.shape
+        k, allowed = self.counts[step], self.allowed(z, step)
+        commit, log_r = torch.zeros_like(allowed), torch.zeros(P, dtype=torch.float64, device=z.device)
+        n = allowed.sum(1)
+        if k == 0 or bool((n <= k).all()):
+            return (allowed.clone() if k > 0 else commit), log_r
         b, p, probs = self._rows(z, step)
-        out = torch.full(z.shape, -math.inf, dtype=torch.float64, device=z.device)
-        c = probs.to(torch.float64).gather(1, x[b, p][:, None]).squeeze(1)
-        out[b, p] = CONF_POWER * c.clamp(min=1e-300).log()
-        return out
-
-    def guide(self, z: torch.Tensor, x: torch.Tensor):
-        """The exact oracle's :class:`~dllm_lit.samplers.oracle_guide.OracleGuide` (certified table), else None."""
-        if not (hasattr(self.denoiser, "table_rows") and bool(getattr(self.denoiser, "certified", False))):
-            return None
-        from dllm_lit.samplers.oracle_guide import OracleGuide
-
-        return OracleGuide(self.denoiser, z, x)
-
-
+        law = tempered_law(probs, self.temperature).to(torch.float64)
+        law = law / law.sum(-1, keepdim=True)
+        conf = probs.to(torch.float64)
+        xi = x[b, p]
+        c_x, r_x = conf.gather(1, xi[:, None]).squeeze(1), law.gather(1, xi[:, None]).squeeze(1)
+        below = (law * (conf < c_x[:, None])).sum(1)
+        take = torch.zeros(P, T, dtype=torch.float64, device=z.device)
+        take[b, p] = (r_x / (r_x + below)).clamp(SCAN_FLOOR, 1.0 - SCAN_FLOOR)
+        score = torch.full((P, T), -math.inf, dtype=torch.float64, device=z.device)
+        score[b, p] = c_x
+        order = rank_positions(score, "lowest" if self.after == 1 else "highest")
+        rows = torch.arange(P, device=z.device)
+        need = torch.full((P,), k, dtype=torch.long, device=z.device)
+        for t in range(int(n.max())):
+            left = n - t  # allowed positions not yet scanned, this one included
+            if not bool((need > 0).any()):
+                break
+            col = order[:, t]
+            a = take[rows, col]
+            free = (need > 0) & (need < left)
+            inc = torch.where(free, u[:, t] < a, need >= left) & (need > 0) & (left > 0)
+            if forced is not None:
+                inc = torch.where(forced_rows, forced[rows, col] & (left > 0), inc)
+            log_r = log_r + torch.where(free, torch.where(inc, a, 1.0 - a).log(), 0.0)
+            commit[rows, col] |= inc
+            need = need - inc.long()
+        if forced is not None:  # a retained set the scan cannot give (more than k taken, or too few): weight 0
+            log_r = torch.where(forced_rows & (need != 0), math.inf, log_r)
+        return commit, log_r
 
 def with_smc_sandwich(sampler, generate, indices: torch.Tensor, seq_len: int, steps: int,
                       seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -44,7 +44,8 @@ from dllm_lit.samplers.path_law import PathLaw
 __all__ = ["PathLaw", "subset_proposal", "smc_log_q", "smc_sandwich"]
 
 #: weight of the uniform pick in the proposal's defensive mixture (module docstring).  On the English chain (paper-MDLM,
-#: 64 x 256, K = 16) 0.3 / 0.5 / 0.7 gave mean lower / upper 0.79 / 0.84 / 0.85 at 16 steps and 0.92 / 0.82 / 0.72 at 128
+#: 64 x 256, K = 16; ``benchmarks/seq_kl_audit.py --groups smc_sandwich --english-n 64 --smc-paths 16 --smc-mix m``)
+#: m = 0.3 / 0.5 / 0.7 gave mean lower / upper 0.79 / 0.84 / 0.85 at 16 steps and 0.92 / 0.82 / 0.72 at 128
 GUIDE_MIX = 0.5
 
 #: particle rows (sequences x K) per pass: [rows, T] working tensors that stay in the CPU's caches (16384 rows of
@@ -53,8 +54,7 @@ PARTICLE_ROWS = 4096
 
 
 def subset_proposal(guide, allowed: torch.Tensor, k: torch.Tensor, u: torch.Tensor,
-                    forced: torch.Tensor | None = None,
-                    weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, bool]:
+                    forced: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """(commit [P, T] bool, log r [P], guided): k positions of ``allowed`` picked one at a time (module docstring),
     pick t taking i with probability proportional to g_t(i) = exp(tilt_i before the step - tilt_i now) mixed with
     the uniform pick (``guide``: its ``tilt``, updated by ``reveal`` after each pick; None: uniform picks), from the
@@ -62,8 +62,7 @@ def subset_proposal(guide, allowed: torch.Tensor, k: torch.Tensor, u: torch.Tens
     returned log r is that of the picks in their order plus log k!: q(S) / r is then the weight.  Rows of ``forced``
     (long [P, k], -1 in free rows) pick the given positions instead (their log r is still the proposal's).  Where
     every row commits all its allowed positions that is the only set (log r = 0) and the guide is not told
-    (``guided`` False).  ``weight`` (float64 [P, T] log weights, the law's ``pick_log_weight``; None: none)
-    multiplies g_t(i) by exp(weight_i), also at the first pick (a confidence sampler's Plackett-Luce order)."""
+    (``guided`` False)."""
     P, T = allowed.shape
     log_r = torch.zeros(P, dtype=torch.float64, device=allowed.device)
     if bool((k == allowed.sum(1)).all()):
@@ -71,20 +70,14 @@ def subset_proposal(guide, allowed: torch.Tensor, k: torch.Tensor, u: torch.Tens
     rows = torch.arange(P, device=allowed.device)
     base = None if guide is None else guide.tilt.clone()
     commit, avail = torch.zeros_like(allowed), allowed.clone()
-    w = None
-    if weight is not None:
-        w = torch.where(allowed, weight, -math.inf)
-        w = (w - w.amax(1, keepdim=True).clamp(min=-700.0)).exp()
     for t in range(int(k.max())):
         active = t < k
         m = avail.sum(1, keepdim=True).to(torch.float64)
-        if w is None and (base is None or t == 0):  # the first pick's g is 1 everywhere
+        if base is None or t == 0:  # the first pick's g is 1 everywhere
             prob = avail / m
         else:  # the guided pick g / sum g, mixed with the uniform one (GUIDE_MIX)
-            g = avail.to(torch.float64) if base is None or t == 0 else \
-                torch.where(avail, (base - guide.tilt).clamp(max=700.0).exp(), 0.0)
-            g = g if w is None else g * w
-            prob = (1.0 - GUIDE_MIX) * g / g.sum(1, keepdim=True).clamp(min=1e-300) + GUIDE_MIX * avail / m
+            g = torch.where(avail, (base - guide.tilt).clamp(max=700.0).exp(), 0.0)
+            prob = (1.0 - GUIDE_MIX) * g / g.sum(1, keepdim=True) + GUIDE_MIX * avail / m
         cdf = prob.cumsum(1)
         pick = torch.searchsorted(cdf, (u[:, t] * cdf[:, -1])[:, None]).squeeze(1).clamp(max=T - 1)
         if forced is not None:
@@ -136,11 +129,14 @@ def smc_log_q(law: PathLaw, start: torch.Tensor, x: torch.Tensor, keys: torch.Te
         if k is None:
             raise ValueError("smc_log_q needs a path law whose schedule fixes the commits per step (count)")
         forced = None
-        if own is not None:
+        if own is not None and not hasattr(law, "propose"):
             forced = torch.where(kept[:, None], _forced_order(own_rows, j, pkeys, int(k.max())), -1)
-        weight = law.pick_log_weight(z, xs, j) if hasattr(law, "pick_log_weight") else None
-        commit, log_r, guided = subset_proposal(guide, allowed, k, _uniforms(pkeys, j, int(k.max()), 0), forced,
-                                                weight)
+        if hasattr(law, "propose"):  # the law's own step proposal (a confidence sampler's ranking scan)
+            mine = None if own is None else kept[:, None] & (own_rows == j)
+            commit, log_r = law.propose(z, xs, j, _uniforms(pkeys, j, T, 0), mine, kept)
+            guided = True
+        else:
+            commit, log_r, guided = subset_proposal(guide, allowed, k, _uniforms(pkeys, j, int(k.max()), 0), forced)
         inc = law.step_log_prob(z, commit, xs, j) - log_r - psi
         z = torch.where(commit, xs, z)
         last = j == law.num_steps - 1
