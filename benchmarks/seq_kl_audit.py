@@ -333,9 +333,11 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
             r = smc_sandwich(law, torch.full_like(x, s.mask_id), x, own, idx, seed, k, resample_below)
             cpu = time.process_time() - t0
             lo, hi = (float((r[key] - lp).mean()) / T for key in ("log_q_iw_lower", "log_q_iw_upper"))
-            parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, {cpu:.1f} s)")
+            fin = float(torch.isfinite(r["log_q_iw_lower"]).double().mean())  # -inf: every proposed path impossible
+            parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, lower finite {fin:.2f}, {cpu:.1f} s)")
         own_u = "none" if own_log_q is None else f"{float((own_log_q - lp).mean()) / T:.5f}"
-        print(f"english {sampler} s{steps} {N}x{T} smc (resample below {resample_below}): own path {own_u}; "
+        dv = dv_lower_bound(transition_codes(x, chain.vocab_size), chain).value
+        print(f"english {sampler} s{steps} {N}x{T} smc (resample below {resample_below}): dv {dv:.5f}; own path {own_u}; "
               f"lower/upper {'; '.join(parts)}", flush=True)
 
 
