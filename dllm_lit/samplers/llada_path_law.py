@@ -31,6 +31,7 @@ import math
 import torch
 
 from dllm_lit.samplers.draws import drawn_log_prob, tempered_law
+from dllm_lit.samplers.path_law import RandomSubsetLaw
 from dllm_lit.samplers.selection import rank_positions
 
 __all__ = ["LLaDAPathLaw", "path_law_reason", "with_smc_sandwich", "SCAN_FLOOR"]
@@ -50,29 +51,25 @@ def path_law_reason(sampler) -> str | None:
     return None
 
 
-class LLaDAPathLaw:
+class LLaDAPathLaw(RandomSubsetLaw):
     """Step law of LLaDA's low-confidence remasking over reveal states (module docstring) for ``sampler`` at
-    (``seq_len``, ``steps``): one step per entry of the blocks' transfer counts (steps committing 0 included)."""
+    (``seq_len``, ``steps``): one step per entry of the blocks' transfer counts (steps committing 0 included); the
+    windows and counts (``allowed``, ``count``) are those of :class:`RandomSubsetLaw`, the step law is not."""
 
     def __init__(self, sampler, seq_len: int, steps: int) -> None:
         reason = path_law_reason(sampler)
         if reason is not None:
             raise ValueError(f"LLaDA path law: {reason}")
         blocks, counts = sampler.block_schedule(seq_len, steps)
-        self.windows = [blk for blk, c in zip(blocks, counts) for _ in c]
-        self.counts = [k for c in counts for k in c]
-        self.num_steps = len(self.counts)
-        self.denoiser, self.temperature = sampler.denoiser, sampler.temperature
+        super().__init__(sampler.denoiser, [k for c in counts for k in c],
+                         [blk for blk, c in zip(blocks, counts) for _ in c], log_law=None)
+        self.temperature = sampler.temperature
         self.after = 1 if sampler.tie_rule == "lowest" else -1  # rank key: a larger key ranks later among ties
         self._memo = None
 
-    def allowed(self, z: torch.Tensor, step: int) -> torch.Tensor:
-        lo, hi = self.windows[step]
-        pos = torch.arange(z.shape[1], device=z.device)
-        return (z == self.denoiser.mask_id) & (pos >= lo) & (pos < hi)
-
-    def count(self, z: torch.Tensor, step: int) -> torch.Tensor:
-        return torch.full((z.shape[0],), self.counts[step], dtype=torch.long, device=z.device)
+    def guide(self, z: torch.Tensor, x: torch.Tensor) -> None:
+        """No twist (the chain's p(x's masked tokens | z) is not LLaDA's law), no pick guide: :meth:`propose`."""
+        return None
 
     def _rows(self, z: torch.Tensor, step: int):
         """(b, p, rows [n, V]) at the step's allowed positions of z (memoised for the last z asked)."""
