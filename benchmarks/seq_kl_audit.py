@@ -309,12 +309,17 @@ def _llada_path(sampler, idx: torch.Tensor, T: int, steps: int, seed: int):
 
 def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: int = 0,
                        steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float = 0.0,
-                       sampler: str = "paper") -> None:
+                       sampler: str = "paper", mix: float | None = None) -> None:
     """paper-MDLM (``sampler`` "paper") or LLaDA with low-confidence remasking at temperature 1 ("llada") on the
     English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token, their ratio and the
     CPU (process time) of both ends, for each K in ``particles`` (resampling below the ESS fraction
-    ``resample_below``; 0: none, the metric's setting)."""
+    ``resample_below``; 0: none, the metric's setting; ``mix``: paper-MDLM's proposal's uniform share, None: the
+    metric's ``GUIDE_MIX``)."""
+    from dllm_lit.samplers import path_smc
     from dllm_lit.samplers.path_smc import smc_sandwich
+
+    if mix is not None:
+        path_smc.GUIDE_MIX = mix
 
     chain = english_char_chain()
     s = MDLMPaper() if sampler == "paper" else LLaDA(temperature=1.0)
@@ -337,8 +342,8 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
             parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, lower finite {fin:.2f}, {cpu:.1f} s)")
         own_u = "none" if own_log_q is None else f"{float((own_log_q - lp).mean()) / T:.5f}"
         dv = dv_lower_bound(transition_codes(x, chain.vocab_size), chain).value
-        print(f"english {sampler} s{steps} {N}x{T} smc (resample below {resample_below}): dv {dv:.5f}; own path {own_u}; "
-              f"lower/upper {'; '.join(parts)}", flush=True)
+        print(f"english {sampler} s{steps} {N}x{T} smc (mix {path_smc.GUIDE_MIX}, resample below {resample_below}): "
+              f"dv {dv:.5f}; own path {own_u}; lower/upper {'; '.join(parts)}", flush=True)
 
 
 def _fmt(value: float | None) -> str:
@@ -396,12 +401,15 @@ def main() -> None:
                     choices=["tiny", "synthetic", "english", "bracket", "english_sandwich", "smc_sandwich", "cost"])
     ap.add_argument("--paths", type=int, default=8, help="fresh orders K of the sandwich")
     ap.add_argument("--english-n", type=int, default=512, help="sequences of the English sandwich groups")
-    ap.add_argument("--smc-paths", type=int, nargs="+", default=[8, 16, 32], help="particles K of the smc_sandwich group")
+    ap.add_argument("--smc-paths", type=int, nargs="+", default=[8, 16, 32],
+                    help="particles K of the smc_sandwich group")
     ap.add_argument("--smc-resample", type=float, default=0.0, help="ESS fraction below which the smc_sandwich "
                     "group resamples (0: never, the metric's setting)")
     ap.add_argument("--smc-sampler", choices=["paper", "llada"], default="paper", help="the smc_sandwich group's "
                     "sampler: paper-MDLM or LLaDA low-confidence (temperature 1, one block)")
     ap.add_argument("--smc-steps", type=int, nargs="+", default=[16, 64, 128], help="steps of the smc_sandwich group")
+    ap.add_argument("--smc-mix", type=float, default=None, help="the smc_sandwich group's uniform share of the pick "
+                    "law (default: the metric's)")
     ap.add_argument("--sandwich-method", choices=["orders", "smc"], default="orders",
                     help="the sandwich of the bracket group (sandwich_method)")
     ap.add_argument("--cost-n", type=int, default=64, help="sequences of the V = 4096 cost profile")
@@ -428,7 +436,7 @@ def main() -> None:
         english_sandwich(args.paths, N=args.english_n)
     if "smc_sandwich" in args.groups:
         smc_sandwich_group(args.smc_paths, N=args.english_n, resample_below=args.smc_resample,
-                           sampler=args.smc_sampler, steps_list=tuple(args.smc_steps))
+                           sampler=args.smc_sampler, steps_list=tuple(args.smc_steps), mix=args.smc_mix)
     if "cost" in args.groups:
         cost_profile(args.cost_n, row=args.cost_row, paths=args.cost_paths, cache_dir=args.cache_dir)
 

@@ -160,9 +160,11 @@ def test_smc_estimate_is_unbiased(resample_below) -> None:
         assert abs(float(z.mean()) - float(exact[code])) < 4 * float(z.std()) / R ** 0.5
 
 
-def test_sandwich_brackets_log_q_and_tightens_with_k() -> None:
+@pytest.mark.parametrize("resample_below", [0.0, 1.0])
+def test_sandwich_brackets_log_q_and_tightens_with_k(resample_below) -> None:
     """paper-MDLM, V = 3, T = 5, 3 steps, 400 samples: the mean lower end is below the mean exact log q(x) and the
-    mean upper end above it (each within 3 standard errors of the right side), and the gap shrinks from K = 1 to 8."""
+    mean upper end above it (each within 3 standard errors of the right side), and the gap shrinks from K = 1 to 8;
+    without resampling and with it at every step (the conditional SMC keeping the own path's lineage)."""
     from dllm_lit.samplers import MDLMPaper
     from dllm_lit.samplers.path_smc import smc_sandwich
 
@@ -175,7 +177,7 @@ def test_sandwich_brackets_log_q_and_tightens_with_k() -> None:
     log_q = mdlm_paper_law(chain, T, S)[(x * 3 ** torch.arange(T - 1, -1, -1)).sum(1)].log()
     gaps = []
     for K in (1, 8):
-        r = smc_sandwich(law, torch.full_like(x, den.mask_id), x, s._decode(idx, T, S, 0), idx, 0, K)
+        r = smc_sandwich(law, torch.full_like(x, den.mask_id), x, s._decode(idx, T, S, 0), idx, 0, K, resample_below)
         lo, hi = r["log_q_iw_lower"] - log_q, r["log_q_iw_upper"] - log_q
         assert float(lo.mean()) < 3 * float(lo.std()) / N ** 0.5
         assert float(hi.mean()) > -3 * float(hi.std()) / N ** 0.5
@@ -226,3 +228,7 @@ def test_sandwich_method_is_checked_and_in_the_run_identity_when_set() -> None:
     # the default (the behaviour before the option) stays out of the identity, so stored runs keep matching
     assert identity(SandwichOptions(sandwich_paths=4)) == {"sandwich_paths": 4}
     assert identity(SandwichOptions(sandwich_paths=4, sandwich_method="smc"))["sandwich_method"] == "smc"
+    from dllm_lit.results.writer import ResultsWriter  # what the engine reads to set the sampler's method
+
+    settings = ResultsWriter(metric_options={"sandwich_paths": 4, "sandwich_method": "smc"}).metric_settings()
+    assert settings["sandwich_method"] == "smc"

@@ -5,8 +5,8 @@ bracket's ends are on the right side of the truth in >= 95% of the seeds in ever
 one-sided confidence bounds wherever the paths differ (steps >= 2).  At 1 step there is one path, both ends equal the
 exact log q(x), and their bounds are the skewness-corrected t bounds of the exact per-sequence log-ratios: measured
 92.0% / 94.5% on V = 3 (64 x 5, 200 seeds), the mean interval's small-sample miss (docs/metrics.md), not the
-estimator's, so there the check is >= 90%.  The exact sampler reads [0, 0] in every seed.  ``benchmarks/seq_kl_audit.py --groups bracket
---sandwich-method smc`` prints the same shares for the audit's whole table.
+estimator's, so there the check is >= 90%.  The exact sampler reads [0, 0] in every seed.
+``benchmarks/seq_kl_audit.py --groups bracket --sandwich-method smc`` prints the same shares for the audit's table.
 """
 from __future__ import annotations
 

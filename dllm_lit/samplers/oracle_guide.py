@@ -69,7 +69,8 @@ class OracleGuide:
             return
         a, b = self.left[rows, pos], self.right[rows, pos]
         xr = self.x[rows]
-        xs, xa, xb = xr[self._n(rows), pos], xr[self._n(rows), a.clamp(min=0)], xr[self._n(rows), b.clamp(max=self.T - 1)]
+        n = torch.arange(rows.numel(), device=rows.device)
+        xs, xa, xb = xr[n, pos], xr[n, a.clamp(min=0)], xr[n, b.clamp(max=self.T - 1)]
         self.log_twist[rows] -= (self._pair(a, pos, xa, xs) + self._pair(pos, b, xs, xb) - self._pair(a, b, xa, xb))
         p = torch.arange(self.T, device=rows.device)[None, :]
         lo = (p > a[:, None]) & (p < pos[:, None])  # right neighbour becomes s
@@ -78,10 +79,6 @@ class OracleGuide:
         r, ln, rn = rows[n], torch.where(lo[n, i], a[n], pos[n]), torch.where(lo[n, i], pos[n], b[n])
         self.left[r, i], self.right[r, i] = ln, rn
         self.tilt[r, i] = self._log_cond(xr[n, i], i, ln, rn, xr[n, ln.clamp(min=0)], xr[n, rn.clamp(max=self.T - 1)])
-
-    @staticmethod
-    def _n(rows: torch.Tensor) -> torch.Tensor:
-        return torch.arange(rows.numel(), device=rows.device)
 
     def select(self, anc: torch.Tensor) -> None:
         """Keep the particles ``anc`` (resampling)."""

@@ -20,6 +20,9 @@ Rescoring x along an order teacher-forces it through the sampler's own step law
 (:func:`~dllm_lit.samplers.reference_scoring.teacher_forced_log_q`: the exact oracle's nearest-revealed-neighbour
 rows, O(T V) per order and sequence).  Fresh orders are keyed by (seed, sequence, k) through :func:`path_seed`,
 a stream the sampler never draws from, so the samples are unchanged.
+
+For many-step samplers the uniform orders close slowly; ``sandwich_method: smc`` replaces them by the sequential Monte
+Carlo over reveal states of :mod:`dllm_lit.samplers.path_smc` where the sampler has a path law (paper-MDLM).
 """
 from __future__ import annotations
 
@@ -70,16 +73,17 @@ def sandwich_stats(denoiser, x: torch.Tensor, own_log_q: torch.Tensor, order: Ca
 
 def add_sandwich(sampler, stats: dict[str, torch.Tensor], x: torch.Tensor, order: Callable[[int], torch.Tensor],
                  num_steps: int, log_law: LogLaw, seed: int, path_law: Callable[[], object] | None = None,
-                 indices: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                 indices: torch.Tensor | None = None, start: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """``stats`` plus the sandwich when ``sampler.sandwich_paths`` > 0 (``stats["log_q"]``: the own order's):
     :func:`sandwich_stats` over fresh orders, or with ``sampler.sandwich_method == "smc"`` and a ``path_law``
     (a :class:`~dllm_lit.samplers.path_law.PathLaw` factory) the SMC sandwich over reveal states
-    (:func:`~dllm_lit.samplers.path_smc.smc_sandwich`, K particles, the own path retained)."""
+    (:func:`~dllm_lit.samplers.path_smc.smc_sandwich`, K particles, the own path retained, from ``start``: the
+    first state, e.g. with a prompt; None: every position masked)."""
     K = int(sampler.sandwich_paths)
     if K > 0 and getattr(sampler, "sandwich_method", "orders") == "smc" and path_law is not None:
         from dllm_lit.samplers.path_smc import smc_sandwich
 
-        start = torch.full_like(x, sampler.denoiser.mask_id)
+        start = torch.full_like(x, sampler.denoiser.mask_id) if start is None else start
         stats.update(smc_sandwich(path_law(), start, x, order(seed), indices, seed, K))
     elif K > 0:
         stats.update(sandwich_stats(sampler.denoiser, x, stats["log_q"], order, num_steps, log_law, seed, K))
