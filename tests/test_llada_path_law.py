@@ -123,15 +123,18 @@ def test_unscorable_configurations_are_refused_in_one_line(kw, field) -> None:
             s.generate_with_stats(torch.arange(2), 4, 2, 0)
 
 
-def test_sandwich_brackets_log_q_and_leaves_the_samples_unchanged() -> None:
+@pytest.mark.parametrize("prompt_mode", [None, "pi"])
+def test_sandwich_brackets_log_q_and_leaves_the_samples_unchanged(prompt_mode) -> None:
     """V = 3, T = 5, 3 steps, 300 samples at temperature 1, K = 1 and 8: the lower end's Z_K / q(x) has mean 1
     (unbiased; within 4 standard errors; a proposed path of probability 0 reads Z = 0, log -inf), the upper end's
     mean log Z_K - log q(x) is above 0 (3 standard errors) and falls by half from K = 1 to 8, and the samples are
-    those of the run without the sandwich."""
-    chain, s = _sampler(steps=3, temperature=1.0)
+    those of the run without the sandwich; with ``prompt_mode`` "pi" the drawn first token's log q is in both ends
+    (the exact law: a chain prefix of length 1, then LLaDA on the rest)."""
+    chain, s = _sampler(steps=3, temperature=1.0, prompt_mode=prompt_mode)
     idx, T = torch.arange(300), 5
     x0, _ = s.generate_with_stats(idx, T, 3, 0)
-    log_q = llada_law(chain, T, 3, temperature=1.0)[(x0 * 3 ** torch.arange(T - 1, -1, -1)).sum(1)].log()
+    law = llada_law(chain, T, 3, temperature=1.0, prompt_len=int(prompt_mode is not None))
+    log_q = law[(x0 * 3 ** torch.arange(T - 1, -1, -1)).sum(1)].log()
     s.sandwich_method, ups = "smc", []
     for K in (1, 8):
         s.sandwich_paths = K
