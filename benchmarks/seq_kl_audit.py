@@ -25,7 +25,8 @@ V = 3 cases by the dynamic program of ``dllm_lit/exact/``.
 
 Other groups: ``bracket`` (the certified bracket's coverage; ``--sandwich-method smc`` for the SMC sandwich),
 ``english_sandwich`` (the order sandwich's tightness against K), ``smc_sandwich`` (the SMC sandwich's, paper-MDLM
-on English, ``--smc-paths`` K values, ``--english-n`` sequences), ``cost`` (V = 4096 profile).
+on English, ``--smc-paths`` K values, ``--english-n`` sequences, ``--smc-sampler llada`` for LLaDA low-confidence,
+``--smc-steps``), ``cost`` (V = 4096 profile).
 
 The machine's load changes the cpu column only.
 """
@@ -50,7 +51,7 @@ from dllm_lit.metrics.functional.dv_bound import dv_lower_bound  # noqa: E402
 from dllm_lit.metrics.functional.entropy import ENTROPY_ESTIMATORS, transition_entropy  # noqa: E402
 from dllm_lit.metrics.functional.sequence_kl import sequence_kl_values, sequence_log_prob  # noqa: E402
 from dllm_lit.metrics.functional.transition import transition_codes  # noqa: E402
-from dllm_lit.samplers import AR, MDLM, MDLMPaper  # noqa: E402
+from dllm_lit.samplers import AR, MDLM, LLaDA, MDLMPaper  # noqa: E402
 from dllm_lit.samplers.ar import sharpened_rows  # noqa: E402
 from dllm_lit.sources import english_char_chain  # noqa: E402
 
@@ -294,12 +295,25 @@ def english_sandwich(paths: int, N: int = 512, T: int = 256, seed: int = 0) -> N
               f"rescoring cpu {cpu:.1f} s for {paths} orders", flush=True)
 
 
+def _llada_path(sampler, idx: torch.Tensor, T: int, steps: int, seed: int):
+    """LLaDA's low-confidence samples, path law and own path (the dense replay's decode steps)."""
+    from dllm_lit.decoding.reference import reference_decode
+    from dllm_lit.samplers.llada_path_law import LLaDAPathLaw
+
+    x, _ = sampler.generate_with_stats(idx, T, steps, seed)
+    replay, own = torch.full_like(x, sampler.mask_id), torch.full_like(x, -1)
+    reference_decode(sampler, sampler.denoiser, replay, idx, steps, seed, steps_out=own)
+    assert torch.equal(replay, x)
+    return x, LLaDAPathLaw(sampler, T, steps), own, None
+
+
 def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: int = 0,
                        steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float = 0.0,
-                       mix: float | None = None) -> None:
-    """paper-MDLM on the English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token,
-    their ratio and the CPU (process time) of both ends, for each K in ``particles`` (resampling below the ESS
-    fraction ``resample_below``; 0: none, the metric's setting; ``mix``: the proposal's uniform share, None: the
+                       sampler: str = "paper", mix: float | None = None) -> None:
+    """paper-MDLM (``sampler`` "paper") or LLaDA with low-confidence remasking at temperature 1 ("llada") on the
+    English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token, their ratio and the
+    CPU (process time) of both ends, for each K in ``particles`` (resampling below the ESS fraction
+    ``resample_below``; 0: none, the metric's setting; ``mix``: paper-MDLM's proposal's uniform share, None: the
     metric's ``GUIDE_MIX``)."""
     from dllm_lit.samplers import path_smc
     from dllm_lit.samplers.path_smc import smc_sandwich
@@ -308,23 +322,28 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
         path_smc.GUIDE_MIX = mix
 
     chain = english_char_chain()
-    paper = MDLMPaper()
-    paper.connect(chain)
+    s = MDLMPaper() if sampler == "paper" else LLaDA(temperature=1.0)
+    s.connect(chain)
     idx = torch.arange(N)
     for steps in steps_list:
-        x, st = paper.generate_with_stats(idx, T, steps, seed)
+        if sampler == "paper":
+            x, st = s.generate_with_stats(idx, T, steps, seed)
+            x, law, own, own_log_q = x, s.path_law(T, steps), s._decode(idx, T, steps, seed), st["log_q"]
+        else:
+            x, law, own, own_log_q = _llada_path(s, idx, T, steps, seed)
         lp = sequence_log_prob(chain, x)
-        law, own = paper.path_law(T, steps), paper._decode(idx, T, steps, seed)
         parts = []
         for k in particles:
             t0 = time.process_time()
-            r = smc_sandwich(law, torch.full_like(x, paper.mask_id), x, own, idx, seed, k, resample_below)
+            r = smc_sandwich(law, torch.full_like(x, s.mask_id), x, own, idx, seed, k, resample_below)
             cpu = time.process_time() - t0
             lo, hi = (float((r[key] - lp).mean()) / T for key in ("log_q_iw_lower", "log_q_iw_upper"))
-            parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, {cpu:.1f} s)")
-        own_u = float((st["log_q"] - lp).mean()) / T
-        print(f"english paper s{steps} {N}x{T} smc (mix {path_smc.GUIDE_MIX}, resample below {resample_below}): "
-              f"own path {own_u:.5f}; lower/upper {'; '.join(parts)}", flush=True)
+            fin = float(torch.isfinite(r["log_q_iw_lower"]).double().mean())  # -inf: every proposed path impossible
+            parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, lower finite {fin:.2f}, {cpu:.1f} s)")
+        own_u = "none" if own_log_q is None else f"{float((own_log_q - lp).mean()) / T:.5f}"
+        dv = dv_lower_bound(transition_codes(x, chain.vocab_size), chain).value
+        print(f"english {sampler} s{steps} {N}x{T} smc (mix {path_smc.GUIDE_MIX}, resample below {resample_below}): "
+              f"dv {dv:.5f}; own path {own_u}; lower/upper {'; '.join(parts)}", flush=True)
 
 
 def _fmt(value: float | None) -> str:
@@ -386,6 +405,9 @@ def main() -> None:
                     help="particles K of the smc_sandwich group")
     ap.add_argument("--smc-resample", type=float, default=0.0, help="ESS fraction below which the smc_sandwich "
                     "group resamples (0: never, the metric's setting)")
+    ap.add_argument("--smc-sampler", choices=["paper", "llada"], default="paper", help="the smc_sandwich group's "
+                    "sampler: paper-MDLM or LLaDA low-confidence (temperature 1, one block)")
+    ap.add_argument("--smc-steps", type=int, nargs="+", default=[16, 64, 128], help="steps of the smc_sandwich group")
     ap.add_argument("--smc-mix", type=float, default=None, help="the smc_sandwich group's uniform share of the pick "
                     "law (default: the metric's)")
     ap.add_argument("--sandwich-method", choices=["orders", "smc"], default="orders",
@@ -413,7 +435,8 @@ def main() -> None:
     if "english_sandwich" in args.groups:
         english_sandwich(args.paths, N=args.english_n)
     if "smc_sandwich" in args.groups:
-        smc_sandwich_group(args.smc_paths, N=args.english_n, resample_below=args.smc_resample, mix=args.smc_mix)
+        smc_sandwich_group(args.smc_paths, N=args.english_n, resample_below=args.smc_resample,
+                           sampler=args.smc_sampler, steps_list=tuple(args.smc_steps), mix=args.smc_mix)
     if "cost" in args.groups:
         cost_profile(args.cost_n, row=args.cost_row, paths=args.cost_paths, cache_dir=args.cache_dir)
 

@@ -60,9 +60,11 @@ def check_count(rule: RuleSampler, n: torch.Tensor, n_masked: torch.Tensor) -> t
 
 @torch.no_grad()
 def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
-                     log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None) -> None:
+                     log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None,
+                     steps_out: torch.Tensor | None = None) -> None:
     """The rule's loop on ``den.probs_at`` (the dense direct provider): decodes the masked positions of x in place;
-    an adaptive rule adds its steps per sequence to ``taken`` (float64 [B]) when given."""
+    an adaptive rule adds its steps per sequence to ``taken`` (float64 [B]) when given; ``steps_out`` (long [B, T])
+    receives the step index of every committed position (the decoding path)."""
     B, M = x.shape[0], den.mask_id
     tok_u = StepUniforms(seed, indices, steps)
     tie_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
@@ -112,4 +114,6 @@ def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Ten
                 lq[b, p - lo] = torch.zeros_like(s) if law is None else drawn_log_prob(law, tok)
                 log_q[:, lo:hi] = torch.where(commit, lq, log_q[:, lo:hi])
             x[:, lo:hi] = torch.where(commit, proposal, x[:, lo:hi])
+            if steps_out is not None:
+                steps_out[:, lo:hi] = torch.where(commit, j[:, None], steps_out[:, lo:hi])
             j += 1 if schedules is not None else (n > 0).long()

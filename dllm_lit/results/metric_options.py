@@ -126,8 +126,8 @@ class SandwichOptions:
     (``seq_kl_iw_lower`` / ``seq_kl_iw_upper``, :mod:`dllm_lit.samplers.path_sandwich`; 0: off, the default); each
     order rescores every sample once along it, so a row costs about K more passes of its sampler's ordered decode.
     ``sandwich_method``: "orders" (the default) or "smc", K particles of the sequential Monte Carlo over reveal
-    states (:mod:`dllm_lit.samplers.path_smc`; paper-MDLM, whose path law is implemented; other samplers keep
-    "orders"), much tighter on many-step samplers (docs/metrics.md)."""
+    states (:mod:`dllm_lit.samplers.path_smc`; paper-MDLM and LLaDA's low-confidence remasking, whose path laws are
+    implemented; other samplers keep "orders"), much tighter on many-step samplers (docs/metrics.md)."""
 
     sandwich_paths: int = 0
     sandwich_method: str = field(default="orders", metadata=IDENTITY_IF_SET)

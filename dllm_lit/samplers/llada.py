@@ -55,9 +55,9 @@ import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.decoding import block_bounds, check_blocks, with_tie_rule
+from dllm_lit.decoding import block_bounds, check_blocks, random_order_steps, with_tie_rule
 from dllm_lit.samplers.draws import categorical, drawn_log_prob, tempered_law
-from dllm_lit.decoding import random_order_steps
+from dllm_lit.samplers.llada_path_law import with_smc_sandwich
 from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.prompts import PROMPT_MODES, prompt_law
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
@@ -209,8 +209,8 @@ class LLaDA(RuleSampler):
         return None if self.schedule == "uniform" else self.block_schedule(seq_len, steps)[1]
 
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
-        if self.remasking != "random":
-            return super().generate_with_stats(indices, seq_len, steps, seed)
+        if self.remasking != "random":  # low confidence: the SMC sandwich over its path law when asked
+            return with_smc_sandwich(self, super().generate_with_stats, indices, seq_len, steps, seed)
         x, stats = super().generate_with_stats(indices, seq_len, steps, seed)
         P, bl, nb = self._blocks(seq_len)
         counts = self._round_counts(seq_len, steps)

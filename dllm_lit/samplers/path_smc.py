@@ -129,9 +129,14 @@ def smc_log_q(law: PathLaw, start: torch.Tensor, x: torch.Tensor, keys: torch.Te
         if k is None:
             raise ValueError("smc_log_q needs a path law whose schedule fixes the commits per step (count)")
         forced = None
-        if own is not None:
+        if own is not None and not hasattr(law, "propose"):
             forced = torch.where(kept[:, None], _forced_order(own_rows, j, pkeys, int(k.max())), -1)
-        commit, log_r, guided = subset_proposal(guide, allowed, k, _uniforms(pkeys, j, int(k.max()), 0), forced)
+        if hasattr(law, "propose"):  # the law's own step proposal (a confidence sampler's ranking scan)
+            mine = None if own is None else kept[:, None] & (own_rows == j)
+            commit, log_r = law.propose(z, xs, j, _uniforms(pkeys, j, T, 0), mine, kept)
+            guided = True
+        else:
+            commit, log_r, guided = subset_proposal(guide, allowed, k, _uniforms(pkeys, j, int(k.max()), 0), forced)
         inc = law.step_log_prob(z, commit, xs, j) - log_r - psi
         z = torch.where(commit, xs, z)
         last = j == law.num_steps - 1
