@@ -7,7 +7,8 @@ The rule engine
     :func:`decode_rule` runs a rule through the posterior provider its denoiser allows (dense, cache, bounded:
     :mod:`.providers`), :func:`decode_random_order` a rule that declares ``order = "random"`` (only committed
     positions are queried), :func:`decode_stable` one that declares ``stability_history`` (KLASS: the engine keeps
-    the previous posterior rows); :func:`~.reference.reference_decode` is the dense loop, read top to bottom, and
+    the previous posterior rows); :func:`reference_decode` is the dense loop, read top to bottom (the path estimators replay a run
+    with it), and
     :data:`GUMBEL_SLOT` the uniform slot of a ``position_temperature``'s Gumbel keys.
 
 Ordered decoding (MDLM, BD3, FHS, DUS, SEDD, LLaDA's random remasking: the positions of a step are known before the
@@ -60,7 +61,7 @@ from dllm_lit.decoding.nucleus import check_top_p, top_k_filter, top_p_filter
 from dllm_lit.decoding.ordered_decoding import coin_decode_steps, decode_in_order, random_order_steps
 from dllm_lit.decoding.posterior_cache import PosteriorCache
 from dllm_lit.decoding.providers import decode_random_order, decode_rule, keyed_rows, run_memo
-from dllm_lit.decoding.reference import GUMBEL_SLOT
+from dllm_lit.decoding.reference import GUMBEL_SLOT, reference_decode
 from dllm_lit.decoding.row_providers import LeaveOneOutRows, check_leave_one_out, draft_rows, draw_stored
 from dllm_lit.decoding.selection_kernels import lowest, stable_ranks
 from dllm_lit.decoding.stability_decoding import decode_stable
@@ -69,7 +70,7 @@ from dllm_lit.decoding.step_view import StepView
 
 __all__ = [
     # the rule engine
-    "decode_rule", "decode_random_order", "decode_stable", "GUMBEL_SLOT",
+    "decode_rule", "decode_random_order", "reference_decode", "decode_stable", "GUMBEL_SLOT",
     # ordered decoding
     "decode_in_order", "coin_decode_steps", "random_order_steps",
     # the confidence loop and its parts

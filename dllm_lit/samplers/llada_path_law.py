@@ -30,6 +30,7 @@ import math
 
 import torch
 
+from dllm_lit.decoding import reference_decode
 from dllm_lit.samplers.draws import drawn_log_prob, tempered_law
 from dllm_lit.samplers.path_law import RandomSubsetLaw
 from dllm_lit.samplers.selection import rank_positions
@@ -163,7 +164,6 @@ def with_smc_sandwich(sampler, generate, indices: torch.Tensor, seq_len: int, st
     x, stats = generate(indices, seq_len, steps, seed)
     if not smc:
         return x, stats
-    from dllm_lit.decoding.reference import reference_decode
     from dllm_lit.samplers.path_smc import smc_sandwich
 
     log_q0 = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
