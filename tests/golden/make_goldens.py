@@ -4,7 +4,7 @@ and the synthetic chain the rule tests use, with the exact oracle.  Run once on 
 reference; ``tests/test_golden_samplers.py`` compares every later commit against the file (issue 35: porting a
 sampler to a rule keeps its draws).
 
-    python tests/golden/make_goldens.py
+    python tests/golden/make_goldens.py [case ...]   # only the named cases (a case added later)
 """
 from __future__ import annotations
 
@@ -47,6 +47,12 @@ CASES: list[tuple[str, str, dict]] = [
     ("klass", "KLASS", dict(conf_threshold=0.9, kl_threshold=0.01, history=2, temperature=0.0)),
     ("klass_tau1", "KLASS", dict(temperature=1.0, block_length=32)),
     ("maskgit", "MaskGIT", dict(choice_temperature=4.5, schedule="cosine", temperature=1.0)),
+    ("bd3", "BlockMDLM", dict(block_size=16, nucleus_p=0.9, first_hitting=False, grid="bd3", step_budget="per_block")),
+    ("bd3_fh_b4", "BlockMDLM", dict(block_size=4, first_hitting=True)),
+    ("bd3_mdlm_total", "BlockMDLM", dict(block_size=16, grid="mdlm", step_budget="total", nucleus_p=0.95)),
+    ("bd3_stepwise_b32", "BlockMDLM", dict(block_size=32, nucleus_p=0.9, decoding="stepwise")),
+    ("bd3_stepwise_mdlm_b8", "BlockMDLM", dict(block_size=8, grid="mdlm", decoding="stepwise")),
+    ("bd3_stepwise_fh_b4", "BlockMDLM", dict(block_size=4, first_hitting=True, decoding="stepwise")),
 ]
 
 
@@ -78,11 +84,14 @@ def record(name: str, x: torch.Tensor, stats: dict) -> dict:
             "nfe": nfe[0] if len(set(nfe)) == 1 else nfe, "log_q": None if any(math.isnan(v) for v in log_q) else log_q}
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
+    """Every case, or only the named ones (their records replace those in the file, the others are kept)."""
     torch.set_num_threads(1)
-    out = {}
+    out = json.loads(OUT.read_text()) if names else {}
     for chain_name, chain in chains().items():
         for case in CASES:
+            if names and case[0] not in names:
+                continue
             for steps in STEPS:
                 out[f"{case[0]}/{chain_name}/{steps}"] = run(case, chain, steps)
     OUT.write_text(json.dumps(out, sort_keys=True, separators=(",", ":")).replace("},", "},\n") + "\n")
@@ -90,4 +99,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
