@@ -6,13 +6,14 @@ decode_rule``), never a module of it (``tests/test_import_layering.py``).  A sam
 The rule engine
     :func:`decode_rule` runs a rule through the posterior provider its denoiser allows (dense, cache, bounded:
     :mod:`.providers`), :func:`decode_random_order` a rule that declares ``order = "random"`` (only committed
-    positions are queried); :func:`~.reference.reference_decode` is the dense loop, read top to bottom, and
+    positions are queried), :func:`decode_step_grid` one that also declares per-block step grids (``step_grid``);
+    :func:`~.reference.reference_decode` is the dense loop, read top to bottom, and
     :data:`GUMBEL_SLOT` the uniform slot of a ``position_temperature``'s Gumbel keys.
 
 Ordered decoding (MDLM, BD3, FHS, DUS, SEDD, LLaDA's random remasking: the positions of a step are known before the
 posteriors)
     :func:`decode_in_order` (a step's positions, rows per nearest-neighbour key), :func:`coin_decode_steps` and
-    :func:`random_order_steps` (the orders it takes).
+    :func:`random_order_steps` (the orders it takes), :func:`dense_ranks` (a sequence's steps of a sparse grid).
 
 The confidence loop (LLaDA, Dream, EB, PC and, through :func:`decode_rule`, every rule)
     :func:`decode_blocks` with its callables' helpers :func:`proposal_features`, :func:`proposal_widths`,
@@ -51,10 +52,10 @@ from dllm_lit.decoding.confidence_decoding import (ROUNDS_MIN_VOCAB, TIE_SLOT, B
 from dllm_lit.decoding.llada21_bounded import BoundedRefinement
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.decoding.nucleus import check_top_p, top_k_filter, top_p_filter
-from dllm_lit.decoding.ordered_decoding import coin_decode_steps, decode_in_order, random_order_steps
+from dllm_lit.decoding.ordered_decoding import coin_decode_steps, decode_in_order, dense_ranks, random_order_steps
 from dllm_lit.decoding.p2_bounded import BoundedPlanning
 from dllm_lit.decoding.posterior_cache import PosteriorCache
-from dllm_lit.decoding.providers import decode_random_order, decode_rule, keyed_rows, run_memo
+from dllm_lit.decoding.providers import decode_random_order, decode_rule, decode_step_grid, keyed_rows, run_memo
 from dllm_lit.decoding.reference import GUMBEL_SLOT
 from dllm_lit.decoding.row_providers import LeaveOneOutRows, check_leave_one_out, draft_rows, draw_stored
 from dllm_lit.decoding.score_envelopes import ENVELOPE_SLACK, ReferenceScoreBounds
@@ -62,9 +63,9 @@ from dllm_lit.decoding.step_view import StepView
 
 __all__ = [
     # the rule engine
-    "decode_rule", "decode_random_order", "GUMBEL_SLOT",
+    "decode_rule", "decode_random_order", "decode_step_grid", "GUMBEL_SLOT",
     # ordered decoding
-    "decode_in_order", "coin_decode_steps", "random_order_steps",
+    "decode_in_order", "coin_decode_steps", "random_order_steps", "dense_ranks",
     # the confidence loop and its parts
     "decode_blocks", "proposal_features", "proposal_widths", "propose_tokens", "confidence", "posterior_entropy",
     "has_max_prob_bound", "block_bounds", "check_blocks", "ranking_options", "with_tie_rule", "TIE_SLOT",

@@ -37,7 +37,7 @@ from abc import abstractmethod
 import torch
 
 from dllm_lit import checks
-from dllm_lit.decoding import GUMBEL_SLOT, decode_random_order, decode_rule, random_order_steps
+from dllm_lit.decoding import GUMBEL_SLOT, decode_random_order, decode_rule, decode_step_grid, random_order_steps
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
@@ -146,6 +146,13 @@ class RuleSampler(Sampler):
         lo, bl = blocks[0][0], blocks[0][1] - blocks[0][0]
         return random_order_steps(seed, indices, steps, seq_len, lo, bl, len(blocks), counts=counts)
 
+    def step_grid(self, seq_len: int, steps: int | None) -> tuple[int, int | None] | None:
+        """With ``order = "random"``, per-block step grids: ``(slots, fill)`` when :meth:`decode_steps` returns the
+        global step block * slots + step within the block (BD3: each block its own grid); the positions at slot
+        ``fill`` of their block (None: none) take the argmax.  The engine then counts the NFE per sequence (its
+        distinct steps).  Default None: ``decode_steps`` gives steps in [0, steps)."""
+        return None
+
     def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int,
                       log_q: torch.Tensor | None = None) -> torch.Tensor:
         """The state decoding starts from: all MASK [B, T]."""
@@ -203,8 +210,12 @@ class RuleSampler(Sampler):
         if log_q is not None and self.log_q_reason(steps) is not None:
             raise ValueError(f"{type(self).__name__} records no log q: {self.log_q_reason(steps)}")
         x = self.initial_state(indices, seq_len, seed, log_q=log_q)
-        taken = torch.zeros(indices.numel(), dtype=torch.float64, device=indices.device) if self.adaptive else None
-        if self.order == "random":
+        grid = self.order == "random" and self.step_grid(seq_len, steps) is not None
+        taken = torch.zeros(indices.numel(), dtype=torch.float64, device=indices.device) \
+            if self.adaptive or grid else None
+        if grid:
+            decode_step_grid(self, self.denoiser, x, indices, steps, seed, log_q=log_q, taken=taken)
+        elif self.order == "random":
             decode_random_order(self, self.denoiser, x, indices, steps, seed, log_q=log_q)
         else:
             decode_rule(self, self.denoiser, x, indices, steps, seed, log_q=log_q, taken=taken)
