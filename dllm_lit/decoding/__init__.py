@@ -6,7 +6,8 @@ decode_rule``), never a module of it (``tests/test_import_layering.py``).  A sam
 The rule engine
     :func:`decode_rule` runs a rule through the posterior provider its denoiser allows (dense, cache, bounded:
     :mod:`.providers`), :func:`decode_random_order` a rule that declares ``order = "random"`` (only committed
-    positions are queried), :func:`decode_step_grid` one that also declares per-block step grids (``step_grid``);
+    positions are queried), :func:`decode_step_grid` one that also declares per-block step grids (``step_grid``),
+    :func:`decode_cuts` one that decodes by cuts (``remasked``: MaskGIT);
     :func:`~.reference.reference_decode` is the dense loop, read top to bottom, and
     :data:`GUMBEL_SLOT` the uniform slot of a ``position_temperature``'s Gumbel keys.
 
@@ -19,10 +20,8 @@ The confidence loop (LLaDA, Dream, EB, PC and, through :func:`decode_rule`, ever
     :func:`decode_blocks` with its callables' helpers :func:`proposal_features`, :func:`proposal_widths`,
     :func:`propose_tokens`, :func:`confidence`, :func:`posterior_entropy`, :func:`has_max_prob_bound`; the block
     shape :func:`block_bounds`, :func:`check_blocks`, the options :func:`ranking_options`, :func:`with_tie_rule`
-    and the uniform slot of tie keys :data:`TIE_SLOT`.  KLASS and MaskGIT drive its parts themselves:
-    :class:`BlockPosteriors`, :class:`StepView`, :func:`propose_step`, :func:`cache_width`, :func:`in_sub_batches`,
-    :func:`first_draws`, :data:`ROUNDS_MIN_VOCAB` and the compact columns :class:`CompactBlock`,
-    :func:`compact_applies`.
+    and the uniform slot of tie keys :data:`TIE_SLOT`.  KLASS drives its parts itself:
+    :class:`BlockPosteriors`, :class:`StepView`, :func:`propose_step`, :func:`cache_width`, :func:`in_sub_batches`.
 
 Rows of the exact oracle, memoised per neighbourhood key
     :class:`NeighbourhoodRows`, :func:`run_memo`, :func:`keyed_rows`; :class:`PosteriorCache` (rows refreshed only
@@ -43,12 +42,12 @@ computation (``torch.equal``, tested); see ``docs/exactness.md`` and ``docs/perf
 """
 from __future__ import annotations
 
-from dllm_lit.decoding.compact_decoding import CompactBlock, compact_applies
-from dllm_lit.decoding.confidence_decoding import (ROUNDS_MIN_VOCAB, TIE_SLOT, BlockPosteriors, block_bounds,
-                                                   cache_width, check_blocks, confidence, decode_blocks, first_draws,
-                                                   has_max_prob_bound, in_sub_batches, posterior_entropy,
-                                                   proposal_features, proposal_widths, propose_step, propose_tokens,
-                                                   ranking_options, with_tie_rule)
+from dllm_lit.decoding.confidence_decoding import (TIE_SLOT, BlockPosteriors, block_bounds, cache_width,
+                                                   check_blocks, confidence, decode_blocks, has_max_prob_bound,
+                                                   in_sub_batches, posterior_entropy, proposal_features,
+                                                   proposal_widths, propose_step, propose_tokens, ranking_options,
+                                                   with_tie_rule)
+from dllm_lit.decoding.cut_decoding import decode_cuts
 from dllm_lit.decoding.llada21_bounded import BoundedRefinement
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.decoding.nucleus import check_top_p, top_k_filter, top_p_filter
@@ -63,14 +62,13 @@ from dllm_lit.decoding.step_view import StepView
 
 __all__ = [
     # the rule engine
-    "decode_rule", "decode_random_order", "decode_step_grid", "GUMBEL_SLOT",
+    "decode_rule", "decode_random_order", "decode_step_grid", "decode_cuts", "GUMBEL_SLOT",
     # ordered decoding
     "decode_in_order", "coin_decode_steps", "random_order_steps", "dense_ranks",
     # the confidence loop and its parts
     "decode_blocks", "proposal_features", "proposal_widths", "propose_tokens", "confidence", "posterior_entropy",
     "has_max_prob_bound", "block_bounds", "check_blocks", "ranking_options", "with_tie_rule", "TIE_SLOT",
-    "BlockPosteriors", "StepView", "propose_step", "cache_width", "in_sub_batches", "first_draws",
-    "ROUNDS_MIN_VOCAB", "CompactBlock", "compact_applies",
+    "BlockPosteriors", "StepView", "propose_step", "cache_width", "in_sub_batches",
     # rows of the exact oracle
     "NeighbourhoodRows", "run_memo", "keyed_rows", "PosteriorCache", "ReferenceScoreBounds", "ENVELOPE_SLACK",
     # truncated proposal laws

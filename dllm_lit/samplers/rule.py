@@ -37,7 +37,8 @@ from abc import abstractmethod
 import torch
 
 from dllm_lit import checks
-from dllm_lit.decoding import GUMBEL_SLOT, decode_random_order, decode_rule, decode_step_grid, random_order_steps
+from dllm_lit.decoding import (GUMBEL_SLOT, decode_cuts, decode_random_order, decode_rule, decode_step_grid,
+                               random_order_steps)
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
@@ -153,6 +154,28 @@ class RuleSampler(Sampler):
         distinct steps).  Default None: ``decode_steps`` gives steps in [0, steps)."""
         return None
 
+    def remasked(self, n: int, step: int, steps: int, masked: torch.Tensor | int) -> torch.Tensor | int:
+        """Override for a rule decoding by cuts (MaskGIT): how many of the ``masked`` positions ([B] or an int) stay
+        masked after step < steps - 1 of a run that began with ``n`` (>= 1 where more than one is masked).  The
+        engine (:mod:`dllm_lit.decoding.cut_decoding`) then proposes at every masked position, scores
+        ``confidence_score(p(x̂)) + gumbel_scale(step, steps) G`` (G Gumbel, Stream.ORDER keys at (step, position))
+        and commits every proposal at or above the cut, the (remasked + 1)-th smallest score (equal scores at the
+        cut commit together); the last step commits all."""
+        raise TypeError(f"{type(self).__name__} does not decode by cuts (override remasked)")
+
+    @property
+    def cuts(self) -> bool:
+        """Whether the rule decodes by cuts (it overrides :meth:`remasked`)."""
+        return type(self).remasked is not RuleSampler.remasked
+
+    def confidence_score(self, conf: torch.Tensor) -> torch.Tensor:
+        """A cut rule's score of a proposal of posterior probability ``conf`` (float64), non-decreasing in it."""
+        return conf
+
+    def gumbel_scale(self, step: int, steps: int) -> float:
+        """A cut rule's scale c >= 0 of the Gumbel noise added to its scores at ``step`` (default 0: none)."""
+        return 0.0
+
     def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int,
                       log_q: torch.Tensor | None = None) -> torch.Tensor:
         """The state decoding starts from: all MASK [B, T]."""
@@ -213,7 +236,9 @@ class RuleSampler(Sampler):
         grid = self.order == "random" and self.step_grid(seq_len, steps) is not None
         taken = torch.zeros(indices.numel(), dtype=torch.float64, device=indices.device) \
             if self.adaptive or grid else None
-        if grid:
+        if self.cuts:
+            decode_cuts(self, self.denoiser, x, indices, steps, seed)
+        elif grid:
             decode_step_grid(self, self.denoiser, x, indices, steps, seed, log_q=log_q, taken=taken)
         elif self.order == "random":
             decode_random_order(self, self.denoiser, x, indices, steps, seed, log_q=log_q)
