@@ -61,15 +61,10 @@ def stay_probs(S: int, grid: str) -> torch.Tensor:
 class BlockMDLM(RuleSampler):
     """BD3-LM's semi-autoregressive sampler (block MDLM) with the oracle; see the module docstring.
 
-    Args:
-        denoiser, steps: as :class:`Sampler`.
-        block_size: tokens per block; must divide the sequence length (checked per run).
-        nucleus_p: top-p mass in (0, 1] applied to p(x0 | z) before every token draw (1 = off).
-        first_hitting: one uniformly chosen masked position per step (upstream default True).
-        grid: "bd3" (upstream's per-block grid) or "mdlm" (MDLM's grid and argmax fill per block).
-        step_budget: "per_block" (upstream: ``steps`` steps in every block) or "total" (``steps``
-            split evenly over the blocks).
-        decoding: "ordered" (one uniform per position) or "stepwise" (upstream's loop's coins).
+    Args: ``block_size`` (tokens per block, dividing the length), ``nucleus_p`` (top-p mass in (0, 1] applied to
+    p(x0 | z) before every draw; 1 = off), ``first_hitting`` (one uniformly chosen masked position per step; upstream
+    default True), ``grid`` ("bd3" or "mdlm"), ``step_budget`` ("per_block": ``steps`` in every block, upstream's;
+    "total": split over the blocks), ``decoding`` ("ordered": one uniform per position; "stepwise": upstream's coins).
     """
 
     sampler_name = "bd3"
@@ -142,17 +137,15 @@ class BlockMDLM(RuleSampler):
         """First hitting: the rank of the position's ORDER key within its block (a uniformly random order,
         one position per step).  Otherwise the inverse CDF of P(decoded at step j) = prod_{j'<j} s/t (1 - s_j/t_j)
         from one uniform per position (TOKEN stream, slot 2, step 0: MDLM's uniforms)."""
-        B, T, bs = indices.numel(), seq_len, self.block_size
+        B, T, bs, dev = indices.numel(), seq_len, self.block_size, indices.device
         nb, S = T // bs, self.steps_per_block(T, steps)
-        dev = indices.device
         if self.first_hitting:
             keys = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER).grid(0, T).view(B, nb, bs)
             local = torch.sort(keys, dim=-1, stable=True).indices.argsort(dim=-1).view(B, T)
         else:
-            if self.grid == "mdlm":  # P(step <= j) = 1 - t_{j+1}, as MDLM computes it
-                cdf = 1.0 - torch.tensor(block_times(S, "mdlm")[1], dtype=torch.float64)
-            else:
-                cdf = 1.0 - stay_probs(S, self.grid).cumprod(0)
+            # "mdlm": P(step <= j) = 1 - t_{j+1}, as MDLM computes it
+            cdf = 1.0 - (torch.tensor(block_times(S, "mdlm")[1], dtype=torch.float64) if self.grid == "mdlm"
+                         else stay_probs(S, self.grid).cumprod(0))
             u = StepUniforms(seed, indices, steps).grid(0, T, slot=2)
             local = torch.searchsorted(cdf.to(dev), u, right=True)
         return (torch.arange(T, device=dev) // bs)[None, :] * self.step_grid(T, steps)[0] + local
@@ -162,10 +155,8 @@ class BlockMDLM(RuleSampler):
         (TOKEN, slot 0, at (g, position)) falls below (t_j - s_j) / t_j (always at t_j = 0), or, first hitting,
         the (floor(u n) + 1)-th of the block's n masked positions moves (u: ORDER, slot 1, at (g, 0)); the
         positions still masked after the S steps take the fill slot."""
-        B, T, bs = indices.numel(), seq_len, self.block_size
-        S = self.steps_per_block(T, steps)
-        slots, fill = self.step_grid(T, steps)
-        ts, ss, _ = block_times(S, self.grid)
+        B, T, bs, S = indices.numel(), seq_len, self.block_size, self.steps_per_block(seq_len, steps)
+        slots, ts, ss = self.step_grid(T, steps)[0], *block_times(S, self.grid)[:2]
         uni = StepUniforms(seed, indices, steps)
         pick = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)
         rows = torch.arange(B, device=indices.device)
@@ -185,7 +176,7 @@ class BlockMDLM(RuleSampler):
                     move = masked & (uni.block(g, lo, hi) < ((t - s) / t if t > 0 else 2.0))
                 decode[:, lo:hi][move] = g
                 masked &= ~move
-            decode[:, lo:hi][masked] = blk * slots + (fill if fill is not None else S)
+            decode[:, lo:hi][masked] = blk * slots + S  # the fill slot (grid "mdlm"; none is left otherwise)
         return decode
 
     # ------------------------------------------------------------------ statistics

@@ -148,32 +148,23 @@ class RuleSampler(Sampler):
         return random_order_steps(seed, indices, steps, seq_len, lo, bl, len(blocks), counts=counts)
 
     def step_grid(self, seq_len: int, steps: int | None) -> tuple[int, int | None] | None:
-        """With ``order = "random"``, per-block step grids: ``(slots, fill)`` when :meth:`decode_steps` returns the
-        global step block * slots + step within the block (BD3: each block its own grid); the positions at slot
-        ``fill`` of their block (None: none) take the argmax.  The engine then counts the NFE per sequence (its
-        distinct steps).  Default None: ``decode_steps`` gives steps in [0, steps)."""
+        """With ``order = "random"``, per-block step grids (BD3): ``(slots, fill)`` when :meth:`decode_steps` gives
+        the global step block * slots + j; slot ``fill``'s positions (None: none) take the argmax; NFE per sequence."""
         return None
 
     def remasked(self, n: int, step: int, steps: int, masked: torch.Tensor | int) -> torch.Tensor | int:
-        """Override for a rule decoding by cuts (MaskGIT): how many of the ``masked`` positions ([B] or an int) stay
-        masked after step < steps - 1 of a run that began with ``n`` (>= 1 where more than one is masked).  The
-        engine (:mod:`dllm_lit.decoding.cut_decoding`) then proposes at every masked position, scores
-        ``confidence_score(p(x̂)) + gumbel_scale(step, steps) G`` (G Gumbel, Stream.ORDER keys at (step, position))
-        and commits every proposal at or above the cut, the (remasked + 1)-th smallest score (equal scores at the
-        cut commit together); the last step commits all."""
+        """Override to decode by cuts (MaskGIT, :mod:`dllm_lit.decoding.cut_decoding`): how many of the ``masked``
+        positions ([B] or int) stay masked after step < steps - 1 of a run begun with ``n``."""
         raise TypeError(f"{type(self).__name__} does not decode by cuts (override remasked)")
 
-    @property
-    def cuts(self) -> bool:
-        """Whether the rule decodes by cuts (it overrides :meth:`remasked`)."""
-        return type(self).remasked is not RuleSampler.remasked
+    cuts = property(lambda self: type(self).remasked is not RuleSampler.remasked, doc="Whether it overrides remasked.")
 
     def confidence_score(self, conf: torch.Tensor) -> torch.Tensor:
-        """A cut rule's score of a proposal of posterior probability ``conf`` (float64), non-decreasing in it."""
+        """A cut's score of a proposal of posterior probability ``conf`` (float64; non-decreasing in it)."""
         return conf
 
     def gumbel_scale(self, step: int, steps: int) -> float:
-        """A cut rule's scale c >= 0 of the Gumbel noise added to its scores at ``step`` (default 0: none)."""
+        """A cut's scale c >= 0 of the Gumbel noise added to the scores at ``step`` (default 0: none)."""
         return 0.0
 
     def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int,
@@ -234,8 +225,7 @@ class RuleSampler(Sampler):
             raise ValueError(f"{type(self).__name__} records no log q: {self.log_q_reason(steps)}")
         x = self.initial_state(indices, seq_len, seed, log_q=log_q)
         grid = self.order == "random" and self.step_grid(seq_len, steps) is not None
-        taken = torch.zeros(indices.numel(), dtype=torch.float64, device=indices.device) \
-            if self.adaptive or grid else None
+        taken = torch.zeros(len(indices), dtype=torch.float64, device=indices.device) if self.adaptive or grid else None
         if self.cuts:
             decode_cuts(self, self.denoiser, x, indices, steps, seed)
         elif grid:
