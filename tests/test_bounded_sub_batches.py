@@ -11,7 +11,7 @@ import torch
 from dllm_lit.denoisers import OracleDenoiser
 from dllm_lit.markov import synthetic_chain
 from dllm_lit.samplers import MaskGIT, PCSampler
-from dllm_lit.decoding import confidence_decoding, posterior_cache
+from dllm_lit.decoding import confidence_decoding, cut_decoding, posterior_cache
 
 
 @pytest.mark.parametrize("make, greedy_splits", [(lambda den, tau: MaskGIT(den, temperature=tau), True),
@@ -43,6 +43,7 @@ def test_bounded_runs_whole_batch_with_identical_draws(make, greedy_splits, tau,
         return plans[-1]
 
     monkeypatch.setattr(confidence_decoding, "sub_batches", spy)
+    monkeypatch.setattr(cut_decoding, "sub_batches", spy)  # MaskGIT's cuts
     small = s.sample(B, T, steps, seed=4)
     assert torch.equal(direct, whole) and torch.equal(direct, small)
     # the bounded path keeps the batch whole; a dense greedy path splits it

@@ -8,9 +8,7 @@ import pytest
 import torch
 
 from conftest import CountingDenoiser, chi_square_pvalue, sequence_counts
-from dllm_lit import rng
 from dllm_lit.samplers import MaskGIT
-from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.samplers.maskgit import num_masked_next
 from dllm_lit.exact import chain_law, maskgit_law
 
@@ -87,16 +85,20 @@ def test_cache_gives_identical_draws(den) -> None:
         assert torch.equal(cached, s.sample(8, 64, 16, seed=3)), kw
 
 
-def test_compact_columns_hand_over_at_a_tied_cut(den) -> None:
+def test_compact_columns_hand_over_at_a_tied_cut(den, monkeypatch) -> None:
     """The compact-column loop runs every step while no cut ties (c > 0) and hands a tied cut (c = 0, equal
-    confidences) to the dense loop at that step; the draws are those of the direct step either way."""
+    confidences) to the [B, T] bounded loop at that step; the draws are those of the direct step either way."""
+    from dllm_lit.decoding import cut_decoding
+
+    starts = []
+    orig = cut_decoding._Run.bounded
+    monkeypatch.setattr(cut_decoding._Run, "bounded", lambda run, post, start=0: starts.append(start) or
+                        orig(run, post, start))
     for c, whole in ((4.5, True), (0.0, False)):
         s = MaskGIT(den, choice_temperature=c)
-        x = torch.full((8, 64), s.mask_id, dtype=torch.long)
-        start = s._compact(x, 16, StepUniforms(3, torch.arange(8), 16),
-                           StepUniforms(3, torch.arange(8), 16, stream=rng.Stream.ORDER))
-        assert (start == 16) == whole, (c, start)
+        starts.clear()
         cached = s.sample(8, 64, 16, seed=3)
+        assert (starts == []) == whole and all(0 <= t < 16 for t in starts), (c, starts)
         s.use_cache = False
         assert torch.equal(cached, s.sample(8, 64, 16, seed=3)), c
 
@@ -115,13 +117,13 @@ def test_compact_rounds_of_large_vocabularies_give_the_dense_draws(den, monkeypa
     size, best bounds first) on a small chain: the draws of the dense loop without cache, with exact ties at the
     cut (c = 0: equal confidences, handed to the bounded loop) and without (c > 0); the capped rounds do run."""
     import dllm_lit.decoding.confidence_decoding as confidence_decoding
-    import dllm_lit.samplers.maskgit as maskgit
+    import dllm_lit.decoding.cut_decoding as cut_decoding
 
-    monkeypatch.setattr(maskgit, "ROUNDS_MIN_VOCAB", 1)
+    monkeypatch.setattr(cut_decoding, "ROUNDS_MIN_VOCAB", 1)
     monkeypatch.setattr(confidence_decoding, "ROUNDS_MIN_VOCAB", 1)  # first draws 2k + 1, as at V = 4096
     capped = []
-    orig = maskgit.topk_stable_mask
-    monkeypatch.setattr(maskgit, "topk_stable_mask", lambda s, k: capped.append(k) or orig(s, k))
+    orig = cut_decoding.topk_stable_mask
+    monkeypatch.setattr(cut_decoding, "topk_stable_mask", lambda s, k: capped.append(k) or orig(s, k))
     for kw in ({"choice_temperature": 4.5}, {"choice_temperature": 0.0}, {"temperature": 0.6, "schedule": "linear"}):
         s = MaskGIT(den, **kw)
         cached = s.sample(8, 64, 16, seed=3)

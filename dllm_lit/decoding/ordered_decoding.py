@@ -30,7 +30,8 @@ from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.samplers.draws import StepUniforms, row_chunks
 from dllm_lit.samplers.selection import topk_stable, transfer_schedule
 
-__all__ = ["previous_smaller", "next_smaller", "decode_in_order", "random_order_steps", "coin_decode_steps"]
+__all__ = ["previous_smaller", "next_smaller", "decode_in_order", "random_order_steps", "coin_decode_steps",
+           "dense_ranks"]
 
 
 def previous_smaller(s: torch.Tensor) -> torch.Tensor:
@@ -122,6 +123,13 @@ def _tokens(out, b: torch.Tensor, p: torch.Tensor, log_q: torch.Tensor | None) -
     elif log_q is not None:
         raise ValueError("recording log q needs a draw that returns (tokens, log_probs)")
     return out
+
+
+def dense_ranks(decode: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rank of each position's decode step among its row's distinct steps [B, T], distinct steps per row [B])."""
+    srt, order = decode.sort(dim=1, stable=True)
+    new = torch.cat([torch.zeros_like(srt[:, :1]), (srt[:, 1:] != srt[:, :-1]).long().cumsum(1)], 1)
+    return torch.empty_like(new).scatter_(1, order, new), new[:, -1] + 1
 
 
 def coin_decode_steps(u: torch.Tensor, ts: torch.Tensor) -> torch.Tensor:

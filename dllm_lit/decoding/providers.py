@@ -40,8 +40,8 @@ from dllm_lit.decoding.reference import GUMBEL_SLOT, check_bound, check_count, d
 if TYPE_CHECKING:
     from dllm_lit.samplers.rule import RuleSampler
 
-__all__ = ["PROVIDERS", "choose_provider", "check_provider", "decode_rule", "decode_random_order", "run_memo",
-           "keyed_rows"]
+__all__ = ["PROVIDERS", "choose_provider", "check_provider", "decode_rule", "decode_random_order",
+           "decode_step_grid", "run_memo", "keyed_rows"]
 
 PROVIDERS = ("dense", "cache", "bounded")
 
@@ -246,6 +246,39 @@ def decode_random_order(rule: RuleSampler, den, x: torch.Tensor, indices: torch.
             else drawn_log_prob(law, tok)
 
     x.copy_(decode_in_order(den, x, decode, steps - 1, propose, log_q=log_q))
+
+
+@torch.no_grad()
+def decode_step_grid(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
+                     log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None) -> None:
+    """Decode x [B, T] in place by a random-order rule declaring per-block step grids (``rule.step_grid`` gives
+    ``(slots, fill)``): ``rule.decode_steps`` is the global step block * slots + step within the block, so most
+    global steps are empty in a sequence.  Each sequence is decoded by the dense ranks of its own steps (at most T
+    loop steps, not one per distinct global step of the batch); the draws are keyed by the global step (Stream.TOKEN,
+    slot ``rule.token_slot``); the positions at slot ``fill`` of their block (None: none) take the argmax (log q 0);
+    ``taken`` (float64 [B]) adds the distinct steps of each sequence (one denoiser call each)."""
+    from dllm_lit.decoding.ordered_decoding import decode_in_order, dense_ranks
+
+    slots, fill = rule.step_grid(x.shape[1], steps)
+    decode = rule.decode_steps(indices, x.shape[1], steps, seed)
+    dense, distinct = dense_ranks(decode)
+    tok_u = StepUniforms(seed, indices, steps)
+
+    def propose(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
+        g = decode[b, p]
+        law = rule.propose(probs)
+        tok = draw(law, probs, tok_u.at(g, b, p, rule.token_slot))
+        lq = None if log_q is None else torch.zeros(tok.shape, dtype=torch.float64, device=tok.device) \
+            if law is None else drawn_log_prob(law, tok)
+        if fill is not None:
+            at_fill = torch.as_tensor(g % slots == fill, device=tok.device)
+            tok = torch.where(at_fill, probs.argmax(-1), tok)
+            lq = None if lq is None else torch.where(at_fill, torch.zeros_like(lq), lq)
+        return tok if lq is None else (tok, lq)
+
+    x.copy_(decode_in_order(den, x, dense, int(distinct.max()) - 1 if x.numel() else -1, propose, log_q=log_q))
+    if taken is not None:
+        taken += distinct.to(device=taken.device, dtype=taken.dtype)
 
 
 def run_memo(den, derive, device: torch.device) -> NeighbourhoodRows | None:

@@ -37,7 +37,7 @@ from abc import abstractmethod
 import torch
 
 from dllm_lit import checks
-from dllm_lit.decoding import GUMBEL_SLOT, decode_random_order, decode_rule, decode_stable, random_order_steps
+from dllm_lit.decoding import GUMBEL_SLOT, decode, random_order_steps
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
@@ -176,6 +176,26 @@ class RuleSampler(Sampler):
         lo, bl = blocks[0][0], blocks[0][1] - blocks[0][0]
         return random_order_steps(seed, indices, steps, seq_len, lo, bl, len(blocks), counts=counts)
 
+    def step_grid(self, seq_len: int, steps: int | None) -> tuple[int, int | None] | None:
+        """With ``order = "random"``, per-block step grids (BD3): ``(slots, fill)`` when :meth:`decode_steps` gives
+        the global step block * slots + j; slot ``fill``'s positions (None: none) take the argmax; NFE per sequence."""
+        return None
+
+    def remasked(self, n: int, step: int, steps: int, masked: torch.Tensor | int) -> torch.Tensor | int:
+        """Override to decode by cuts (MaskGIT, :mod:`dllm_lit.decoding.cut_decoding`): how many of the ``masked``
+        positions ([B] or int) stay masked after step < steps - 1 of a run begun with ``n``."""
+        raise TypeError(f"{type(self).__name__} does not decode by cuts (override remasked)")
+
+    cuts = property(lambda self: type(self).remasked is not RuleSampler.remasked, doc="Whether it overrides remasked.")
+
+    def confidence_score(self, conf: torch.Tensor) -> torch.Tensor:
+        """A cut's score of a proposal of posterior probability ``conf`` (float64; non-decreasing in it)."""
+        return conf
+
+    def gumbel_scale(self, step: int, steps: int) -> float:
+        """A cut's scale c >= 0 of the Gumbel noise added to the scores at ``step`` (default 0: none)."""
+        return 0.0
+
     def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int,
                       log_q: torch.Tensor | None = None) -> torch.Tensor:
         """The state decoding starts from: all MASK [B, T]."""
@@ -222,7 +242,7 @@ class RuleSampler(Sampler):
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
                  log_q: torch.Tensor | None = None) -> torch.Tensor:
-        """Samples by the engine-chosen provider (:func:`~dllm_lit.decoding.providers.decode_rule`)."""
+        """Samples by the path the declarations choose (:func:`dllm_lit.decoding.decode`)."""
         return self._decode(indices, seq_len, steps, seed, log_q)[0]
 
     def _decode(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int,
@@ -233,13 +253,7 @@ class RuleSampler(Sampler):
         if log_q is not None and self.log_q_reason(steps) is not None:
             raise ValueError(f"{type(self).__name__} records no log q: {self.log_q_reason(steps)}")
         x = self.initial_state(indices, seq_len, seed, log_q=log_q)
-        taken = torch.zeros(indices.numel(), dtype=torch.float64, device=indices.device) if self.adaptive else None
-        if self.stability_history:
-            taken = decode_stable(self, self.denoiser, x, indices, steps, seed)
-        elif self.order == "random":
-            decode_random_order(self, self.denoiser, x, indices, steps, seed, log_q=log_q)
-        else:
-            decode_rule(self, self.denoiser, x, indices, steps, seed, log_q=log_q, taken=taken)
+        taken = decode(self, x, indices, seq_len, steps, seed, log_q=log_q)
         if taken is None:
             taken = torch.full((indices.numel(),), float(self.nfe(seq_len, steps)), dtype=torch.float64,
                                device=indices.device)

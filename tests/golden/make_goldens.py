@@ -62,6 +62,15 @@ CASES: list[tuple[str, str, dict]] = [
                                   stability_std=1.0, high_threshold=0.9, temperature=1.0)),
     ("slowfast_greedy_w3", "SlowFast", dict(temperature=0.0, block_length=32, k_exploration_steps=2,
                                             stability_window=3, high_threshold=0.5)),
+    ("maskgit_linear_c0", "MaskGIT", dict(choice_temperature=0.0, schedule="linear", temperature=1.0)),
+    ("maskgit_greedy", "MaskGIT", dict(choice_temperature=2.0, temperature=0.0)),
+    ("maskgit_tau05_linear", "MaskGIT", dict(choice_temperature=1.0, schedule="linear", temperature=0.5)),
+    ("bd3", "BlockMDLM", dict(block_size=16, nucleus_p=0.9, first_hitting=False, grid="bd3", step_budget="per_block")),
+    ("bd3_fh_b4", "BlockMDLM", dict(block_size=4, first_hitting=True)),
+    ("bd3_mdlm_total", "BlockMDLM", dict(block_size=16, grid="mdlm", step_budget="total", nucleus_p=0.95)),
+    ("bd3_stepwise_b32", "BlockMDLM", dict(block_size=32, nucleus_p=0.9, decoding="stepwise")),
+    ("bd3_stepwise_mdlm_b8", "BlockMDLM", dict(block_size=8, grid="mdlm", decoding="stepwise")),
+    ("bd3_stepwise_fh_b4", "BlockMDLM", dict(block_size=4, first_hitting=True, decoding="stepwise")),
 ]
 #: cases run at another sequence length than T (SlowFast's config: blocks of 128)
 SEQ_LEN = {"slowfast": 128}
