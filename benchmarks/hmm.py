@@ -15,7 +15,8 @@ seconds (ours / theirs: below 1, ours is faster); with hmmlearn installed, also 
 ``CategoricalHMM.predict_proba`` (its compiled scaled forward-backward, state posteriors) on the same sequences.
 ``calls`` times whole runs of uniform-state configs (Duo, Psi, SEDD-uniform, GIDD, DiffusionGemma) on the bundled
 English chain with the exact oracle and prints CPU seconds per denoiser call (each call: one leave-one-out
-forward-backward of the batch, then the step's draws); ``--save`` writes the samples, to compare two checkouts.
+forward-backward of the batch, then the step's draws) and, last, the CPU seconds per call inside the compiled
+forward-backward kernel (the rest is the step's law and draws); ``--save`` writes the samples, to compare two checkouts.
 ``grid`` runs ``benchmarks/grid.py`` with ``configs/data/kth_order.yaml`` (same parser and engine as the CLI).
 """
 from __future__ import annotations
@@ -126,8 +127,19 @@ def calls(args: argparse.Namespace) -> None:
         return evaluate(*a, **k)
 
     den.posterior = counted
+    from dllm_lit.denoisers import hmm_first_order_kernel as kernel  # compiled forward-backward (the `fast` extra)
+    compiled, in_kernel = kernel.first_order_batch, [0.0]
+
+    def timed(*a):  # first_order_posterior imports the kernel at each call, so this wrapper is what it runs
+        c = time.process_time()
+        ok = compiled(*a)
+        in_kernel[0] += time.process_time() - c
+        return ok
+
+    kernel.first_order_batch = timed
     print(f"English chain (V = 27), exact oracle, N = {args.batch}, T = {args.seq_len}, one thread; CPU = process time")
-    print(f"{'config':<22s} {'steps':>5s} {'calls':>5s} {'wall s':>8s} {'CPU s':>8s} {'CPU s/call':>10s}")
+    print(f"{'config':<22s} {'steps':>5s} {'calls':>5s} {'wall s':>8s} {'CPU s':>8s} {'CPU s/call':>10s} "
+          f"{'kernel s/call':>13s}")
     saved = {}
     for cfg in args.configs:
         spec = yaml.safe_load(Path(cfg).read_text())["model"]
@@ -135,11 +147,12 @@ def calls(args: argparse.Namespace) -> None:
         sampler = documented_class(spec["class_path"], "sampler", f"{cfg}: model.class_path")(den, **options)
         sampler.sample(2, 16, 2, seed=0)  # compiles the kernel outside the timing
         for steps in args.steps:
-            count[0] = 0
+            count[0], in_kernel[0] = 0, 0.0
             w0, c0 = time.perf_counter(), time.process_time()
             x = sampler.sample(args.batch, args.seq_len, steps, seed=args.seed)
             w, c = time.perf_counter() - w0, time.process_time() - c0
-            print(f"{Path(cfg).stem:<22s} {steps:>5d} {count[0]:>5d} {w:>8.2f} {c:>8.2f} {c / count[0]:>10.3f}", flush=True)
+            print(f"{Path(cfg).stem:<22s} {steps:>5d} {count[0]:>5d} {w:>8.2f} {c:>8.2f} {c / count[0]:>10.3f} "
+                  f"{in_kernel[0] / count[0]:>13.3f}", flush=True)
             saved[f"{Path(cfg).stem}/{steps}"] = x
     if args.save:
         torch.save(saved, args.save)

@@ -56,3 +56,30 @@ def test_law_in_an_hmm_world() -> None:
     world = tiny_hmm()
     x = GIDD().connect(world).sample(N, T, 2, seed=43)
     assert chi_square_pvalue(sequence_counts(x, V), gidd_law(world, T, 2)) > ALPHA
+
+
+def _dense_step_law(x, z, ch_t, ch_s):
+    """The step law by the dense formula (padded x, one-hot q_ts): the reference of the one-buffer form."""
+    import torch
+    V = x.shape[-1]
+    bp = [torch.cat([torch.full((V,), c.beta / V, dtype=torch.float64),
+                     torch.tensor([max(1.0 - c.alpha - c.beta, 0.0)], dtype=torch.float64)]) for c in (ch_t, ch_s)]
+    xp = torch.cat([x, torch.zeros(x.shape[:-1] + (1,), dtype=torch.float64)], -1)
+    q_s, q_t = ch_s.alpha * xp + bp[1], ch_t.alpha * xp + bp[0]
+    a_ts = ch_t.alpha / ch_s.alpha
+    q_ts = a_ts * torch.nn.functional.one_hot(z, V + 1).to(torch.float64) + (bp[0] - a_ts * bp[1])[z].unsqueeze(-1)
+    return q_ts * q_s / q_t.gather(-1, z.unsqueeze(-1))
+
+
+@pytest.mark.parametrize("t,s,p_uniform", [(0.9, 0.8, 0.1), (0.5, 0.3, 0.0), (0.2, 0.0, 0.5), (0.999, 0.5, 0.1)])
+def test_step_law_equals_the_dense_formula(t, s, p_uniform) -> None:
+    """The one-buffer step law (issue 39: no one-hot, q_t only at z_t) gives the dense formula's bits."""
+    import torch
+    from dllm_lit.samplers.gidd import gidd_step_law
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(5, 40, 27, generator=g, dtype=torch.float64)
+    x /= x.sum(-1, keepdim=True)
+    x[0, :2] = torch.nn.functional.one_hot(torch.tensor([0, 26]), 27).to(torch.float64)
+    z = torch.randint(0, 28, (5, 40), generator=g)  # 27 = MASK
+    ch_t, ch_s = gidd_channel(t, p_uniform, 1.0), gidd_channel(s, p_uniform, 1.0)
+    assert torch.equal(gidd_step_law(x, z, ch_t, ch_s), _dense_step_law(x, z, ch_t, ch_s))

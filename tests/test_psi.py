@@ -50,3 +50,20 @@ def test_nfe_counts_denoiser_calls(chain, den) -> None:
     s = Psi(counting).connect(chain)
     s.sample(5, 6, 4, seed=0)
     assert counting.calls == s.nfe(6, 4) == 5
+
+
+@pytest.mark.parametrize("kappa", [1.0, 0.7, 0.0])
+def test_step_law_equals_the_out_of_place_formula(kappa) -> None:
+    """Psi's in-place step law (issue 39) gives the bits of k R(a_s) + (1 - k) uniform_forward(R(1), a_s)."""
+    import torch
+    from dllm_lit.samplers.psi import psi_step_law
+    from dllm_lit.samplers.uniform_state import uniform_forward, uniform_reverse_step
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(4, 30, 27, generator=g, dtype=torch.float64)
+    x /= x.sum(-1, keepdim=True)
+    z = torch.randint(0, 27, (4, 30), generator=g)
+    a_t, a_s = 0.35, 0.6
+    ref = kappa * uniform_reverse_step(x, z, a_s, a_t)
+    if kappa < 1:
+        ref = ref + (1 - kappa) * uniform_forward(uniform_reverse_step(x, z, 1.0, a_t), a_s)
+    assert torch.equal(psi_step_law(x, z, a_t, a_s, kappa), ref)

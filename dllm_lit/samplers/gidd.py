@@ -57,13 +57,20 @@ def gidd_step_law(x: torch.Tensor, z: torch.Tensor, ch_t: MaskedUniform, ch_s: M
     V = x.shape[-1]
     x = x.to(torch.float64)
     bp_t, bp_s = _beta_pi(ch_t, V, x), _beta_pi(ch_s, V, x)
-    pad = torch.zeros(x.shape[:-1] + (1,), dtype=torch.float64, device=x.device)
-    x = torch.cat([x, pad], -1)
-    q_s, q_t = ch_s.alpha * x + bp_s, ch_t.alpha * x + bp_t
     a_ts = ch_t.alpha / ch_s.alpha
     bp_ts = bp_t - a_ts * bp_s
-    q_ts = a_ts * torch.nn.functional.one_hot(z, V + 1).to(torch.float64) + bp_ts[z].unsqueeze(-1)
-    q_st = q_ts * q_s / q_t.gather(-1, z.unsqueeze(-1))
+    # q_st = q_ts q_s / q_t(z_t) with q_s = alpha_s [x, 0] + bp_s, q_ts = a_ts e_z + bp_ts(z): built in one buffer,
+    # the same IEEE operations per entry as the dense formula (off z, a_ts * 0 + b = b exactly), no one-hot
+    idx = z.unsqueeze(-1)
+    q_st = torch.empty(x.shape[:-1] + (V + 1,), dtype=torch.float64, device=x.device)
+    torch.mul(x, ch_s.alpha, out=q_st[..., :V])
+    q_st[..., V] = 0.0
+    q_st.add_(bp_s)
+    x_z = torch.where(idx < V, x.gather(-1, idx.clamp(max=V - 1)), 0.0)  # the padded x at z_t
+    q_t_z = ch_t.alpha * x_z + bp_t[idx]
+    b_z = bp_ts[idx]
+    at_z = (a_ts + b_z) * q_st.gather(-1, idx)
+    q_st.mul_(b_z).scatter_(-1, idx, at_z).div_(q_t_z)
     if min_p > 0:
         q_st = torch.where(q_st < min_p, 0.0, q_st)
         q_st = q_st / q_st.sum(-1, keepdim=True)

@@ -17,6 +17,8 @@ NFE = steps + 1 (steps with ``none``).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from dllm_lit import checks
@@ -24,10 +26,10 @@ from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import UniformNoise
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.schedules import time_grid
-from dllm_lit.samplers.uniform_state import (DuoNoise, noise_removal_step, step_draw, uniform_forward, uniform_reverse_step,
+from dllm_lit.samplers.uniform_state import (DuoNoise, noise_removal_step, step_draw, uniform_reverse_step,
                                              uniform_start)
 
-__all__ = ["Psi", "parse_mode", "psi_kappas"]
+__all__ = ["Psi", "parse_mode", "psi_kappas", "psi_step_law"]
 
 _FIXED = {"pure-posterior": 1.0, "pure-pc": 0.0}
 _PREFIXES = ("constant-remdm-", "max-capped-", "max-rescale-", "constant-")
@@ -74,6 +76,16 @@ def psi_kappas(times: list[float], alpha, modes: tuple[str, str, str], high_frac
     return out
 
 
+def psi_step_law(x: torch.Tensor, zc: torch.Tensor, a_t: float, a_s: float, kappa: float) -> torch.Tensor:
+    """kappa R(a_s) + (1 - kappa) uniform_forward(R(1), a_s), R(a) = uniform_reverse_step(x, zc, a, a_t): in place
+    on the two fresh reverse-step buffers, the out-of-place formula's operations in its order (same bits)."""
+    w = uniform_reverse_step(x, zc, a_s, a_t).mul_(kappa)
+    if kappa < 1:
+        f = uniform_reverse_step(x, zc, 1.0, a_t).mul_(a_s).add_((1 - a_s) / x.shape[-1])
+        w.add_(f.mul_(1 - kappa))
+    return w
+
+
 class Psi(DuoNoise, Sampler):
     """Psi predictor-corrector sampler on Duo's uniform-state diffusion (module docstring).
 
@@ -107,12 +119,6 @@ class Psi(DuoNoise, Sampler):
         kap = self.kappas(steps)
         for j in range(steps):
             a_t, a_s = self.alpha(ts[j]), self.alpha(ts[j + 1])
-
-            def law(x: torch.Tensor, zc: torch.Tensor, a_t=a_t, a_s=a_s, k=kap[j]) -> torch.Tensor:
-                w = k * uniform_reverse_step(x, zc, a_s, a_t)
-                if k < 1:
-                    w = w + (1 - k) * uniform_forward(uniform_reverse_step(x, zc, 1.0, a_t), a_s)
-                return w
-
+            law = functools.partial(psi_step_law, a_t=a_t, a_s=a_s, kappa=kap[j])
             z = step_draw(den, z, UniformNoise(a_t), law, uni.grid(j, T))
         return noise_removal_step(den, z, self.alpha(ts[-1]), self.noise_removal, uni.grid(steps, T))
