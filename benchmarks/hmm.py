@@ -119,13 +119,13 @@ def calls(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     den = OracleDenoiser(english_char_chain())
     count = [0]
-    evaluate = den.posterior  # what the uniform-state samplers call (docs/performance.md)
+    evaluate = den.transient_posterior  # what the uniform-state samplers call (docs/performance.md)
 
     def counted(*a, **k):
         count[0] += 1
         return evaluate(*a, **k)
 
-    den.posterior = counted
+    den.transient_posterior = counted
     print(f"English chain (V = 27), exact oracle, N = {args.batch}, T = {args.seq_len}, one thread; CPU = process time")
     print(f"{'config':<22s} {'steps':>5s} {'calls':>5s} {'wall s':>8s} {'CPU s':>8s} {'CPU s/call':>10s}")
     saved = {}
