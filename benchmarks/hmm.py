@@ -120,13 +120,13 @@ def calls(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     den = OracleDenoiser(english_char_chain())
     count = [0]
-    evaluate = den.posterior  # what the uniform-state samplers call (docs/performance.md)
+    evaluate = den.transient_posterior  # what the uniform-state samplers call (docs/performance.md)
 
     def counted(*a, **k):
         count[0] += 1
         return evaluate(*a, **k)
 
-    den.posterior = counted
+    den.transient_posterior = counted
     from dllm_lit.denoisers import hmm_first_order_kernel as kernel  # compiled forward-backward (the `fast` extra)
     compiled, in_kernel = kernel.first_order_batch, [0.0]
 

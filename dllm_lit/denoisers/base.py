@@ -118,6 +118,12 @@ class Denoiser(nn.Module, ABC):
         probabilities gets its numbers and not exp(log p) (``docs/exactness.md``, "Ties")."""
         return self.log_posterior(z, channel, leave_one_out).exp()
 
+    def transient_posterior(self, z: torch.Tensor, channel: "EvidenceChannel") -> torch.Tensor:
+        """:meth:`posterior` leave-one-out for a caller that is done with the result before its next call (it
+        neither keeps nor writes it): the same numbers, possibly in a buffer the next call reuses.  The default
+        is :meth:`posterior` itself."""
+        return self.posterior(z, channel, leave_one_out=True)
+
     def log_probs_at(self, z: torch.Tensor, batch_index: torch.Tensor, position_index: torch.Tensor) -> torch.Tensor:
         """log p(x0 | z) at the listed (batch, position) pairs only: Tensor[n, V].
 

@@ -29,20 +29,23 @@ __all__ = ["first_order_posterior", "first_order_posterior_torch", "numba_availa
 
 
 def first_order_posterior(A: torch.Tensor, mu: torch.Tensor, E: torch.Tensor, L: torch.Tensor, z: torch.Tensor,
-                          leave_one_out: bool) -> torch.Tensor | None:
+                          leave_one_out: bool, out: torch.Tensor | None = None) -> torch.Tensor | None:
     """p(x_t | z_{-t}) (or p(x_t | z)) of the chain (A [S, S], mu [S]) from evidence E [Z, S] = L [Z, S]:
-    float64 [B, T, S] on z's device, or None on vanishing evidence (module docstring)."""
+    float64 [B, T, S] on z's device, or None on vanishing evidence (module docstring).  ``out``: a contiguous
+    float64 CPU [B, T, S] the kernel writes into instead of fresh memory (the same numbers; a fresh buffer of
+    this size costs more in page faults than the recursion itself, ``docs/performance.md``)."""
     if z.device.type != "cpu" or not numba_available():
         return first_order_posterior_torch(A, mu, E, L, z, leave_one_out)
     Bsz, T = z.shape
     S = A.shape[0]
     f64 = [np.ascontiguousarray(x.detach().to(torch.float64).cpu().numpy()) for x in (A, A.T, mu, E.T, L.T)]
-    out = np.empty((Bsz, T, S))
+    if out is None:
+        out = torch.empty(Bsz, T, S, dtype=torch.float64)
     if Bsz and T:
         from dllm_lit.denoisers.hmm_first_order_kernel import first_order_batch
-        if not first_order_batch(*f64, np.ascontiguousarray(z.long().numpy()), bool(leave_one_out), out):
+        if not first_order_batch(*f64, np.ascontiguousarray(z.long().numpy()), bool(leave_one_out), out.numpy()):
             return None
-    return torch.from_numpy(out)
+    return out
 
 
 def _scale_torch(n: torch.Tensor) -> torch.Tensor | None:

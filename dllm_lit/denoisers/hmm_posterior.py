@@ -53,13 +53,16 @@ def hmm_likelihood_tables(world: HMMWorld, channel: EvidenceChannel, dtype: torc
 @torch.no_grad()
 def hmm_posterior(world: HMMWorld, z: torch.Tensor, channel: EvidenceChannel = ABSORBING,
                   leave_one_out: bool = False, dtype: torch.dtype = torch.float64,
-                  tables: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """p(x_t = v | z) (or | z_{-t} with ``leave_one_out``) for z [B, T] on z's device: [B, T, V] in ``dtype``."""
+                  tables: tuple[torch.Tensor, torch.Tensor] | None = None,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """p(x_t = v | z) (or | z_{-t} with ``leave_one_out``) for z [B, T] on z's device: [B, T, V] in ``dtype``.
+    ``out``: a buffer the first-order kernel may write into (:func:`first_order_posterior`; the result is then
+    ``out`` itself, else a fresh tensor)."""
     channel.check_tokens(z, world.vocab_size)
     dev = z.device
     L, E = tables if tables is not None else hmm_likelihood_tables(world, channel, dtype, dev)
     if dtype == torch.float64 and _identity_emission(world):
-        fast = first_order_posterior(world.A, world.initial, E, L, z, leave_one_out)
+        fast = first_order_posterior(world.A, world.initial, E, L, z, leave_one_out, out)
         if fast is not None:
             return fast
     Bsz, T = z.shape

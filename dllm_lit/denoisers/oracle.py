@@ -303,14 +303,31 @@ class OracleDenoiser(LocalDenoiser):
             return super().posterior(z, channel, leave_one_out)
         return self._channel_posterior(z, channel, leave_one_out)
 
-    def _channel_posterior(self, z: torch.Tensor, channel, leave_one_out: bool) -> torch.Tensor:
-        """p(x_i | z) (or | z_{-i}) under ``channel`` by the chain's HMM forward-backward: float64 [B, T, V]."""
+    def transient_posterior(self, z: torch.Tensor, channel) -> torch.Tensor:
+        """:meth:`posterior` leave-one-out; under a channel other than absorbing masks, on the CPU, written into
+        one float64 buffer kept for the next call (the same numbers: the kernel's per-row operations do not
+        depend on where they land; a fresh [B, T, V] buffer costs more in page faults than the forward-backward
+        itself, ``docs/performance.md``)."""
+        from dllm_lit.denoisers.channels import AbsorbingMask
+
+        if channel is None or isinstance(channel, AbsorbingMask) or z.device.type != "cpu":
+            return self.posterior(z, channel, leave_one_out=True)
+        n = z.numel() * self.vocab_size
+        buf = getattr(self, "_scratch", None)
+        if buf is None or buf.numel() < n:
+            buf = self._scratch = torch.empty(n, dtype=torch.float64)
+        return self._channel_posterior(z, channel, True, buf[:n].view(*z.shape, self.vocab_size))
+
+    def _channel_posterior(self, z: torch.Tensor, channel, leave_one_out: bool,
+                           out: torch.Tensor | None = None) -> torch.Tensor:
+        """p(x_i | z) (or | z_{-i}) under ``channel`` by the chain's HMM forward-backward: float64 [B, T, V]
+        (in ``out`` where the first-order kernel answers, :func:`~dllm_lit.denoisers.hmm_posterior.hmm_posterior`)."""
         from dllm_lit.denoisers.hmm_posterior import hmm_posterior
         from dllm_lit.markov.hmm import HMMWorld
 
         if getattr(self, "_world", None) is None:
             self._world = HMMWorld.from_chain(self.chain)
-        return hmm_posterior(self._world, z, channel, leave_one_out)
+        return hmm_posterior(self._world, z, channel, leave_one_out, out=out)
 
     def describe(self) -> dict:
         return {"denoiser": "oracle", "depth": self.depth, "certified": self.certified, "mixing_tol": self.mixing_tol}

@@ -64,11 +64,12 @@ def leave_one_out_chunks(denoiser: Denoiser, z: torch.Tensor,
                          channel: EvidenceChannel) -> Iterator[tuple[slice, torch.Tensor]]:
     """p(x_i = v | z_{-i}) under ``channel`` from one evaluation of the whole batch, handed out per cache-sized
     chunk of rows (:func:`~dllm_lit.samplers.draws.row_chunks`): (rows, x float64 [n, T, V]), x =
-    :meth:`Denoiser.posterior` (the exact oracles' float64 probabilities themselves).  Work done on each chunk that
-    is row-wise gives the numbers of the whole batch at once.  A denoiser that does not answer the channel
-    leave-one-out is refused in one line."""
+    :meth:`Denoiser.posterior` (the exact oracles' float64 probabilities themselves; by
+    :meth:`Denoiser.transient_posterior`, so the caller must be done with each chunk before it asks for the next
+    evaluation).  Work done on each chunk that is row-wise gives the numbers of the whole batch at once.  A
+    denoiser that does not answer the channel leave-one-out is refused in one line."""
     check_channel(denoiser, channel)
-    x = denoiser.posterior(z, channel, leave_one_out=True)
+    x = denoiser.transient_posterior(z, channel)
     for sl in row_chunks(z.shape[0], z.shape[1] * x.shape[-1], z.device):
         yield sl, x[sl].to(torch.float64)  # the laws never write into x
 
