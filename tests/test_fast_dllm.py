@@ -127,3 +127,15 @@ def test_cache_gives_identical_draws() -> None:
 def test_steps_need_not_divide_into_blocks(den) -> None:
     """Bad options and runs: tests/test_sampler_contract.py (BAD_OPTIONS, BAD_RUNS, test_bad_options, test_steps)."""
     assert (FastDLLM(den, block_length=4).sample(2, 12, 4, seed=0) < V).all()  # steps need not divide into 3 blocks
+
+
+def test_law_is_exact_when_blocks_outnumber_the_steps(den) -> None:
+    """An adaptive rule runs with more blocks than steps (``steps`` only keys its randomness); asking whether its
+    law is exact (every run's end-of-batch check) answers False instead of dividing by the steps per block (it
+    raised ZeroDivisionError for configs/fast_dllm.yaml at T = 1024, steps 8)."""
+    s = FastDLLM(den, block_length=5, temperature=1.0, threshold=0.5)
+    assert s.law_is_exact(20, 2) is False
+    x, _ = s.generate_with_nfe(torch.arange(4), 20, 2, 0)
+    assert (x != den.mask_id).all()
+    r = LLaDA(den, remasking="random", temperature=1.0, block_length=5)
+    assert r.law_is_exact(20, 20) is True and r.law_is_exact(20, 8) is False

@@ -37,15 +37,14 @@ block's positions drawn once at the block's start and consumed k_i at a time (i.
 stable sort): the rule declares ``order = "random"`` and the engine queries the denoiser only at the k_i
 committed positions (O(k V) per step; :func:`dllm_lit.decoding.providers.decode_random_order`).
 
-Prompts.  ``prompt`` fixes tokens at positions 0..P-1; ``prompt_mode`` (the paper's conditional
-LLaDA, App. "Conditional LLaDA") instead draws one token at position 0 per sequence, from the
-chain's stationary law pi ("pi"), from its head ("pi_head": tokens by pi descending while the
-cumulative mass is <= 30%, plus the next one, renormalised) or its tail ("pi_tail": the same in
-ascending order), with ``Stream.PROMPT`` uniforms (independent of ``steps``, so every step count
-sees the same prompt for a given sequence).  Prompt tokens are never changed.
+Prompts.  ``prompt`` fixes tokens at positions 0..P-1; ``prompt_mode`` (the paper's conditional LLaDA,
+App. "Conditional LLaDA") instead draws one token at position 0 per sequence, from the chain's stationary law
+pi ("pi"), from its head ("pi_head": tokens by pi descending while the cumulative mass is <= 30%, plus the next
+one, renormalised) or its tail ("pi_tail": the same in ascending order), with ``Stream.PROMPT`` uniforms
+(independent of ``steps``: every step count sees the same prompt for a given sequence); never changed.
 
-Randomness: token proposals use ``StepUniforms`` (Stream.TOKEN) at (global step, position);
-random-remasking orders use Stream.ORDER uniforms keyed by the block index.
+Randomness: token proposals use ``StepUniforms`` (Stream.TOKEN) at (global step, position); random-remasking
+orders use Stream.ORDER uniforms keyed by the block index.
 """
 from __future__ import annotations
 
@@ -201,9 +200,10 @@ class LLaDA(RuleSampler):
 
     def declares_exact(self, seq_len: int, steps: int | None) -> bool:
         """Random remasking at temperature 1, no fixed prompt, one position per step: exact sequential sampling."""
-        P, bl, nb = self._blocks(seq_len)
-        one = steps is not None and nb > 0 and max(max(c) for c in self.block_schedule(seq_len, steps)[1]) <= 1
-        return one and self.remasking == "random" and self.temperature == 1 and not self.prompt and self.prompt_mode in (None, "pi")
+        if self.remasking != "random" or self.temperature != 1 or self.prompt or self.prompt_mode not in (None, "pi"):
+            return False
+        nb = self._blocks(seq_len)[2]  # an adaptive rule's blocks may outnumber its steps: no schedule then
+        return steps is not None and 0 < nb <= steps and max(max(c) for c in self.block_schedule(seq_len, steps)[1]) <= 1
 
     def _round_counts(self, seq_len: int, steps: int) -> list[list[int]] | None:
         return None if self.schedule == "uniform" else self.block_schedule(seq_len, steps)[1]
