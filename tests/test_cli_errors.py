@@ -38,6 +38,21 @@ def test_one_line_naming_the_field(extra, message, tmp_path, capsys) -> None:
     assert not (out / "metrics.json").exists()
 
 
+def test_unscorable_smc_sandwich_is_refused_before_sampling(tmp_path, capsys) -> None:
+    """A LLaDA with no path law (tie rule "random") asked for the SMC sandwich: refused by the wiring, before any
+    sampling and before the output folder is written (it used to fail at the first row, after writing)."""
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as info:
+        main(["predict", "--config", "configs/llada.yaml", *SMALL, "--model.tie_rule", "random",
+              "--results.metric_options", "{sandwich_paths: 4, sandwich_method: smc}", "--results.output_dir", str(out)])
+    assert info.value.code != 0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines[-1] == ("error: sandwich_method 'smc' needs LLaDA's path law: tie_rule 'random' couples tied "
+                         "positions: the path law needs 'lowest' or 'highest'"), err
+    assert "Traceback" not in err and not out.exists()
+
+
 def test_yaml_typo_names_the_option(tmp_path, capsys) -> None:
     cfg = tmp_path / "typo.yaml"
     cfg.write_text("model:\n  class_path: dllm_lit.samplers.MDLM\n  init_args:\n    stpes: 3\n")

@@ -145,3 +145,4 @@ def test_sandwich_brackets_log_q_and_leaves_the_samples_unchanged(prompt_mode) -
         assert float(hi.mean()) > -3 * float(hi.std()) / 300 ** 0.5
         ups.append(float(hi.mean()))
     assert ups[1] < ups[0] / 2
+

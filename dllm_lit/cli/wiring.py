@@ -54,6 +54,8 @@ def connect(sampler: "Sampler", datamodule: "MarkovDataModule", writer: "Results
         row.sampler.score_reference = bool(getattr(writer, "forward_kl", False))
         row.sampler.sandwich_paths = int(settings.get("sandwich_paths", 0))
         row.sampler.sandwich_method = str(settings.get("sandwich_method", "orders"))
+        if row.sampler.sandwich_refusal() is not None:
+            raise ValueError(row.sampler.sandwich_refusal())
     datamodule.use_plan(plan)
     if writer is not None:
         writer.connect(plan, chain, decoder=datamodule.decoder(), reference_samples=datamodule.reference_samples,

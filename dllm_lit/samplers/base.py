@@ -198,6 +198,11 @@ class Sampler(L.LightningModule, ABC):
     #: samplers with a path law; the others keep "orders"); ``results.metric_options.sandwich_method``
     sandwich_method: str = "orders"
 
+    def sandwich_refusal(self) -> str | None:
+        """Why the sandwich the run asks for (``sandwich_paths``, ``sandwich_method``) cannot be computed for this
+        sampler's options, or None; the wiring refuses such a run before any sampling."""
+        return None
+
     def declares_exact(self, seq_len: int, steps: int | None) -> bool:
         """Whether this sampler's law at (``seq_len``, ``steps``) is the chain's own law when its denoiser is the
         exact oracle (override where it is: one position per step from its exact conditional, exact chain sampling)."""

@@ -2,9 +2,9 @@
 
 Nie et al., "Large Language Diffusion Models" (arXiv:2502.09992).
 
-The output is ``x = [prompt | generated]`` of length T; the generated part (length G = T - P)
-is split into G / block_length blocks decoded left to right (semi-autoregressive), with
-S = steps / num_blocks steps per block.  A block with n masked positions commits
+The output is ``x = [prompt | generated]`` of length T; the generated part (length G = T - P) is split into
+G / block_length blocks decoded left to right (semi-autoregressive), with S = steps / num_blocks steps per
+block.  A block with n masked positions commits
 
     k_i = n // S + [i < n % S]        tokens at its step i = 0..S-1
 
@@ -16,15 +16,13 @@ At a step, with p_l = p(x0_l | z) the denoiser's marginal at masked position l o
   Gumbel race ``argmax(logits / tau + G)``;
 * confidence: ``low_confidence`` c_l = p_l(x0_l) (the probability under p, *no* temperature);
   ``random`` c_l ~ Uniform(0, 1) independent of everything else;
-* commit: the k_i masked positions of the current block with the largest confidence take
-  their proposal; every other proposal is discarded (those positions stay masked).  Committed
-  tokens never change.
+* commit: the k_i masked positions of the current block with the largest confidence take their proposal;
+  every other proposal is discarded (those positions stay masked).  Committed tokens never change.
 
-Top-k tie-break (implementation-defined upstream): confidence descending, then by ``tie_rule``:
-position ascending ("lowest", default: a stable descending sort over positions in increasing
-order), descending ("highest"), or uniformly at random ("random").  Ties are exact ties of the
-denoiser's floating-point output; under the exact oracle they are frequent, and the rule alone
-moves the output law (docs/samplers/llada.md).
+Top-k tie-break (implementation-defined upstream): confidence descending, then by ``tie_rule``: position
+ascending ("lowest", default: a stable descending sort over positions in increasing order), descending
+("highest"), or uniformly at random ("random").  Ties are exact ties of the denoiser's floating-point output;
+under the exact oracle they are frequent, and the rule alone moves the output law (docs/samplers/llada.md).
 
 The sampler is a rule (:mod:`dllm_lit.samplers.rule`): propose p^(1/tau), score the confidence p(x̂) <= max_v p
 (the declared bound), blocks after the prompt; the engine owns the loop and the posterior provider.
@@ -56,7 +54,7 @@ from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.decoding import block_bounds, check_blocks, random_order_steps, with_tie_rule
 from dllm_lit.samplers.draws import categorical, drawn_log_prob, tempered_law
-from dllm_lit.samplers.llada_path_law import with_smc_sandwich
+from dllm_lit.samplers.llada_path_law import smc_refusal, with_smc_sandwich
 from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.prompts import PROMPT_MODES, prompt_law
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
@@ -204,6 +202,8 @@ class LLaDA(RuleSampler):
             return False
         nb = self._blocks(seq_len)[2]  # an adaptive rule's blocks may outnumber its steps: no schedule then
         return steps is not None and 0 < nb <= steps and max(max(c) for c in self.block_schedule(seq_len, steps)[1]) <= 1
+
+    sandwich_refusal = smc_refusal
 
     def _round_counts(self, seq_len: int, steps: int) -> list[list[int]] | None:
         return None if self.schedule == "uniform" else self.block_schedule(seq_len, steps)[1]

@@ -52,6 +52,15 @@ def path_law_reason(sampler) -> str | None:
     return None
 
 
+def smc_refusal(sampler) -> str | None:
+    """LLaDA's :meth:`~dllm_lit.samplers.base.Sampler.sandwich_refusal`: low-confidence remasking asked for the SMC
+    sandwich without a path law (random remasking keeps the order sandwich)."""
+    if sampler.sandwich_paths > 0 and sampler.sandwich_method == "smc" and sampler.remasking != "random":
+        reason = path_law_reason(sampler)
+        return None if reason is None else f"sandwich_method 'smc' needs LLaDA's path law: {reason}"
+    return None
+
+
 class LLaDAPathLaw(RandomSubsetLaw):
     """Step law of LLaDA's low-confidence remasking over reveal states (module docstring) for ``sampler`` at
     (``seq_len``, ``steps``): one step per entry of the blocks' transfer counts (steps committing 0 included); the
@@ -159,8 +168,8 @@ def with_smc_sandwich(sampler, generate, indices: torch.Tensor, seq_len: int, st
     (``prompt_mode``) is added to both ends."""
     K = int(sampler.sandwich_paths)
     smc = K > 0 and sampler.sandwich_method == "smc"
-    if smc and path_law_reason(sampler) is not None:
-        raise ValueError(f"sandwich_method 'smc' needs LLaDA's path law: {path_law_reason(sampler)}")
+    if smc_refusal(sampler) is not None:
+        raise ValueError(smc_refusal(sampler))
     x, stats = generate(indices, seq_len, steps, seed)
     if not smc:
         return x, stats
