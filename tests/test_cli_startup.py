@@ -1,5 +1,5 @@
 """A refusal costs no start-up: what the command line and the config files alone show is refused before
-Lightning, transformers or the samplers load (dllm_lit.cli.precheck), in one line; ``--help`` lists every verb."""
+torch, Lightning, transformers or the samplers load (dllm_lit.cli.precheck), in one line; ``--help`` lists every verb."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("lightning", "transformers", "dllm_lit.samplers.base", "dllm_lit.cli.lightning_cli")
+HEAVY = ("torch", "lightning", "transformers", "dllm_lit.samplers.base", "dllm_lit.cli.lightning_cli")
 
 #: runs cli.py as ``python cli.py ...`` would, once per argument list, and reports the exit status, stderr and
 #: which heavy modules were loaded at the point of refusal
@@ -45,6 +45,8 @@ def test_bad_command_lines_are_refused_before_the_libraries_load(tmp_path) -> No
         (["fit", "--config", "configs/train_denoiser.yaml", "--data.batch_size", "0"], "data.batch_size must be a positive"),
         (["decompose", "--config", "configs/no_such.yaml"], "--config: no such file"),
         (["sweep", "sweeps/no_such.yaml"], "sweep file not found"),
+        (["conform", "--sampler", "configs/mdlm.yaml", "--law", "mdlm", "--alpha", "2"], "--alpha must lie in (0, 1)"),
+        (["report", "runs/no_such", "--out", str(tmp_path / "report")], "run folder not found: runs/no_such"),
         (["predcit", "--config", "configs/mdlm.yaml"], "unknown verb 'predcit'; one of predict, fit, sweep"),
     ]
     code = f"HEAVY = {HEAVY!r}\n" + PROBE

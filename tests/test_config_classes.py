@@ -87,7 +87,7 @@ def test_predict_refuses_a_function_in_one_line(tmp_path, capsys) -> None:
 
 
 def test_conform_refuses_a_function(tmp_path, capsys) -> None:
-    from dllm_lit.experiments.conform import main
+    from dllm_lit.experiments.conform_cli import main
 
     cfg, marker = _os_system(tmp_path)
     assert main(["--sampler", str(cfg), "--law", "chain"]) == 2

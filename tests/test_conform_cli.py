@@ -6,7 +6,8 @@ import torch
 
 from dllm_lit.exact.conformance import assert_conforms, detectable_tv, goodness_of_fit
 from dllm_lit.exact import chain_law
-from dllm_lit.experiments.conform import main, named_chain
+from dllm_lit.experiments.conform import named_chain
+from dllm_lit.experiments.conform_cli import main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 EXT = ("{class_path: dllm_lit.samplers.ExternalSampler, init_args: {generate: '%s', "

@@ -18,7 +18,8 @@ import torch
 
 from dllm_lit.exact.conformance import detectable_tv, law_dof, samples_for_tv
 from dllm_lit.exact import llada_law
-from dllm_lit.experiments.conform import TARGET_TV, confidence_ties, main, named_chain
+from dllm_lit.experiments.conform import confidence_ties, named_chain
+from dllm_lit.experiments.conform_cli import TARGET_TV, main
 from dllm_lit.hf import OracleForMaskedLM
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from dllm_lit.experiments.conform import main
+from dllm_lit.experiments.conform_cli import main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 COMMON = ["--chain", "tiny", "--seq-len", "4", "--samples", "4000", "--chunk", "2000"]

@@ -162,7 +162,8 @@ def test_llada_example_conforms_through_cli_conform(name, capsys) -> None:
     one is caught there (p < 1e-6)."""
     from dllm_lit.exact.conformance import goodness_of_fit
     from dllm_lit.exact import llada_law
-    from dllm_lit.experiments.conform import main, named_chain
+    from dllm_lit.experiments.conform import named_chain
+    from dllm_lit.experiments.conform_cli import main
 
     code = main(["--sampler", "examples/llada_conform.yaml", "--law", "llada", "--law-options",
                  "{temperature: 1.0, prompt_len: 1}", "--chain", name, "--seq-len", "4", "--samples", "4000"])

@@ -20,14 +20,14 @@ def _err_line(capsys) -> str:
 
 
 def test_conform_gives_no_verdict_when_the_sampler_exits(capsys) -> None:
-    from dllm_lit.experiments.conform import main
+    from dllm_lit.experiments.conform_cli import main
 
     assert main(["--sampler", ONE_STEP % ("exits", "")] + CONFORM) == 2
     assert "external_samplers:exits raised SystemExit(0)" in _err_line(capsys)
 
 
 def test_conform_timeout_ends_a_hanging_sampler(capsys) -> None:
-    from dllm_lit.experiments.conform import main
+    from dllm_lit.experiments.conform_cli import main
 
     started = time.monotonic()
     assert main(["--sampler", ONE_STEP % ("hangs", ""), "--timeout", "0.5"] + CONFORM) == 2

@@ -25,7 +25,7 @@ def _report(argv: list[str]) -> int:
 
 
 def _conform(argv: list[str]) -> int:
-    from dllm_lit.experiments.conform import main
+    from dllm_lit.experiments.conform_cli import main
 
     return main(argv)
 

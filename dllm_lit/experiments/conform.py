@@ -1,21 +1,6 @@
-"""``python cli.py conform``: does a sampler follow a rule's exact law (or another sampler's) on a tiny chain?
-
-    python cli.py conform --sampler examples/llada_conform.yaml --law llada \\
-        --law-options '{temperature: 1.0, prompt_len: 1}' --chain generic --seq-len 4
-    python cli.py conform --sampler configs/fhs.yaml --against configs/ar.yaml --seq-len 3 --target-tv 0.02
-
-``--sampler`` / ``--against``: a config file with a ``model:`` block (any shipped config, or one naming
-``dllm_lit.samplers.ExternalSampler`` and the user's function), or that block inline as YAML.  The samples are
-drawn with seed ``--seed`` (``--against`` with seed + 1) on the chain ``--chain``: ``tiny`` (V = 3, with exact
-ties: P(a, a) > 0 and an impossible transition), ``generic`` (V = 3, a random kernel: tie-free given a prompt
-token), ``order2`` / ``hmm`` (V = 3 worlds beyond first order: an order-2 context chain, a 4-state hidden HMM;
-random rows, tie-free given a prompt token) or a kernel as a YAML list of rows.  The report
-(dllm_lit.exact.conformance) gives chi-square, dof, p-value, TV, the most over- and under-sampled sequences, the
-verdict and the power (the TV the test detects); N is
-``--samples``, or by default the smallest N whose test detects ``--target-tv`` (0.01).  Where two positions'
-probabilities are equal or closer than float32 resolves, a ``dtype-sensitive`` line says in how many states
-(:func:`confidence_ties`).  The exit status is 0 when the sampler conforms, 1 when it differs, 2 for bad input.
-"""
+"""The work of ``python cli.py conform`` (its command line and usage: :mod:`dllm_lit.experiments.conform_cli`):
+the named chains and worlds, the sampler built from a config block, the exact law or second sampler it is tested
+against (:mod:`dllm_lit.exact.conformance`), and the dtype-sensitivity note (:func:`confidence_ties`)."""
 from __future__ import annotations
 
 import argparse
@@ -30,8 +15,8 @@ import yaml
 from dllm_lit.exact.conformance import Conformance, goodness_of_fit, law_dof, samples_for_tv, two_sample
 from dllm_lit.markov import HMMWorld, MarkovChain
 
-__all__ = ["main", "build_sampler", "named_chain", "CHAINS", "law_options", "law_help", "resolve_law_options",
-           "confidence_ties", "TARGET_TV"]
+__all__ = ["build_sampler", "named_chain", "CHAINS", "law_options", "law_help", "resolve_law_options",
+           "confidence_ties", "run"]
 
 #: the chains offered by name (V = 3), and the worlds beyond first order
 CHAINS = ("tiny", "generic", "order2", "hmm")
@@ -40,9 +25,6 @@ WORLDS = ("order2", "hmm")
 LAWS_WITH_STEPS = ("mdlm", "mdlm_paper", "block_mdlm", "llada", "maskgit", "klass", "dream", "dream_origin",
                    "pc_sampler", "sedd")
 TINY = [[0.6, 0.3, 0.1], [0.2, 0.0, 0.8], [0.5, 0.25, 0.25]]
-#: the default N detects any law at this TV from the reference (probability 0.8, level alpha); a float32 oracle
-#: model moved LLaDA's law on the generic chain by TV 0.0156, which N = 20000 (TV 0.024) did not detect
-TARGET_TV = 0.01
 #: laws that never rank probabilities of different positions (ties and near-ties cannot move them)
 UNRANKED_LAWS = ("chain", "mdlm", "mdlm_paper", "block_mdlm", "dream_origin", "sedd")
 #: probabilities closer than this (relative) are near-ties: float32 (eps 1.2e-7) and a softmax's few ulps blur them
@@ -257,47 +239,3 @@ def run(ns: argparse.Namespace) -> Conformance:
         res = two_sample(x, y, chain.vocab_size, ns.alpha, reference=getattr(other, "name", "reference sampler"))
     res.notes = _dtype_note(ns, chain, sampler, options)
     return res
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="cli.py conform", description=__doc__,
-                                 epilog="named laws (--law) and their --law-options, defaults and allowed values "
-                                        "(steps defaults to --steps):\n" + law_help(),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sampler", required=True, help="config file with a model: block, or the block as YAML")
-    ref = ap.add_mutually_exclusive_group(required=True)
-    ref.add_argument("--law", help="an exact rule by name (listed below; dllm_lit.exact.LAWS)")
-    ref.add_argument("--against", help="a second sampler (two-sample test), as --sampler")
-    ap.add_argument("--law-options", default="{}", help="the rule's options as a YAML mapping (listed below)")
-    ap.add_argument("--chain", default="tiny", help="tiny, generic, order2, hmm, or a kernel as a YAML list of rows")
-    ap.add_argument("--seq-len", type=int, default=4, help="T (V^T outcomes; at most 2^24)")
-    ap.add_argument("--steps", type=int, default=None, help="steps (default: the sampler's first steps value)")
-    ap.add_argument("--samples", type=int, default=None,
-                    help="N samples per sampler (default: the smallest N whose test detects --target-tv)")
-    ap.add_argument("--target-tv", type=float, default=TARGET_TV,
-                    help=f"choose N so that the test detects, with probability 0.8, any law at this total-variation "
-                         f"distance from the reference (default {TARGET_TV}; ignored with --samples)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--alpha", type=float, default=0.01, help="level of the test")
-    ap.add_argument("--chunk", type=int, default=4000, help="sequences per work item")
-    ap.add_argument("--timeout", type=float, default=None,
-                    help="seconds each sampler may take to draw its samples (default: no limit)")
-    ns = ap.parse_args(argv)
-    for name in ("seq_len", "samples", "chunk"):
-        if getattr(ns, name) is not None and getattr(ns, name) < 1:
-            print(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(ns, name)}", file=sys.stderr)
-            return 2
-    if ns.timeout is not None and not 0 < ns.timeout < float("inf"):
-        print(f"error: --timeout must be a number of seconds > 0, got {ns.timeout}", file=sys.stderr)
-        return 2
-    for name in ("alpha", "target_tv"):
-        if not 0 < getattr(ns, name) < 1:
-            print(f"error: --{name.replace('_', '-')} must lie in (0, 1), got {getattr(ns, name)}", file=sys.stderr)
-            return 2
-    try:
-        res = run(ns)
-    except (ValueError, OSError, yaml.YAMLError) as exc:
-        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
-        return 2
-    print(res)
-    return 0 if res.passed else 1

@@ -46,9 +46,8 @@ class MixedRunsError(ValueError):
 
 
 def collect_runs(paths: list[str | Path]) -> list[dict[str, Any]]:
-    """``[{"path", "meta", "rows"}]`` for every metrics.json found under ``paths``."""
-    from dllm_lit.results.writer import load_metrics
-
+    """``[{"path", "meta", "rows"}]`` for every metrics.json found under ``paths`` (a missing path is refused
+    before torch loads)."""
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_file():
@@ -61,6 +60,8 @@ def collect_runs(paths: list[str | Path]) -> list[dict[str, Any]]:
             raise FileNotFoundError(f"run folder not found: {p}")
     if not files:
         raise FileNotFoundError(f"no metrics.json under {', '.join(map(str, paths))}")
+    from dllm_lit.results.files import load_metrics
+
     runs = []
     for f in dict.fromkeys(files):
         meta, rows = load_metrics(f)

@@ -14,8 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import torch
-
 __all__ = ["atomic_write", "atomic_write_text", "atomic_write_bytes", "atomic_torch_save", "file_mode"]
 
 
@@ -54,7 +52,10 @@ def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> P
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> Path:
-    """``torch.save`` through an in-memory buffer, then an atomic write."""
+    """``torch.save`` through an in-memory buffer, then an atomic write (torch loads here: the report and the
+    command-line checks import this module without it)."""
+    import torch
+
     buf = io.BytesIO()
     torch.save(obj, buf)
     return atomic_write_bytes(path, buf.getvalue())
