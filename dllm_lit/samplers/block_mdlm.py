@@ -29,7 +29,7 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.decoding import check_top_p, dense_ranks, top_p_filter
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.draws import StepUniforms, drawn_log_prob
+from dllm_lit.samplers.draws import StepUniforms, argmax_log_prob, drawn_log_prob
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.rule import RuleSampler
 from dllm_lit.samplers.schedules import block_times, stay_probs
@@ -181,7 +181,7 @@ class BlockMDLM(RuleSampler):
             lq = drawn_log_prob(self.propose(probs), tok)
             if fill_slot is not None:
                 fill = (decode[b, p] % slots) == fill_slot
-                lq = torch.where(fill, torch.where(tok == probs.argmax(-1), 0.0, float("-inf")).to(lq.dtype), lq)
+                lq = torch.where(fill, argmax_log_prob(probs, tok), lq)
             return lq
 
         theory = None
