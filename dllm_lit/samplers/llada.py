@@ -35,7 +35,7 @@ block's positions drawn once at the block's start and consumed k_i at a time (i.
 stable sort): the rule declares ``order = "random"`` and the engine queries the denoiser only at the k_i
 committed positions (O(k V) per step; :func:`dllm_lit.decoding.providers.decode_random_order`).
 
-Prompts (:mod:`dllm_lit.samplers.prompts`).  ``prompt`` fixes tokens at positions 0..P-1; ``prompt_mode`` (the
+Prompts (:class:`~dllm_lit.samplers.prompts.Prompted`).  ``prompt`` fixes tokens at positions 0..P-1; ``prompt_mode`` (the
 paper's conditional LLaDA) instead draws one token at position 0 per sequence, from the chain's stationary law pi
 ("pi"), from its head ("pi_head": tokens by pi descending while the cumulative mass is <= 30%, plus the next one,
 renormalised) or its tail ("pi_tail": the same in ascending order); never changed.
@@ -52,7 +52,7 @@ from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.decoding import block_bounds, check_blocks, with_tie_rule
 from dllm_lit.samplers.draws import tempered_law, tempered_log_prob
 from dllm_lit.samplers.llada_path_law import smc_refusal, with_smc_sandwich
-from dllm_lit.samplers.prompts import PROMPT_MODES, check_prompt, check_prompt_ids, prompt_law, prompted_state
+from dllm_lit.samplers.prompts import PROMPT_MODES, Prompted, check_prompt, prompt_law
 from dllm_lit.samplers.random_order import RandomRounds, random_order_stats
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts
 from dllm_lit.samplers.rule import RuleSampler
@@ -62,7 +62,8 @@ __all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "prompt_law"]
 
 REMASKING = ("low_confidence", "random")
 
-class LLaDA(RuleSampler):
+
+class LLaDA(Prompted, RuleSampler):
     """LLaDA ``generate()`` with an exact or learned denoiser (see module docstring).
 
     Args:
@@ -142,20 +143,12 @@ class LLaDA(RuleSampler):
                                                    left_revealed=blk > 0 or P > 0) for blk in range(nb)]
 
     # ------------------------------------------------------------------ settings
-    def prompt_length(self) -> int:
-        return 1 if self.prompt_mode is not None else len(self.prompt)
-
     def _blocks(self, seq_len: int) -> tuple[int, int, int]:
         """(prompt length P, block length, number of blocks) for ``seq_len``."""
         P = self.prompt_length()
         G = seq_len - P
         bl = self.block_length if self.block_length is not None else G
         return P, bl, (G // bl if bl > 0 else 0)
-
-    def check_options(self) -> None:
-        """Prompt ids must be tokens of the chain."""
-        super().check_options()
-        check_prompt_ids(self.prompt, self.vocab_size)
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
         """The prompt fits, block_length divides the generated length, steps divide into the blocks."""
@@ -192,24 +185,14 @@ class LLaDA(RuleSampler):
 
     sandwich_refusal = smc_refusal
 
-    def _round_counts(self, seq_len: int, steps: int) -> list[list[int]] | None:
-        return None if self.schedule == "uniform" else self.block_schedule(seq_len, steps)[1]
-
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         if self.remasking != "random":  # low confidence: the SMC sandwich over its path law when asked
             return with_smc_sandwich(self, super().generate_with_stats, indices, seq_len, steps, seed)
         x, stats = super().generate_with_stats(indices, seq_len, steps, seed)
-        rounds = RandomRounds(*self._blocks(seq_len), self._round_counts(seq_len, steps), self._log_law,
-                              predicted=self.temperature == 1)
+        counts = None if self.schedule == "uniform" else self.block_schedule(seq_len, steps)[1]
+        rounds = RandomRounds(*self._blocks(seq_len), counts, self._log_law, predicted=self.temperature == 1)
         return x, random_order_stats(self, rounds, indices, seq_len, steps, seed, x, stats)
 
     def _log_law(self, j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
         """log q(tok) under the proposal law (argmax at temperature 0: 0 or -inf)."""
         return tempered_log_prob(probs, tok, self.temperature)
-
-    def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int,
-                      log_q: torch.Tensor | None = None) -> torch.Tensor:
-        """All-MASK [B, T] with the prompt (fixed or drawn per sequence) written in; a drawn prompt
-        token's log-probability goes to ``log_q[:, 0]`` (a fixed prompt is deterministic: log q = 0)."""
-        x = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
-        return prompted_state(x, self.prompt, self.prompt_mode, self.chain, indices, seed, log_q)

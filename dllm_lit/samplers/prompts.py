@@ -14,7 +14,7 @@ import torch
 from dllm_lit import rng
 from dllm_lit.samplers.draws import categorical, drawn_log_prob
 
-__all__ = ["PROMPT_MODES", "PROMPT_SET_MASS", "prompt_law", "check_prompt", "check_prompt_ids", "prompted_state"]
+__all__ = ["PROMPT_MODES", "PROMPT_SET_MASS", "prompt_law", "check_prompt", "Prompted"]
 
 PROMPT_MODES = (None, "pi", "pi_head", "pi_tail")
 #: cumulative mass of pi that defines the head / tail prompt sets (paper's conditional LLaDA)
@@ -59,25 +59,36 @@ def check_prompt(prompt, prompt_mode: str | None) -> list[int]:
     return list(prompt)
 
 
-def check_prompt_ids(prompt: list[int], vocab_size: int) -> None:
-    """Prompt ids must be tokens of the chain."""
-    bad = [v for v in prompt if v >= vocab_size]
-    if bad:
-        raise ValueError(f"prompt token ids must lie in [0, V={vocab_size}), got {bad}")
+class Prompted:
+    """Mixin of a sampler with a prompt: ``self.prompt`` (fixed token ids, from :func:`check_prompt`) or
+    ``self.prompt_mode`` (a drawn position-0 token), both set by its ``__init__``."""
 
+    prompt: list[int]
+    prompt_mode: str | None
 
-def prompted_state(x: torch.Tensor, prompt: list[int], prompt_mode: str | None, chain, indices: torch.Tensor,
-                   seed: int, log_q: torch.Tensor | None = None) -> torch.Tensor:
-    """``x`` [B, T] with the prompt written in: the fixed ``prompt``, or per sequence a position-0 token drawn from
-    :func:`prompt_law` of the ``chain``'s stationary law with ``Stream.PROMPT`` uniforms, its log-probability going
-    to ``log_q[:, 0]`` (a fixed prompt is deterministic: log q = 0)."""
-    B, dev = x.shape[0], x.device
-    if prompt:
-        x[:, : len(prompt)] = torch.tensor(prompt, dtype=torch.long, device=dev)
-    elif prompt_mode is not None:
-        law = prompt_law(chain.stationary, prompt_mode).to(dev)
-        u = rng.uniform(rng.sequence_keys(seed, indices, rng.Stream.PROMPT), 0, 0)
-        x[:, 0] = categorical(law.expand(B, -1), u)
-        if log_q is not None:
-            log_q[:, 0] = drawn_log_prob(law.expand(B, -1), x[:, 0])
-    return x
+    def prompt_length(self) -> int:
+        return 1 if self.prompt_mode is not None else len(self.prompt)
+
+    def check_options(self) -> None:
+        """Prompt ids must be tokens of the chain."""
+        super().check_options()
+        bad = [v for v in self.prompt if v >= self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids must lie in [0, V={self.vocab_size}), got {bad}")
+
+    def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int,
+                      log_q: torch.Tensor | None = None) -> torch.Tensor:
+        """All-MASK [B, T] with the prompt written in: the fixed ``prompt``, or per sequence a position-0 token drawn
+        from :func:`prompt_law` of the chain's stationary law with ``Stream.PROMPT`` uniforms, its log-probability
+        going to ``log_q[:, 0]`` (a fixed prompt is deterministic: log q = 0)."""
+        B, dev = indices.numel(), indices.device
+        x = torch.full((B, seq_len), self.mask_id, dtype=torch.long, device=dev)
+        if self.prompt:
+            x[:, : len(self.prompt)] = torch.tensor(self.prompt, dtype=torch.long, device=dev)
+        elif self.prompt_mode is not None:
+            law = prompt_law(self.chain.stationary, self.prompt_mode).to(dev)
+            u = rng.uniform(rng.sequence_keys(seed, indices, rng.Stream.PROMPT), 0, 0)
+            x[:, 0] = categorical(law.expand(B, -1), u)
+            if log_q is not None:
+                log_q[:, 0] = drawn_log_prob(law.expand(B, -1), x[:, 0])
+        return x
