@@ -28,7 +28,7 @@ The confidence loop (LLaDA, Dream, EB, PC and, through :func:`decode_rule`, ever
     :func:`in_sub_batches`.
 
 Rows of the exact oracle, memoised per neighbourhood key
-    :class:`NeighbourhoodRows`; :class:`PosteriorCache` (rows refreshed only
+    :class:`NeighbourhoodRows`; :class:`PosteriorCache` (the :class:`CachedFeatures` it keeps; rows refreshed only
     where a nearest revealed neighbour changed); :class:`ReferenceScoreBounds` (score envelopes for Dream) and their slack
     :data:`ENVELOPE_SLACK`.
 
@@ -63,7 +63,7 @@ from dllm_lit.decoding.editing import EDIT_LAWS, EditCall, decode_edits
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.decoding.nucleus import check_top_p, top_k_filter, top_p_filter
 from dllm_lit.decoding.ordered_decoding import coin_decode_steps, decode_in_order, dense_ranks, random_order_steps
-from dllm_lit.decoding.posterior_cache import PosteriorCache
+from dllm_lit.decoding.posterior_cache import CachedFeatures, PosteriorCache
 from dllm_lit.decoding.nucleus_draws import NucleusDraws
 from dllm_lit.decoding.providers import decode_random_order, decode_rule, decode_step_grid
 from dllm_lit.decoding.reference import GUMBEL_SLOT, reference_decode
@@ -85,7 +85,7 @@ __all__ = [
     "has_max_prob_bound", "block_bounds", "check_blocks", "ranking_options", "with_tie_rule", "TIE_SLOT",
     "BlockPosteriors", "StepView", "propose_step", "cache_width", "in_sub_batches",
     # rows of the exact oracle
-    "NeighbourhoodRows", "PosteriorCache", "ReferenceScoreBounds", "ENVELOPE_SLACK",
+    "NeighbourhoodRows", "PosteriorCache", "CachedFeatures", "ReferenceScoreBounds", "ENVELOPE_SLACK",
     # truncated proposal laws
     "top_p_filter", "top_k_filter", "check_top_p", "NucleusDraws",
     # the editing loop

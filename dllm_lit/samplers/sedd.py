@@ -57,7 +57,7 @@ import math
 import torch
 
 from dllm_lit import checks, rng
-from dllm_lit.decoding import PosteriorCache, decode_in_order
+from dllm_lit.decoding import CachedFeatures, PosteriorCache, decode_in_order
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
@@ -156,8 +156,8 @@ class SEDD(Sampler):
         eps, beta = self.noise_eps, self.beta
         cache = None
         if PosteriorCache.fits(B, V + 2, length=T):
-            cache = PosteriorCache(den, B, 0, T, self._tempered_features,
-                                   {"mass": ((), torch.float64), "cdf": ((V,), torch.float64)}, z.device)
+            spec = CachedFeatures(self._tempered_features, {"mass": ((), torch.float64), "cdf": ((V,), torch.float64)})
+            cache = PosteriorCache(den, B, 0, T, spec, z.device)
         for j in range(steps + 1):
             b, p = nonzero_pairs(z == M)
             if b.numel() == 0:
