@@ -499,7 +499,8 @@ def test_posterior_cache_neighbour_updates_equal_full_scans(by_key: bool) -> Non
         left, right = nearest_revealed(z, M)
         b, q = (z[:, lo:hi] == M).nonzero(as_tuple=True)
         assert torch.equal(cache.left[b, q], left[b, q + lo]) and torch.equal(cache.right[b, q], right[b, q + lo])
-        fresh = posterior_cache.PosteriorCache(oracle, B, lo, hi, posterior_cache.CachedFeatures(feats, widths), z.device)
+        fresh = posterior_cache.PosteriorCache(oracle, B, lo, hi, posterior_cache.CachedFeatures(feats, widths),
+                                               z.device)
         fresh.refresh(z)
         for name in ("argmax", "pmax"):
             assert torch.equal(cache.get(name, b, q + lo), fresh.get(name, b, q + lo)), (step, name)

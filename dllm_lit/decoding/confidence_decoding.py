@@ -36,7 +36,7 @@ import torch
 from dllm_lit import checks
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
-from dllm_lit.decoding.bounded_counts import score_until_counted
+from dllm_lit.decoding.bounded_counts import ScoringRounds, score_until_counted
 from dllm_lit.decoding.compact_decoding import CompactBlock, compact_applies, compact_counts
 from dllm_lit.decoding.gap_decoding import GapBlock, decode_gaps, gaps_apply
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, \
@@ -422,13 +422,13 @@ def _decode(den, x: torch.Tensor, row0: int, taken: torch.Tensor, blocks: list[t
                 scores, proposal = _score_bounded(post, x, masked, j, k, plan)
                 if not score_reads_tokens:  # ranked by features: proposals drawn where they commit
                     b, p = nonzero_pairs(masked) if post.cache is None else (None, None)
-                    proposal = _LazyProposals(post, masked, b, None if p is None else p + lo, lo, j, propose, proposal)
+                    proposal = _LazyProposals(post, masked, b, None if p is None else p + lo, j, propose, proposal)
             elif bound is not None and count_decided is not None:
                 ub, scores, proposal, fill = _bounded_scores(post, x, masked, taken, plan, True)
                 large = den.vocab_size >= ROUNDS_MIN_VOCAB
-                n_counted = score_until_counted(ub, masked, scores, fill, count, count_decided,
-                                                ADAPTIVE_FIRST if large else first_draws(1, den.vocab_size), large,
-                                                growth=ADAPTIVE_GROWTH)
+                sizes = ScoringRounds(ADAPTIVE_FIRST if large else first_draws(1, den.vocab_size), ADAPTIVE_GROWTH,
+                                      large)
+                n_counted = score_until_counted(ub, masked, scores, fill, count, count_decided, sizes)
             else:
                 b, p = nonzero_pairs(masked)
                 p = p + lo
@@ -442,7 +442,7 @@ def _decode(den, x: torch.Tensor, row0: int, taken: torch.Tensor, blocks: list[t
                     scores[b, p - lo] = score(view)
                 else:  # rank first, draw at the committed positions only (see decode_blocks)
                     scores[b, p - lo] = score(view)
-                    proposal = _LazyProposals(post, masked, b, p, lo, view.j, propose, proposal,
+                    proposal = _LazyProposals(post, masked, b, p, view.j, propose, proposal,
                                               None if schedule is not None else taken.clone())
             keys = None
             if tie_rule == "random":
@@ -495,18 +495,18 @@ COUNT_PREFIX = 8
 
 class _LazyProposals:
     """The proposals of one step drawn on demand at the positions that commit (``score_reads_tokens=False``):
-    ``propose`` on a :class:`StepView` of those positions, with the step index ``j`` of the full view (an int, or
-    one per loaded position; ``j_rows``: the same, one per row of the state), and without the cache the loaded
-    positions' indices as ``sel``."""
+    ``propose`` on a :class:`StepView` of those positions of the block of ``post``, with the step index ``j`` of the
+    full view (an int, or one per loaded position; ``j_rows``: the same, one per row of the state), and without the
+    cache the loaded positions' indices as ``sel``."""
 
-    def __init__(self, post: BlockPosteriors, masked: torch.Tensor, b: torch.Tensor, p: torch.Tensor, lo: int, j,
+    def __init__(self, post: BlockPosteriors, masked: torch.Tensor, b: torch.Tensor, p: torch.Tensor, j,
                  propose, dense: torch.Tensor, j_rows: torch.Tensor | None = None) -> None:
-        self.post, self.masked, self.lo, self.j, self.propose, self.dense = post, masked, lo, j, propose, dense
+        self.post, self.masked, self.lo, self.j, self.propose, self.dense = post, masked, post.lo, j, propose, dense
         self.j_rows = j_rows if post.cache is not None else None
         self.index = None
         if post.cache is None or not (isinstance(j, int) or self.j_rows is not None):  # index of every masked (b, p)
             self.index = torch.full(dense.shape, -1, dtype=torch.long, device=dense.device)
-            self.index[b, p - lo] = torch.arange(b.numel(), device=dense.device)
+            self.index[b, p - self.lo] = torch.arange(b.numel(), device=dense.device)
 
     def at(self, rb: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """Proposals at block columns q of rows rb (masked positions)."""

@@ -39,9 +39,10 @@ __all__ = ["decode_cuts"]
 
 
 @torch.no_grad()
-def decode_cuts(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int) -> None:
+def decode_cuts(rule: RuleSampler, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int) -> None:
     """Decode the all-MASK x [B, T] in place by the cut rule ``rule`` (module docstring), in sub-batches that fit
     the posterior cache (identical draws)."""
+    den = rule.denoiser
     B, T, V = x.shape[0], x.shape[1], den.vocab_size
     greedy = rule.propose(torch.full((1, V), 1.0 / V, device=x.device)) is None
     bounded = not greedy and rule.use_cache and has_max_prob_bound(den)

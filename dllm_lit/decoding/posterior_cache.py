@@ -62,8 +62,8 @@ class CachedFeatures:
             provides :meth:`~dllm_lit.denoisers.LocalDenoiser.max_prob_bound`, is computed from the neighbours
             alone at refresh (no posterior rows) and tightened to the exact row maximum wherever
             :meth:`PosteriorCache.draw` computes a row.  ``features`` may then be None (no row features at all).
-        law_scores: :meth:`PosteriorCache.draw` returns each proposal's probability under ``law`` (a normalised law) instead of
-            the posterior's.
+        law_scores: :meth:`PosteriorCache.draw` returns each proposal's probability under ``law`` (a normalised
+            law) instead of the posterior's.
         width: numbers per position the cache would store, for the memory check of the caller
             (:class:`~dllm_lit.decoding.confidence_decoding.BlockPosteriors`; None: from ``widths`` and ``fresh``).
     """

@@ -26,10 +26,11 @@ __all__ = ["decode_stable"]
 
 
 @torch.no_grad()
-def decode_stable(rule, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int) -> torch.Tensor:
+def decode_stable(rule, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int) -> torch.Tensor:
     """Decode x [B, T] (all MASK) in place by a rule declaring ``stability_history`` (module docstring), block after
     block with the rule's counts; returns the denoiser calls of each sequence (float64 [B]: one per step at which its
     block still had a masked position).  Runs in sub-batches that fit the posterior cache (identical draws)."""
+    den = rule.denoiser
     T, V = x.shape[1], den.vocab_size
     blocks, counts = rule.block_schedule(T, steps)
     greedy = rule.propose(torch.full((1, V), 1.0 / V, device=x.device)) is None

@@ -35,10 +35,10 @@ block's positions drawn once at the block's start and consumed k_i at a time (i.
 stable sort): the rule declares ``order = "random"`` and the engine queries the denoiser only at the k_i
 committed positions (O(k V) per step; :func:`dllm_lit.decoding.providers.decode_random_order`).
 
-Prompts (:class:`~dllm_lit.samplers.prompts.Prompted`).  ``prompt`` fixes tokens at positions 0..P-1; ``prompt_mode`` (the
-paper's conditional LLaDA) instead draws one token at position 0 per sequence, from the chain's stationary law pi
-("pi"), from its head ("pi_head": tokens by pi descending while the cumulative mass is <= 30%, plus the next one,
-renormalised) or its tail ("pi_tail": the same in ascending order); never changed.
+Prompts (:class:`~dllm_lit.samplers.prompts.Prompted`).  ``prompt`` fixes tokens at positions 0..P-1;
+``prompt_mode`` (the paper's conditional LLaDA) instead draws one token at position 0 per sequence, from the chain's
+stationary law pi ("pi"), from its head ("pi_head": tokens by pi descending while the cumulative mass is <= 30%,
+plus the next one, renormalised) or its tail ("pi_tail": the same in ascending order); never changed.
 
 Randomness: token proposals use ``StepUniforms`` (Stream.TOKEN) at (global step, position); random-remasking
 orders use Stream.ORDER uniforms keyed by the block index.
