@@ -72,7 +72,7 @@ def plain(rule_cls: type) -> type:
 
     def generate(self, indices, seq_len, steps, seed, log_q=None):
         x = self.initial_state(indices, seq_len, seed)
-        reference_decode(self, self.denoiser, x, indices, steps, seed)
+        reference_decode(self, x, indices, steps, seed)
         return x
 
     return type(f"Plain{rule_cls.__name__}", (rule_cls,), {"generate": generate})

@@ -302,7 +302,7 @@ def _llada_path(sampler, idx: torch.Tensor, T: int, steps: int, seed: int):
 
     x, _ = sampler.generate_with_stats(idx, T, steps, seed)
     replay, own = torch.full_like(x, sampler.mask_id), torch.full_like(x, -1)
-    reference_decode(sampler, sampler.denoiser, replay, idx, steps, seed, steps_out=own)
+    reference_decode(sampler, replay, idx, steps, seed, steps_out=own)
     assert torch.equal(replay, x)
     return x, LLaDAPathLaw(sampler, T, steps), own, None
 

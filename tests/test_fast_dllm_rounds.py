@@ -47,7 +47,7 @@ def _rule(chain: MarkovChain, options: dict) -> FastDLLM:
 def _run(rule: FastDLLM, provider: str, n: int = 4, T: int = 32, steps: int = 4, seed: int = 3):
     idx = torch.arange(1, n + 1)
     x, taken = rule.initial_state(idx, T, seed), torch.zeros(n, dtype=torch.float64)
-    assert decode_rule(rule, rule.denoiser, x, idx, steps, seed, taken=taken, provider=provider) == provider
+    assert decode_rule(rule, x, idx, steps, seed, taken=taken, provider=provider) == provider
     return x, taken
 
 

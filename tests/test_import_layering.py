@@ -262,3 +262,38 @@ def test_sampler_classes_load_on_first_use() -> None:
         module = importlib.import_module(path if "." in path else f"dllm_lit.samplers.{path}")
         assert getattr(samplers, name) is getattr(module, name)
     assert set(samplers.__all__) == set(samplers._EXPORTS)
+
+
+#: the most parameters a function of the decoding engine takes (issue 35: options travel as one frozen dataclass
+#: built once, e.g. ``BlockDecoding``, ``CachedFeatures``, ``ScoringRounds``)
+MAX_ENGINE_PARAMETERS = 8
+#: engine functions allowed more, each with its reason
+ENGINE_PARAMETER_EXEMPTIONS = {
+    # numba-compiled kernels: their arrays and scalars are their parameters (a compiled function takes no Python
+    # object to bundle them), and they are called from one Python wrapper each
+    "dllm_lit/decoding/nucleus_kernel.py:_cut",
+    "dllm_lit/decoding/nucleus_kernel.py:filter_strict_rows",
+}
+
+
+def _engine_parameter_counts() -> dict[str, int]:
+    """``path:function`` -> its positional and keyword-only parameters besides ``self`` / ``cls`` (``*args`` and
+    ``**kwargs`` excluded), for every function and method of ``dllm_lit/decoding/``."""
+    out: dict[str, int] = {}
+    for path in sorted((PACKAGE / "decoding").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                n = sum(x.arg not in ("self", "cls") for x in a.posonlyargs + a.args + a.kwonlyargs)
+                name = f"{path.relative_to(ROOT).as_posix()}:{node.name}"
+                out[name] = max(n, out.get(name, 0))
+    return out
+
+
+def test_no_engine_function_takes_more_than_eight_parameters() -> None:
+    """No function of the decoding engine takes more than :data:`MAX_ENGINE_PARAMETERS` parameters, but the
+    listed compiled kernels; every exemption still names a function that needs it."""
+    counts = _engine_parameter_counts()
+    over = {name: n for name, n in counts.items() if n > MAX_ENGINE_PARAMETERS}
+    assert sorted(set(over) - ENGINE_PARAMETER_EXEMPTIONS) == []
+    assert sorted(ENGINE_PARAMETER_EXEMPTIONS - set(over)) == []

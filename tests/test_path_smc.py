@@ -177,7 +177,8 @@ def test_sandwich_brackets_log_q_and_tightens_with_k(resample_below) -> None:
     log_q = mdlm_paper_law(chain, T, S)[(x * 3 ** torch.arange(T - 1, -1, -1)).sum(1)].log()
     gaps = []
     for K in (1, 8):
-        r = smc_sandwich(law, torch.full_like(x, den.mask_id), x, s._decode(idx, T, S, 0), idx, 0, K, resample_below)
+        order = s.rounds(T, S).order(0, idx, S, T)
+        r = smc_sandwich(law, torch.full_like(x, den.mask_id), x, order, idx, 0, K, resample_below)
         lo, hi = r["log_q_iw_lower"] - log_q, r["log_q_iw_upper"] - log_q
         assert float(lo.mean()) < 3 * float(lo.std()) / N ** 0.5
         assert float(hi.mean()) > -3 * float(hi.std()) / N ** 0.5

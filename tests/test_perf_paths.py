@@ -166,12 +166,14 @@ def test_max_prob_bound_bounds_every_row(name) -> None:
 def test_llada_uses_row_free_bounds_with_the_oracle() -> None:
     """At temperature > 0 the LLaDA cache refreshes bounds from the neighbours alone (no row features)."""
     from dllm_lit.decoding.confidence_decoding import BlockPosteriors, has_max_prob_bound
+    from dllm_lit.decoding.posterior_cache import CachedFeatures
 
     chain = _chains()["sparse_teleport"]
     oracle = OracleDenoiser(chain)
     assert has_max_prob_bound(oracle) and not has_max_prob_bound(OracleDenoiser(chain, max_cache_bytes=1))
-    post = BlockPosteriors(oracle, 2, 0, 8, lambda p: {"pmax": p.amax(-1)}, {"probs": ((chain.vocab_size,), None),
-                           "pmax": ((), None)}, torch.device("cpu"), fresh=("probs",), law=lambda p: p, bound="pmax")
+    spec = CachedFeatures(lambda p: {"pmax": p.amax(-1)}, {"probs": ((chain.vocab_size,), None), "pmax": ((), None)},
+                          fresh=("probs",), law=lambda p: p, bound="pmax")
+    post = BlockPosteriors(oracle, 2, 0, 8, spec, torch.device("cpu"))
     assert post.cache.features is None and post.cache.store["pmax"].dtype == torch.float64
 
 
@@ -483,7 +485,8 @@ def test_posterior_cache_neighbour_updates_equal_full_scans(by_key: bool) -> Non
     z = torch.full((B, T), M, dtype=torch.long)
     z[:, :3] = torch.randint(0, chain.vocab_size, (B, 3), generator=g)
     feats, widths = (lambda p: proposal_features(p, 1.0, cdf=False)), proposal_widths(chain.vocab_size, 1.0, cdf=False)
-    cache = posterior_cache.PosteriorCache(oracle, B, lo, hi, feats, widths, z.device, by_key=by_key)
+    cache = posterior_cache.PosteriorCache(oracle, B, lo, hi, posterior_cache.CachedFeatures(feats, widths), z.device,
+                                           by_key=by_key)
     for step in range(14):
         if step == 6:  # outside the block
             z[:, 36] = 1
@@ -496,7 +499,8 @@ def test_posterior_cache_neighbour_updates_equal_full_scans(by_key: bool) -> Non
         left, right = nearest_revealed(z, M)
         b, q = (z[:, lo:hi] == M).nonzero(as_tuple=True)
         assert torch.equal(cache.left[b, q], left[b, q + lo]) and torch.equal(cache.right[b, q], right[b, q + lo])
-        fresh = posterior_cache.PosteriorCache(oracle, B, lo, hi, feats, widths, z.device)
+        fresh = posterior_cache.PosteriorCache(oracle, B, lo, hi, posterior_cache.CachedFeatures(feats, widths),
+                                               z.device)
         fresh.refresh(z)
         for name in ("argmax", "pmax"):
             assert torch.equal(cache.get(name, b, q + lo), fresh.get(name, b, q + lo)), (step, name)

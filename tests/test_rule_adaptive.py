@@ -37,7 +37,7 @@ def _plain(s: RuleSampler, idx: torch.Tensor, T: int, steps: int, seed: int,
            provider: str = "dense") -> tuple[torch.Tensor, torch.Tensor]:
     """Samples and NFE of ``s`` on ``provider`` (the chosen one when it can run there)."""
     x, taken = s.initial_state(idx, T, seed), torch.zeros(idx.numel(), dtype=torch.float64)
-    decode_rule(s, s.denoiser, x, idx, steps, seed, taken=taken, provider=provider)
+    decode_rule(s, x, idx, steps, seed, taken=taken, provider=provider)
     return x, taken
 
 

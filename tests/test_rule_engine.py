@@ -35,7 +35,7 @@ def _plain(s: RuleSampler, n: int, T: int, steps: int, seed: int) -> torch.Tenso
     """The rule on the dense direct provider (the reference loop), whatever the denoiser."""
     idx = torch.arange(n)
     x = s.initial_state(idx, T, seed)
-    reference_decode(s, s.denoiser, x, idx, steps, seed)
+    reference_decode(s, x, idx, steps, seed)
     return x
 
 
@@ -146,7 +146,7 @@ def test_the_engine_chooses_the_provider_from_the_denoiser(chains) -> None:
     assert choose_provider(LeftToRight(oracle), oracle) == "cache"
     assert choose_provider(LLaDA(oracle), GenericDenoiser(oracle)) == "dense"
     x = LLaDA(oracle, temperature=1.0).connect(chain).initial_state(torch.arange(2), 16, 0)
-    assert decode_rule(LLaDA(oracle, temperature=1.0).connect(chain), oracle, x, torch.arange(2), 4, 0) == "bounded"
+    assert decode_rule(LLaDA(oracle, temperature=1.0).connect(chain), x, torch.arange(2), 4, 0) == "bounded"
     assert (x < chain.vocab_size).all()
 
 

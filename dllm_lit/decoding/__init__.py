@@ -28,14 +28,15 @@ The confidence loop (LLaDA, Dream, EB, PC and, through :func:`decode_rule`, ever
     :func:`in_sub_batches`.
 
 Rows of the exact oracle, memoised per neighbourhood key
-    :class:`NeighbourhoodRows`, :func:`run_memo`, :func:`keyed_rows`; :class:`PosteriorCache` (rows refreshed only
+    :class:`NeighbourhoodRows`; :class:`PosteriorCache` (the :class:`CachedFeatures` it keeps; rows refreshed only
     where a nearest revealed neighbour changed); :class:`ReferenceScoreBounds` (score envelopes for Dream) and their slack
     :data:`ENVELOPE_SLACK`.
 
 Truncated proposal laws (ReMDM, Dream, BD3)
     :func:`top_p_filter` (the strict nucleus cut: sort-free bucket and compiled paths, the full sort's float64
     additions), :func:`top_k_filter`, :func:`check_top_p`; ``top_p_filter`` is also public as
-    ``dllm_lit.samplers.top_p_filter``.
+    ``dllm_lit.samplers.top_p_filter``.  :class:`NucleusDraws` draws a step's tokens from the filtered posterior
+    (ReMDM; rows once per neighbourhood key).
 
 The editing loop (WINO, LLaDA 2.1, P2, SlowFast: rules that revisit revealed tokens)
     :func:`decode_edits` runs an editing rule (:class:`~dllm_lit.samplers.edit_rule.EditRule`) from its declared
@@ -62,8 +63,9 @@ from dllm_lit.decoding.editing import EDIT_LAWS, EditCall, decode_edits
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
 from dllm_lit.decoding.nucleus import check_top_p, top_k_filter, top_p_filter
 from dllm_lit.decoding.ordered_decoding import coin_decode_steps, decode_in_order, dense_ranks, random_order_steps
-from dllm_lit.decoding.posterior_cache import PosteriorCache
-from dllm_lit.decoding.providers import decode_random_order, decode_rule, decode_step_grid, keyed_rows, run_memo
+from dllm_lit.decoding.posterior_cache import CachedFeatures, PosteriorCache
+from dllm_lit.decoding.nucleus_draws import NucleusDraws
+from dllm_lit.decoding.providers import decode_random_order, decode_rule, decode_step_grid
 from dllm_lit.decoding.reference import GUMBEL_SLOT, reference_decode
 from dllm_lit.decoding.row_providers import LeaveOneOutRows, check_leave_one_out, draft_rows, draw_stored
 from dllm_lit.decoding.selection_kernels import lowest, stable_ranks
@@ -83,9 +85,9 @@ __all__ = [
     "has_max_prob_bound", "block_bounds", "check_blocks", "ranking_options", "with_tie_rule", "TIE_SLOT",
     "BlockPosteriors", "StepView", "propose_step", "cache_width", "in_sub_batches",
     # rows of the exact oracle
-    "NeighbourhoodRows", "run_memo", "keyed_rows", "PosteriorCache", "ReferenceScoreBounds", "ENVELOPE_SLACK",
+    "NeighbourhoodRows", "PosteriorCache", "CachedFeatures", "ReferenceScoreBounds", "ENVELOPE_SLACK",
     # truncated proposal laws
-    "top_p_filter", "top_k_filter", "check_top_p",
+    "top_p_filter", "top_k_filter", "check_top_p", "NucleusDraws",
     # the editing loop
     "decode_edits", "EditCall", "EDIT_LAWS", "stable_ranks", "lowest",
     # leave-one-out and draft rows

@@ -17,24 +17,34 @@ full computation, so the loop ends.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from dllm_lit.samplers.selection import topk_stable_mask
 
-__all__ = ["score_until_counted"]
+__all__ = ["score_until_counted", "ScoringRounds"]
+
+
+@dataclass(frozen=True)
+class ScoringRounds:
+    """How many positions a step scores per round: ``first`` per sequence, then (with ``rounds``) rounds growing
+    ``growth``-fold from there, best bounds first; without ``rounds`` one round takes every candidate.  Any round
+    sizes give the same count and commits; they only set how many rows are scored."""
+
+    first: int
+    growth: int = 4
+    rounds: bool = True
 
 
 def score_until_counted(ub: torch.Tensor, masked: torch.Tensor, scores: torch.Tensor,
-                        fill: Callable[[torch.Tensor], None], count, count_decided, first: int,
-                        rounds: bool = True, growth: int = 4) -> torch.Tensor:
+                        fill: Callable[[torch.Tensor], None], count, count_decided, sizes: ScoringRounds) -> torch.Tensor:
     """The count n [B] of one adaptive step (module docstring), scoring by ``fill(where)`` (which writes ``scores``
     [B, L] at the masked positions ``where``; -inf where not scored) only where needed.
 
     ``ub`` [B, L]: float64 score bounds at the ``masked`` positions (-inf elsewhere); ``count(sorted, n_masked)``
-    and ``count_decided(top, known, rest, n_masked)`` the rule's; ``first``: positions scored first per sequence;
-    ``rounds``: later rounds grow ``growth``-fold from there, best bounds first (else one round takes every
-    candidate).  Any round sizes give the same count and commits; they only set how many rows are scored."""
+    and ``count_decided(top, known, rest, n_masked)`` the rule's; ``sizes``: the positions scored per round."""
+    first, growth, rounds = sizes.first, sizes.growth, sizes.rounds
     B, L = masked.shape
     n_masked = masked.sum(1)
     idle = n_masked == 0

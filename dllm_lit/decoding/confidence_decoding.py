@@ -29,19 +29,19 @@ coincide draw for draw.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from dllm_lit import checks
 from dllm_lit.denoisers.local import LocalDenoiser
 from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
-from dllm_lit.decoding.bounded_counts import score_until_counted
+from dllm_lit.decoding.bounded_counts import ScoringRounds, score_until_counted
 from dllm_lit.decoding.compact_decoding import CompactBlock, compact_applies, compact_counts
 from dllm_lit.decoding.gap_decoding import GapBlock, decode_gaps, gaps_apply
 from dllm_lit.samplers.draws import StepUniforms, categorical, categorical_from_cdf, \
     sharpen, tempered_law
-from dllm_lit.decoding.posterior_cache import PosteriorCache
+from dllm_lit.decoding.posterior_cache import CachedFeatures, PosteriorCache
 from dllm_lit.samplers.selection import (TIE_RULES, rank_positions, top_n_mask, topk_mask_by_rule, topk_stable_mask,
                                          unique_top_n)
 from dllm_lit.decoding.step_view import StepView
@@ -135,35 +135,30 @@ def cache_width(denoiser, widths: Widths, fresh: tuple[str, ...] = (), other: in
 class BlockPosteriors:
     """Posterior features at the masked positions of [lo, hi) of a [B, T] state, step after step.
 
-    With ``use_cache`` and enough memory they live in a :class:`PosteriorCache` (every position of the
-    block, refreshed only where a nearest revealed neighbour changed); otherwise every :meth:`load`
-    recomputes them with ``probs_at`` at the listed positions.  Same values either way.
-    ``row0``: index of the state's first row in the caller's batch (:attr:`StepView.b` adds it).
-    ``law``: the proposal law (posterior rows -> unnormalised law), for :meth:`PosteriorCache.draw`.  With a
+    ``spec``: the features (:class:`CachedFeatures`).  With ``use_cache`` and enough memory they live in a
+    :class:`PosteriorCache` (every position of the block, refreshed only where a nearest revealed neighbour
+    changed); otherwise every :meth:`load` recomputes them with ``probs_at`` at the listed positions.  Same values
+    either way.  ``row0``: index of the state's first row in the caller's batch (:attr:`StepView.b` adds it).
+    ``spec.law``: the proposal law (posterior rows -> unnormalised law), for :meth:`PosteriorCache.draw`.  With a
     ``law`` and a denoiser that bounds max_v p without rows (:func:`has_max_prob_bound`), the feature
-    ``bound`` is that bound, refreshed from the neighbours alone, and no row features are computed at refresh.
-    ``law_scores``: drawn proposals come with their probability under the (normalised) proposal law instead of
-    the posterior's (:meth:`PosteriorCache.draw`).
+    ``spec.bound`` is that bound, refreshed from the neighbours alone, and no row features are computed at refresh.
+    ``spec.law_scores``: drawn proposals come with their probability under the (normalised) proposal law instead
+    of the posterior's (:meth:`PosteriorCache.draw`).
     """
 
-    def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features, widths: Widths,
-                 device: torch.device, use_cache: bool = True, width: int | None = None, row0: int = 0,
-                 fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 bound: str | None = None, law_scores: bool = False) -> None:
-        self.den, self.lo, self.hi, self.features, self.row0 = denoiser, lo, hi, features, row0
-        self.names = set(widths)
-        if width is None:
-            width = cache_width(denoiser, widths, fresh)
+    def __init__(self, denoiser, B: int, lo: int, hi: int, spec: CachedFeatures, device: torch.device,
+                 use_cache: bool = True, row0: int = 0) -> None:
+        self.den, self.lo, self.hi, self.features, self.row0 = denoiser, lo, hi, spec.features, row0
+        self.names = set(spec.widths)
+        width = cache_width(denoiser, spec.widths, spec.fresh) if spec.width is None else spec.width
         self.cache = None
         if use_cache and PosteriorCache.fits(B, width, length=hi - lo):
-            if law is not None and bound is not None and has_max_prob_bound(denoiser):
-                widths = {name: w for name, w in widths.items() if name in fresh}
-                widths[bound] = ((), torch.float64)
-                self.cache = PosteriorCache(denoiser, B, lo, hi, None, widths, device, fresh, law=law, bound=bound,
-                                            law_scores=law_scores)
+            if spec.law is not None and spec.bound is not None and has_max_prob_bound(denoiser):
+                widths = {name: w for name, w in spec.widths.items() if name in spec.fresh}
+                widths[spec.bound] = ((), torch.float64)
+                self.cache = PosteriorCache(denoiser, B, lo, hi, replace(spec, features=None, widths=widths), device)
             else:
-                self.cache = PosteriorCache(denoiser, B, lo, hi, features, widths, device, fresh, law=law,
-                                            law_scores=law_scores, by_key=True)
+                self.cache = PosteriorCache(denoiser, B, lo, hi, replace(spec, bound=None), device, by_key=True)
         self._feats: dict[str, torch.Tensor] = {}
 
     def load(self, x: torch.Tensor, b: torch.Tensor | None, p: torch.Tensor | None) -> None:
@@ -373,7 +368,8 @@ def _decode(den, x: torch.Tensor, row0: int, taken: torch.Tensor, blocks: list[t
         plan.law
     score_reads_tokens, score_bound, law_scores = plan.score_reads_tokens, plan.score_bound, plan.law_scores
     count_prefix, count_decided = plan.count_prefix, plan.count_decided
-    width = cache_width(den, widths, fresh) if plan.width is None else plan.width
+    spec = CachedFeatures(features, widths, fresh, law, bound if schedule is not None or count_decided is not None
+                          else None, law_scores, plan.width)
     B, dev = x.shape[0], x.device
     M = den.mask_id
     rows = torch.arange(B, device=dev)
@@ -390,11 +386,10 @@ def _decode(den, x: torch.Tensor, row0: int, taken: torch.Tensor, blocks: list[t
             continue
         if (schedule is None and count_prefix is not None and not score_reads_tokens and bound is None and use_cache
                 and tie_rule in ("lowest", "highest") and gaps_apply(den, x, lo, hi, COUNT_PREFIX)):
-            block = GapBlock(den, x, lo, hi, features, set(widths), fresh, law, row0, law_scores)
+            block = GapBlock(den, x, lo, hi, spec, row0)
             decode_gaps(block, taken, propose, score, count, count_prefix, tie_rule, COUNT_PREFIX)
             continue
-        post = BlockPosteriors(den, B, lo, hi, features, widths, dev, use_cache, width, row0, fresh, law,
-                               bound if schedule is not None or count_decided is not None else None, law_scores)
+        post = BlockPosteriors(den, B, lo, hi, spec, dev, use_cache, row0)
         # a fixed schedule ranked by features alone over a by-key cache, every sequence holding the same number of
         # masked positions: score every column from the slots (no position lists), commit the stable top-k columns
         ranked_dense = (schedule is not None and bound is None and not score_reads_tokens and tie_rule != "random"
@@ -427,13 +422,13 @@ def _decode(den, x: torch.Tensor, row0: int, taken: torch.Tensor, blocks: list[t
                 scores, proposal = _score_bounded(post, x, masked, j, k, plan)
                 if not score_reads_tokens:  # ranked by features: proposals drawn where they commit
                     b, p = nonzero_pairs(masked) if post.cache is None else (None, None)
-                    proposal = _LazyProposals(post, masked, b, None if p is None else p + lo, lo, j, propose, proposal)
+                    proposal = _LazyProposals(post, masked, b, None if p is None else p + lo, j, propose, proposal)
             elif bound is not None and count_decided is not None:
                 ub, scores, proposal, fill = _bounded_scores(post, x, masked, taken, plan, True)
                 large = den.vocab_size >= ROUNDS_MIN_VOCAB
-                n_counted = score_until_counted(ub, masked, scores, fill, count, count_decided,
-                                                ADAPTIVE_FIRST if large else first_draws(1, den.vocab_size), large,
-                                                growth=ADAPTIVE_GROWTH)
+                sizes = ScoringRounds(ADAPTIVE_FIRST if large else first_draws(1, den.vocab_size), ADAPTIVE_GROWTH,
+                                      large)
+                n_counted = score_until_counted(ub, masked, scores, fill, count, count_decided, sizes)
             else:
                 b, p = nonzero_pairs(masked)
                 p = p + lo
@@ -447,7 +442,7 @@ def _decode(den, x: torch.Tensor, row0: int, taken: torch.Tensor, blocks: list[t
                     scores[b, p - lo] = score(view)
                 else:  # rank first, draw at the committed positions only (see decode_blocks)
                     scores[b, p - lo] = score(view)
-                    proposal = _LazyProposals(post, masked, b, p, lo, view.j, propose, proposal,
+                    proposal = _LazyProposals(post, masked, b, p, view.j, propose, proposal,
                                               None if schedule is not None else taken.clone())
             keys = None
             if tie_rule == "random":
@@ -500,18 +495,18 @@ COUNT_PREFIX = 8
 
 class _LazyProposals:
     """The proposals of one step drawn on demand at the positions that commit (``score_reads_tokens=False``):
-    ``propose`` on a :class:`StepView` of those positions, with the step index ``j`` of the full view (an int, or
-    one per loaded position; ``j_rows``: the same, one per row of the state), and without the cache the loaded
-    positions' indices as ``sel``."""
+    ``propose`` on a :class:`StepView` of those positions of the block of ``post``, with the step index ``j`` of the
+    full view (an int, or one per loaded position; ``j_rows``: the same, one per row of the state), and without the
+    cache the loaded positions' indices as ``sel``."""
 
-    def __init__(self, post: BlockPosteriors, masked: torch.Tensor, b: torch.Tensor, p: torch.Tensor, lo: int, j,
+    def __init__(self, post: BlockPosteriors, masked: torch.Tensor, b: torch.Tensor, p: torch.Tensor, j,
                  propose, dense: torch.Tensor, j_rows: torch.Tensor | None = None) -> None:
-        self.post, self.masked, self.lo, self.j, self.propose, self.dense = post, masked, lo, j, propose, dense
+        self.post, self.masked, self.lo, self.j, self.propose, self.dense = post, masked, post.lo, j, propose, dense
         self.j_rows = j_rows if post.cache is not None else None
         self.index = None
         if post.cache is None or not (isinstance(j, int) or self.j_rows is not None):  # index of every masked (b, p)
             self.index = torch.full(dense.shape, -1, dtype=torch.long, device=dense.device)
-            self.index[b, p - lo] = torch.arange(b.numel(), device=dense.device)
+            self.index[b, p - self.lo] = torch.arange(b.numel(), device=dense.device)
 
     def at(self, rb: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """Proposals at block columns q of rows rb (masked positions)."""

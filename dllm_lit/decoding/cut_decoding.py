@@ -26,6 +26,7 @@ from dllm_lit import rng
 from dllm_lit.decoding.compact_decoding import CompactBlock, compact_applies
 from dllm_lit.decoding.confidence_decoding import (ROUNDS_MIN_VOCAB, BlockPosteriors, cache_width, confidence,
                                                    first_draws, has_max_prob_bound, sub_batches)
+from dllm_lit.decoding.posterior_cache import CachedFeatures
 from dllm_lit.decoding.step_view import StepView
 from dllm_lit.samplers.draws import StepUniforms, categorical
 from dllm_lit.samplers.selection import topk_stable_mask
@@ -38,9 +39,10 @@ __all__ = ["decode_cuts"]
 
 
 @torch.no_grad()
-def decode_cuts(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int) -> None:
+def decode_cuts(rule: RuleSampler, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int) -> None:
     """Decode the all-MASK x [B, T] in place by the cut rule ``rule`` (module docstring), in sub-batches that fit
     the posterior cache (identical draws)."""
+    den = rule.denoiser
     B, T, V = x.shape[0], x.shape[1], den.vocab_size
     greedy = rule.propose(torch.full((1, V), 1.0 / V, device=x.device)) is None
     bounded = not greedy and rule.use_cache and has_max_prob_bound(den)
@@ -89,14 +91,15 @@ def _decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, step
 
     run = _Run(rule, x, steps, propose, gum_u)
     if bounded:  # proposals drawn only where they can commit
-        post = BlockPosteriors(den, B, 0, T, features, _widths(V, greedy, True), dev, rule.use_cache,
-                               fresh=("probs",), law=rule.propose, bound="pmax")
+        spec = CachedFeatures(features, _widths(V, greedy, True), fresh=("probs",), law=rule.propose, bound="pmax")
+        post = BlockPosteriors(den, B, 0, T, spec, dev, rule.use_cache)
         if post.cache is not None and post.cache.bound is not None:
             start = run.compact(den)
             if start < steps:
                 run.bounded(post, start)
             return
-    post = BlockPosteriors(den, B, 0, T, features, _widths(V, greedy, False), dev, rule.use_cache, 2 * V + 2)
+    post = BlockPosteriors(den, B, 0, T, CachedFeatures(features, _widths(V, greedy, False), width=2 * V + 2), dev,
+                           rule.use_cache)
     for t in range(steps):
         masked = x == M
         b, p = nonzero_pairs(masked)

@@ -22,17 +22,16 @@ def decode(rule, x: torch.Tensor, indices: torch.Tensor, seq_len: int, steps: in
     """Decode x [B, T] in place by the path ``rule`` declares (module docstring).  Returns the denoiser evaluations
     of each sequence (float64 [B]) where the path counts them per sequence (adaptive counts, stability, step grids),
     else None (the rule's fixed ``nfe``)."""
-    den = rule.denoiser
     if rule.stability_history:
-        return decode_stable(rule, den, x, indices, steps, seed)
+        return decode_stable(rule, x, indices, steps, seed)
     grid = rule.order == "random" and rule.step_grid(seq_len, steps) is not None
     taken = torch.zeros(indices.numel(), dtype=torch.float64, device=indices.device) if rule.adaptive or grid else None
     if rule.cuts:
-        decode_cuts(rule, den, x, indices, steps, seed)
+        decode_cuts(rule, x, indices, steps, seed)
     elif grid:
-        decode_step_grid(rule, den, x, indices, steps, seed, log_q=log_q, taken=taken)
+        decode_step_grid(rule, x, indices, steps, seed, log_q=log_q, taken=taken)
     elif rule.order == "random":
-        decode_random_order(rule, den, x, indices, steps, seed, log_q=log_q)
+        decode_random_order(rule, x, indices, steps, seed, log_q=log_q)
     else:
-        decode_rule(rule, den, x, indices, steps, seed, log_q=log_q, taken=taken)
+        decode_rule(rule, x, indices, steps, seed, log_q=log_q, taken=taken)
     return taken

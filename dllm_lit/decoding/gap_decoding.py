@@ -20,13 +20,12 @@ scores are the same numbers; proposals are drawn from rows recomputed from the n
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
 from dllm_lit.util.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import categorical, categorical_from_stored_cdf, row_chunks
+from dllm_lit.decoding.posterior_cache import CachedFeatures
 from dllm_lit.decoding.sparse_rows import SparseNeighbourhoodRows, keyed_rows
 from dllm_lit.samplers.selection import rank_positions, top_n_mask, unique_top_n
 from dllm_lit.decoding.step_view import StepView
@@ -55,11 +54,11 @@ class GapBlock:
 
     cache = None  #: no :class:`PosteriorCache`: :class:`StepView` reads features through :meth:`get`
 
-    def __init__(self, den: LocalDenoiser, x: torch.Tensor, lo: int, hi: int,
-                 features: Callable[[torch.Tensor], dict[str, torch.Tensor]], names: set[str], fresh: tuple[str, ...],
-                 law: Callable[[torch.Tensor], torch.Tensor] | None, row0: int = 0, law_scores: bool = False) -> None:
+    def __init__(self, den: LocalDenoiser, x: torch.Tensor, lo: int, hi: int, spec: CachedFeatures,
+                 row0: int = 0) -> None:
         self.den, self.x, self.lo, self.hi, self.row0 = den, x, lo, hi, row0
-        self.names, self.fresh, self.law, self.law_scores = names, set(fresh), law, law_scores
+        self.names, self.fresh, self.law, self.law_scores = set(spec.widths), set(spec.fresh), spec.law, spec.law_scores
+        features = spec.features
         self.depth = int(den.neighbour_key_depth())
         self.memo = keyed_rows(den, lambda rows: {k: v for k, v in features(rows).items()
                                                          if k not in self.fresh}, device=x.device)

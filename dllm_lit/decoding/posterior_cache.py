@@ -29,6 +29,7 @@ rows only at the positions drawn from, and tightens their bound to the exact row
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -37,7 +38,7 @@ from dllm_lit.util.indices import flat_nonzero, nonzero_pairs, ranges
 from dllm_lit.samplers.draws import categorical, categorical_from_stored_cdf, row_chunks
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows, law_row_features
 
-__all__ = ["PosteriorCache", "DEFAULT_CACHE_ELEMENTS"]
+__all__ = ["PosteriorCache", "CachedFeatures", "DEFAULT_CACHE_ELEMENTS"]
 
 #: largest B * T * (feature width) the cache allocates (about 1 GB of float64)
 DEFAULT_CACHE_ELEMENTS = 2**27
@@ -45,32 +46,51 @@ DEFAULT_CACHE_ELEMENTS = 2**27
 Features = Callable[[torch.Tensor], dict[str, torch.Tensor]]
 
 
-class PosteriorCache:
-    """Per-position features of p(x0 | z) over the positions [lo, hi) of a [B, T] state.
+@dataclass(frozen=True)
+class CachedFeatures:
+    """What a :class:`PosteriorCache` keeps per position, built once per run by its caller.
 
     Args:
-        denoiser: the sampler's denoiser (neighbour fast path if it is a :class:`LocalDenoiser`).
         features: maps posterior rows [n, V] to named tensors with leading dimension n.
         widths: name -> (trailing shape, dtype) of each feature, for allocation; a dtype of None
             takes the dtype of the first computed values (e.g. the posterior's own dtype).
         fresh: names of features equal to the posterior rows themselves that are, for a
             :class:`LocalDenoiser`, not stored but recomputed from the stored neighbours where
-            :meth:`get` reads them (identical values; O(V) per read instead of per refreshed position).
-        law: for :meth:`draw`: maps posterior rows to the (unnormalised) law proposals are drawn from.
+            :meth:`PosteriorCache.get` reads them (identical values; O(V) per read instead of per refreshed position).
+        law: for :meth:`PosteriorCache.draw`: maps posterior rows to the (unnormalised) law proposals are drawn from.
         bound: name of a float64 feature holding an upper bound of max_v p(x0_i = v | z) that, when the denoiser
             provides :meth:`~dllm_lit.denoisers.LocalDenoiser.max_prob_bound`, is computed from the neighbours
-            alone at refresh (no posterior rows) and tightened to the exact row maximum wherever :meth:`draw`
-            computes a row.  ``features`` may then be None (no row features at all).
-        law_scores: :meth:`draw` returns each proposal's probability under ``law`` (a normalised law) instead of
-            the posterior's.
+            alone at refresh (no posterior rows) and tightened to the exact row maximum wherever
+            :meth:`PosteriorCache.draw` computes a row.  ``features`` may then be None (no row features at all).
+        law_scores: :meth:`PosteriorCache.draw` returns each proposal's probability under ``law`` (a normalised
+            law) instead of the posterior's.
+        width: numbers per position the cache would store, for the memory check of the caller
+            (:class:`~dllm_lit.decoding.confidence_decoding.BlockPosteriors`; None: from ``widths`` and ``fresh``).
+    """
+
+    features: Features | None
+    widths: dict[str, tuple[tuple[int, ...], torch.dtype | None]]
+    fresh: tuple[str, ...] = ()
+    law: Callable[[torch.Tensor], torch.Tensor] | None = None
+    bound: str | None = None
+    law_scores: bool = False
+    width: int | None = None
+
+
+class PosteriorCache:
+    """Per-position features of p(x0 | z) over the positions [lo, hi) of a [B, T] state.
+
+    Args:
+        denoiser: the sampler's denoiser (neighbour fast path if it is a :class:`LocalDenoiser`).
+        spec: the features kept (:class:`CachedFeatures`).
         by_key: keep the features once per neighbourhood key and a slot per position, where the denoiser's key
             range is small (:class:`NeighbourhoodRows`).
     """
 
-    def __init__(self, denoiser, B: int, lo: int, hi: int, features: Features,
-                 widths: dict[str, tuple[tuple[int, ...], torch.dtype]], device: torch.device,
-                 fresh: tuple[str, ...] = (), law: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 bound: str | None = None, law_scores: bool = False, by_key: bool = False) -> None:
+    def __init__(self, denoiser, B: int, lo: int, hi: int, spec: CachedFeatures, device: torch.device,
+                 by_key: bool = False) -> None:
+        features, widths, fresh, law, bound, law_scores = (spec.features, spec.widths, spec.fresh, spec.law,
+                                                           spec.bound, spec.law_scores)
         self.den = denoiser
         self.lo, self.hi = lo, hi
         self.features = features

@@ -105,17 +105,18 @@ def _rows(view: StepView, memo: NeighbourhoodRows | None) -> tuple[torch.Tensor,
 
 
 @torch.no_grad()
-def decode_rule(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
+def decode_rule(rule: RuleSampler, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
                 log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None,
                 provider: str | None = None) -> str:
-    """Decode the masked positions of x [B, T] in place by ``rule`` through ``provider`` (None:
+    """Decode the masked positions of x [B, T] in place by ``rule`` on its denoiser through ``provider`` (None:
     :func:`choose_provider`'s); with ``log_q`` [B, T] also the log-probability of every committed proposal; an
     adaptive rule adds its steps per sequence to ``taken`` (float64 [B]) when given.  Returns the provider's name."""
+    den = rule.denoiser
     if provider is None:
         provider = choose_provider(rule, den)
     check_provider(rule, den, provider)
     if provider == "dense":
-        reference_decode(rule, den, x, indices, steps, seed, log_q=log_q, taken=taken)
+        reference_decode(rule, x, indices, steps, seed, log_q=log_q, taken=taken)
         return provider
     V = den.vocab_size
     greedy = _greedy(rule, V, x.device)
@@ -226,7 +227,7 @@ def _score_bound(rule: RuleSampler, den):
 
 
 @torch.no_grad()
-def decode_random_order(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
+def decode_random_order(rule: RuleSampler, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
                         log_q: torch.Tensor | None = None) -> None:
     """Decode x [B, T] in place by a rule declaring ``order = "random"``: every position at its step of
     ``rule.decode_steps``, the denoiser queried only where positions commit (:func:`decode_in_order`), proposals
@@ -245,11 +246,11 @@ def decode_random_order(rule: RuleSampler, den, x: torch.Tensor, indices: torch.
         return tok, torch.zeros(tok.shape, dtype=torch.float64, device=tok.device) if law is None \
             else drawn_log_prob(law, tok)
 
-    x.copy_(decode_in_order(den, x, decode, steps - 1, propose, log_q=log_q))
+    x.copy_(decode_in_order(rule.denoiser, x, decode, steps - 1, propose, log_q=log_q))
 
 
 @torch.no_grad()
-def decode_step_grid(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
+def decode_step_grid(rule: RuleSampler, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
                      log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None) -> None:
     """Decode x [B, T] in place by a random-order rule declaring per-block step grids (``rule.step_grid`` gives
     ``(slots, fill)``): ``rule.decode_steps`` is the global step block * slots + step within the block, so most
@@ -276,7 +277,8 @@ def decode_step_grid(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Ten
             lq = None if lq is None else torch.where(at_fill, torch.zeros_like(lq), lq)
         return tok if lq is None else (tok, lq)
 
-    x.copy_(decode_in_order(den, x, dense, int(distinct.max()) - 1 if x.numel() else -1, propose, log_q=log_q))
+    x.copy_(decode_in_order(rule.denoiser, x, dense, int(distinct.max()) - 1 if x.numel() else -1, propose,
+                            log_q=log_q))
     if taken is not None:
         taken += distinct.to(device=taken.device, dtype=taken.dtype)
 

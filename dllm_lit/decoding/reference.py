@@ -59,12 +59,13 @@ def check_count(rule: RuleSampler, n: torch.Tensor, n_masked: torch.Tensor) -> t
 
 
 @torch.no_grad()
-def reference_decode(rule: RuleSampler, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
+def reference_decode(rule: RuleSampler, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int,
                      log_q: torch.Tensor | None = None, taken: torch.Tensor | None = None,
                      steps_out: torch.Tensor | None = None) -> None:
-    """The rule's loop on ``den.probs_at`` (the dense direct provider): decodes the masked positions of x in place;
-    an adaptive rule adds its steps per sequence to ``taken`` (float64 [B]) when given; ``steps_out`` (long [B, T])
-    receives the step index of every committed position (the decoding path)."""
+    """The rule's loop on its denoiser's ``probs_at`` (the dense direct provider): decodes the masked positions of x
+    in place; an adaptive rule adds its steps per sequence to ``taken`` (float64 [B]) when given; ``steps_out`` (long
+    [B, T]) receives the step index of every committed position (the decoding path)."""
+    den = rule.denoiser
     B, M = x.shape[0], den.mask_id
     tok_u = StepUniforms(seed, indices, steps)
     tie_u = StepUniforms(seed, indices, steps, stream=rng.Stream.ORDER)

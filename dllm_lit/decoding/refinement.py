@@ -42,7 +42,8 @@ def decode_refine(rule, indices: torch.Tensor, seq_len: int, steps: int, seed: i
     col = torch.arange(L, device=dev)
     memo = LeaveOneOutRows.provider_for(rule.denoiser, dev, cache) == "memo"
     bounded = BoundedRefinement(rule, z, tok_u) if memo else None
-    loo = None if memo else LeaveOneOutRows(rule.denoiser, rule.row_features, dev, cache=cache)
+    direct = None if memo else _DirectCalls(rule, LeaveOneOutRows(rule.denoiser, rule.row_features, dev, cache=cache),
+                                            tok_u)
     while True:
         rows = flat_nonzero(blk < nb)
         if rows.numel() == 0:
@@ -54,7 +55,7 @@ def decode_refine(rule, indices: torch.Tensor, seq_len: int, steps: int, seed: i
             k = k_of[j[rows].clamp(max=S - 1)]
             if bounded is None:
                 pos = blk[rows, None] * L + col[None, :]
-                idx, tok, edited, filled = _direct_call(rule, loo, z, rows, pos, has_mask, k, nfe, tok_u)
+                idx, tok, edited, filled = direct.call(z, rows, pos, has_mask, k, nfe)
             else:
                 idx, tok, edited, filled = bounded.call(z, rows, blk[rows] * L, L, has_mask, k, left[rows], nfe)
             z.view(-1)[idx] = tok
@@ -74,39 +75,46 @@ def decode_refine(rule, indices: torch.Tensor, seq_len: int, steps: int, seed: i
     return z, nfe.to(torch.float64)
 
 
-def _direct_call(rule, loo: LeaveOneOutRows, z: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor,
-                 has_mask: torch.Tensor, k: torch.Tensor, nfe: torch.Tensor, tok_u: StepUniforms):
-    """One call of the sequences ``rows`` at their block positions ``pos`` [R, L], scoring every position:
-    (flat positions, their new tokens, whether each sequence edited, tokens filled per sequence)."""
-    bb = rows[:, None].expand_as(pos)
-    zb = z[bb, pos]
-    masked = zb == rule.mask_id
-    x0, conf = _proposals(rule, loo, z, zb, bb, pos, masked, nfe, tok_u)
-    score = torch.where(masked, conf, float("-inf"))
-    fill = (score > rule.threshold) & masked
-    ranked = flat_nonzero((fill.sum(1) < k) & has_mask)  # the most confident min(k, #masked): where needed
-    if ranked.numel():
-        fill[ranked] = topk_stable_mask(score[ranked], torch.minimum(k, masked.sum(1))[ranked]) & masked[ranked]
-    edit = torch.zeros_like(masked)
-    if rule.editing_threshold is not None:
-        edit = ~masked & (x0 != zb) & (conf > rule.editing_threshold)
-    change = fill | edit
-    return (bb * z.shape[1] + pos)[change], x0[change], edit.any(1), fill.sum(1)
+class _DirectCalls:
+    """The calls of ``rule`` scoring every block position, rows from ``loo``, proposals drawn with ``tok_u``."""
 
+    def __init__(self, rule, loo: LeaveOneOutRows, tok_u: StepUniforms) -> None:
+        self.rule, self.loo, self.tok_u = rule, loo, tok_u
 
-def _proposals(rule, loo: LeaveOneOutRows, z: torch.Tensor, zb: torch.Tensor, bb: torch.Tensor, pos: torch.Tensor,
-               masked: torch.Tensor, nfe: torch.Tensor, tok_u: StepUniforms) -> tuple[torch.Tensor, torch.Tensor]:
-    """One call's proposals x^ and confidences [R, L]: drawn at masked positions and at revealed ones that can be
-    edited; any other revealed position keeps its token."""
-    bf, pf = bb.reshape(-1), pos.reshape(-1)
-    feat, row = loo.rows(z, bf, pf)
-    drawn = masked.reshape(-1)
-    if rule.editing_threshold is not None:
-        drawn = drawn | (feat["cmax"][row] > rule.editing_threshold)
-    at = flat_nonzero(drawn)
-    x0 = zb.reshape(-1).clone()
-    x0[at] = draw_stored(feat, row[at], tok_u.at(nfe.index_select(0, bf[at]), bf[at], pf[at]))
-    conf = feat["law"][row, x0]
-    if "sum" in feat:
-        conf = conf / feat["sum"][row]
-    return x0.view_as(zb), conf.view_as(zb)
+    def call(self, z: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, has_mask: torch.Tensor, k: torch.Tensor,
+             nfe: torch.Tensor):
+        """One call of the sequences ``rows`` at their block positions ``pos`` [R, L], scoring every position:
+        (flat positions, their new tokens, whether each sequence edited, tokens filled per sequence)."""
+        rule = self.rule
+        bb = rows[:, None].expand_as(pos)
+        zb = z[bb, pos]
+        masked = zb == rule.mask_id
+        x0, conf = self._proposals(z, zb, bb, pos, masked, nfe)
+        score = torch.where(masked, conf, float("-inf"))
+        fill = (score > rule.threshold) & masked
+        ranked = flat_nonzero((fill.sum(1) < k) & has_mask)  # the most confident min(k, #masked): where needed
+        if ranked.numel():
+            fill[ranked] = topk_stable_mask(score[ranked], torch.minimum(k, masked.sum(1))[ranked]) & masked[ranked]
+        edit = torch.zeros_like(masked)
+        if rule.editing_threshold is not None:
+            edit = ~masked & (x0 != zb) & (conf > rule.editing_threshold)
+        change = fill | edit
+        return (bb * z.shape[1] + pos)[change], x0[change], edit.any(1), fill.sum(1)
+
+    def _proposals(self, z: torch.Tensor, zb: torch.Tensor, bb: torch.Tensor, pos: torch.Tensor, masked: torch.Tensor,
+                   nfe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One call's proposals x^ and confidences [R, L]: drawn at masked positions and at revealed ones that can be
+        edited; any other revealed position keeps its token."""
+        rule, tok_u = self.rule, self.tok_u
+        bf, pf = bb.reshape(-1), pos.reshape(-1)
+        feat, row = self.loo.rows(z, bf, pf)
+        drawn = masked.reshape(-1)
+        if rule.editing_threshold is not None:
+            drawn = drawn | (feat["cmax"][row] > rule.editing_threshold)
+        at = flat_nonzero(drawn)
+        x0 = zb.reshape(-1).clone()
+        x0[at] = draw_stored(feat, row[at], tok_u.at(nfe.index_select(0, bf[at]), bf[at], pf[at]))
+        conf = feat["law"][row, x0]
+        if "sum" in feat:
+            conf = conf / feat["sum"][row]
+        return x0.view_as(zb), conf.view_as(zb)

@@ -17,6 +17,7 @@ import torch
 
 from dllm_lit.decoding.confidence_decoding import BlockPosteriors, StepView, cache_width, sub_batches
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows
+from dllm_lit.decoding.posterior_cache import CachedFeatures
 from dllm_lit.denoisers.local import distinct_queries, neighbour_distances
 from dllm_lit.samplers.draws import StepUniforms, row_chunks
 from dllm_lit.util.indices import flat_nonzero, nonzero_pairs
@@ -25,10 +26,11 @@ __all__ = ["decode_stable"]
 
 
 @torch.no_grad()
-def decode_stable(rule, den, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int) -> torch.Tensor:
+def decode_stable(rule, x: torch.Tensor, indices: torch.Tensor, steps: int, seed: int) -> torch.Tensor:
     """Decode x [B, T] (all MASK) in place by a rule declaring ``stability_history`` (module docstring), block after
     block with the rule's counts; returns the denoiser calls of each sequence (float64 [B]: one per step at which its
     block still had a masked position).  Runs in sub-batches that fit the posterior cache (identical draws)."""
+    den = rule.denoiser
     T, V = x.shape[1], den.vocab_size
     blocks, counts = rule.block_schedule(T, steps)
     greedy = rule.propose(torch.full((1, V), 1.0 / V, device=x.device)) is None
@@ -77,8 +79,8 @@ def _decode_batch(rule, den, x: torch.Tensor, tok_u: StepUniforms, schedule, gre
         if rule.announces_blocks:
             den.block_start(lo, hi)
         bl, S = hi - lo, len(counts[blk])
-        post = BlockPosteriors(den, B, lo, hi, features, _widths(V, greedy), dev, rule.use_cache, width,
-                               fresh=("probs",) if greedy else ())
+        spec = CachedFeatures(features, _widths(V, greedy), fresh=("probs",) if greedy else (), width=width)
+        post = BlockPosteriors(den, B, lo, hi, spec, dev, rule.use_cache)
         cache = post.cache
         # greedy proposals over a cache of neighbours: rows only where a neighbour changed (module docstring)
         fast = greedy and cache is not None and cache.local

@@ -29,33 +29,16 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.decoding import check_top_p, dense_ranks, top_p_filter
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.samplers.draws import StepUniforms, drawn_log_prob
+from dllm_lit.samplers.draws import StepUniforms, argmax_log_prob, drawn_log_prob
 from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
 from dllm_lit.samplers.rule import RuleSampler
-from dllm_lit.samplers.schedules import time_grid
+from dllm_lit.samplers.schedules import block_times, stay_probs
 
 __all__ = ["BlockMDLM", "block_times", "GRIDS", "STEP_BUDGETS", "DECODING"]
 
 GRIDS = ("bd3", "mdlm")
 STEP_BUDGETS = ("per_block", "total")
 DECODING = ("ordered", "stepwise")
-
-
-def block_times(S: int, grid: str) -> tuple[list[float], list[float], bool]:
-    """(t_j, s_j for j < S, final argmax fill?) of one block's S steps: ``"bd3"``, upstream's ``linspace(1, 0, S)``
-    with s = max(t - 1/S, 0) (upstream's s = t - 1/S is negative at t = 0, where its s/t is -inf; see the docs);
-    ``"mdlm"``, MDLM's ``linspace(1, 1e-5, S + 1)`` and its argmax fill."""
-    if grid == "mdlm":
-        ts = time_grid(S).tolist()
-        return ts[:-1], ts[1:], True
-    ts = torch.linspace(1.0, 0.0, S, dtype=torch.float64).tolist()
-    return ts, [max(t - 1.0 / S, 0.0) for t in ts], False
-
-
-def stay_probs(S: int, grid: str) -> torch.Tensor:
-    """s_j / t_j (0 at t_j = 0): the probability that a masked position stays masked at step j (float64 [S])."""
-    ts, ss, _ = block_times(S, grid)
-    return torch.tensor([s / t if t > 0 else 0.0 for t, s in zip(ts, ss)], dtype=torch.float64)
 
 
 class BlockMDLM(RuleSampler):
@@ -198,7 +181,7 @@ class BlockMDLM(RuleSampler):
             lq = drawn_log_prob(self.propose(probs), tok)
             if fill_slot is not None:
                 fill = (decode[b, p] % slots) == fill_slot
-                lq = torch.where(fill, torch.where(tok == probs.argmax(-1), 0.0, float("-inf")).to(lq.dtype), lq)
+                lq = torch.where(fill, argmax_log_prob(probs, tok), lq)
             return lq
 
         theory = None

@@ -16,8 +16,8 @@ from dllm_lit.denoisers.local import LocalDenoiser, revealed_neighbours_at
 from dllm_lit.util.indices import nonzero_pairs
 
 __all__ = ["categorical", "categorical_from_cdf", "categorical_from_stored_cdf", "sharpen", "tempered_draw",
-           "tempered_law", "drawn_log_prob", "argmax_fill", "masked_posterior_chunks", "neighbour_queries",
-           "StepUniforms", "row_chunks",
+           "tempered_law", "drawn_log_prob", "argmax_log_prob", "tempered_log_prob", "argmax_fill",
+           "masked_posterior_chunks", "neighbour_queries", "StepUniforms", "row_chunks",
            "ROW_CHUNK_ELEMENTS", "ROW_CHUNK_ELEMENTS_ACCELERATOR"]
 
 #: rows x V elements per chunk of posterior rows processed at once on the CPU (4 MB of float64): temporaries
@@ -103,6 +103,18 @@ def tempered_law(probs: torch.Tensor, temperature: float) -> torch.Tensor | None
     if temperature == 0:
         return None
     return probs if temperature == 1 else sharpen(probs, 1.0 / temperature)
+
+
+def argmax_log_prob(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log q(token) of the argmax choice (first maximum) of each row of ``probs``: 0 where ``tokens`` is it, -inf
+    elsewhere (float64 [n]; a deterministic draw scored against another token)."""
+    return torch.where(tokens == probs.argmax(-1), 0.0, float("-inf")).to(torch.float64)
+
+
+def tempered_log_prob(probs: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log q(token) under :func:`tempered_law` (:func:`argmax_log_prob` at temperature 0), float64 [n]."""
+    law = tempered_law(probs, temperature)
+    return argmax_log_prob(probs, tokens) if law is None else drawn_log_prob(law, tokens)
 
 
 def tempered_draw(probs: torch.Tensor, u: torch.Tensor, temperature: float, *,

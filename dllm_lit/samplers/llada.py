@@ -35,38 +35,35 @@ block's positions drawn once at the block's start and consumed k_i at a time (i.
 stable sort): the rule declares ``order = "random"`` and the engine queries the denoiser only at the k_i
 committed positions (O(k V) per step; :func:`dllm_lit.decoding.providers.decode_random_order`).
 
-Prompts.  ``prompt`` fixes tokens at positions 0..P-1; ``prompt_mode`` (the paper's conditional LLaDA,
-App. "Conditional LLaDA") instead draws one token at position 0 per sequence, from the chain's stationary law
-pi ("pi"), from its head ("pi_head": tokens by pi descending while the cumulative mass is <= 30%, plus the next
-one, renormalised) or its tail ("pi_tail": the same in ascending order), with ``Stream.PROMPT`` uniforms
-(independent of ``steps``: every step count sees the same prompt for a given sequence); never changed.
+Prompts (:class:`~dllm_lit.samplers.prompts.Prompted`).  ``prompt`` fixes tokens at positions 0..P-1;
+``prompt_mode`` (the paper's conditional LLaDA) instead draws one token at position 0 per sequence, from the chain's
+stationary law pi ("pi"), from its head ("pi_head": tokens by pi descending while the cumulative mass is <= 30%,
+plus the next one, renormalised) or its tail ("pi_tail": the same in ascending order); never changed.
 
 Randomness: token proposals use ``StepUniforms`` (Stream.TOKEN) at (global step, position); random-remasking
 orders use Stream.ORDER uniforms keyed by the block index.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
-from dllm_lit import checks, rng
+from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.decoding import block_bounds, check_blocks, random_order_steps, with_tie_rule
-from dllm_lit.samplers.draws import categorical, drawn_log_prob, tempered_law
+from dllm_lit.decoding import block_bounds, check_blocks, with_tie_rule
+from dllm_lit.samplers.draws import tempered_law, tempered_log_prob
 from dllm_lit.samplers.llada_path_law import smc_refusal, with_smc_sandwich
-from dllm_lit.samplers.path_sandwich import add_sandwich
-from dllm_lit.samplers.prompts import PROMPT_MODES, prompt_law
-from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
+from dllm_lit.samplers.prompts import PROMPT_MODES, Prompted, check_prompt, prompt_law
+from dllm_lit.samplers.random_order import RandomRounds, random_order_stats
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts
 from dllm_lit.samplers.rule import RuleSampler
-from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
+from dllm_lit.samplers.selection import TIE_RULES
 
 __all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "prompt_law"]
 
 REMASKING = ("low_confidence", "random")
 
-class LLaDA(RuleSampler):
+
+class LLaDA(Prompted, RuleSampler):
     """LLaDA ``generate()`` with an exact or learned denoiser (see module docstring).
 
     Args:
@@ -113,18 +110,11 @@ class LLaDA(RuleSampler):
         self.schedule = check_schedule(schedule)
         if self.schedule != "uniform" and remasking != "random":
             raise ValueError(f"schedule={self.schedule!r} needs remasking='random' (low_confidence ranks by confidence)")
-        if prompt is not None:
-            if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
-                raise ValueError(f"prompt must be a list of token ids, got {prompt!r}")
-            if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in prompt):
-                raise ValueError(f"prompt token ids must be integers in [0, V), got {list(prompt)!r}")
-            if prompt_mode is not None:
-                raise ValueError("give either prompt or prompt_mode, not both (prompt_mode draws the position-0 token)")
         self.remasking = remasking
         self.order = "random" if remasking == "random" else "score"  # the declared commit order (RuleSampler)
         self.temperature = float(temperature)
         self.block_length = block_length
-        self.prompt = list(prompt) if prompt is not None else []
+        self.prompt = check_prompt(prompt, prompt_mode)
         self.prompt_mode = prompt_mode
 
     @property
@@ -153,22 +143,12 @@ class LLaDA(RuleSampler):
                                                    left_revealed=blk > 0 or P > 0) for blk in range(nb)]
 
     # ------------------------------------------------------------------ settings
-    def prompt_length(self) -> int:
-        return 1 if self.prompt_mode is not None else len(self.prompt)
-
     def _blocks(self, seq_len: int) -> tuple[int, int, int]:
         """(prompt length P, block length, number of blocks) for ``seq_len``."""
         P = self.prompt_length()
         G = seq_len - P
         bl = self.block_length if self.block_length is not None else G
         return P, bl, (G // bl if bl > 0 else 0)
-
-    def check_options(self) -> None:
-        """Prompt ids must be tokens of the chain."""
-        super().check_options()
-        bad = [v for v in self.prompt if v >= self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt token ids must lie in [0, V={self.vocab_size}), got {bad}")
 
     def check_run(self, seq_len: int, steps: int | None) -> None:
         """The prompt fits, block_length divides the generated length, steps divide into the blocks."""
@@ -205,46 +185,14 @@ class LLaDA(RuleSampler):
 
     sandwich_refusal = smc_refusal
 
-    def _round_counts(self, seq_len: int, steps: int) -> list[list[int]] | None:
-        return None if self.schedule == "uniform" else self.block_schedule(seq_len, steps)[1]
-
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         if self.remasking != "random":  # low confidence: the SMC sandwich over its path law when asked
             return with_smc_sandwich(self, super().generate_with_stats, indices, seq_len, steps, seed)
         x, stats = super().generate_with_stats(indices, seq_len, steps, seed)
-        P, bl, nb = self._blocks(seq_len)
-        counts = self._round_counts(seq_len, steps)
-        stats = add_sandwich(self, stats, x, lambda s: random_order_steps(
-            s, indices, steps, seq_len, P, bl, nb, counts=counts), steps - 1, self._log_law, seed)
-        if self.score_reference and P == 0 and nb > 0:  # the forward KL against the chain's law (a prompt conditions the law)
-            rounds = counts or [transfer_schedule(bl, steps // nb)] * nb
-            theory = random_order_theory(self, [(bl, blk > 0, "sizes", c) for blk, c in enumerate(rounds)]) \
-                if self.temperature == 1 else None
-            stats.update(forward_stats(self.chain, self.denoiser, indices, seq_len, seed,
-                                       random_order_steps(seed, indices, steps, seq_len, P, bl, nb, counts=counts),
-                                       steps - 1, self._log_law, theory))
-        return x, stats
+        counts = None if self.schedule == "uniform" else self.block_schedule(seq_len, steps)[1]
+        rounds = RandomRounds(*self._blocks(seq_len), counts, self._log_law, predicted=self.temperature == 1)
+        return x, random_order_stats(self, rounds, indices, seq_len, steps, seed, x, stats)
 
     def _log_law(self, j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
         """log q(tok) under the proposal law (argmax at temperature 0: 0 or -inf)."""
-        law = tempered_law(probs, self.temperature)
-        if law is None:
-            hit = tok == probs.argmax(-1)
-            return torch.where(hit, 0.0, float("-inf")).to(torch.float64)
-        return drawn_log_prob(law, tok)
-
-    def initial_state(self, indices: torch.Tensor, seq_len: int, seed: int,
-                      log_q: torch.Tensor | None = None) -> torch.Tensor:
-        """All-MASK [B, T] with the prompt (fixed or drawn per sequence) written in; a drawn prompt
-        token's log-probability goes to ``log_q[:, 0]`` (a fixed prompt is deterministic: log q = 0)."""
-        B, dev = indices.numel(), indices.device
-        x = torch.full((B, seq_len), self.mask_id, dtype=torch.long, device=dev)
-        if self.prompt:
-            x[:, : len(self.prompt)] = torch.tensor(self.prompt, dtype=torch.long, device=dev)
-        elif self.prompt_mode is not None:
-            law = prompt_law(self.chain.stationary, self.prompt_mode).to(dev)
-            u = rng.uniform(rng.sequence_keys(seed, indices, rng.Stream.PROMPT), 0, 0)
-            x[:, 0] = categorical(law.expand(B, -1), u)
-            if log_q is not None:
-                log_q[:, 0] = drawn_log_prob(law.expand(B, -1), x[:, 0])
-        return x
+        return tempered_log_prob(probs, tok, self.temperature)

@@ -178,7 +178,7 @@ def with_smc_sandwich(sampler, generate, indices: torch.Tensor, seq_len: int, st
     log_q0 = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
     start = sampler.initial_state(indices, seq_len, seed, log_q=log_q0)
     replay, own = start.clone(), torch.full(x.shape, -1, dtype=torch.long, device=x.device)
-    reference_decode(sampler, sampler.denoiser, replay, indices, steps, seed, steps_out=own)
+    reference_decode(sampler, replay, indices, steps, seed, steps_out=own)
     if not torch.equal(replay, x):
         raise RuntimeError("LLaDA's dense replay differs from its samples: the own path is unknown")
     out = smc_sandwich(LLaDAPathLaw(sampler, seq_len, steps), start, x, own, indices, seed, K)

@@ -24,7 +24,7 @@ from dllm_lit.decoding import coin_decode_steps, decode_in_order
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import StepUniforms, argmax_fill, categorical, drawn_log_prob
+from dllm_lit.samplers.draws import StepUniforms, argmax_fill, argmax_log_prob, categorical, drawn_log_prob
 from dllm_lit.samplers.path_sandwich import add_sandwich
 from dllm_lit.samplers.reference_scoring import forward_stats
 from dllm_lit.samplers.schedules import time_grid
@@ -74,7 +74,7 @@ class MDLM(Sampler):
 
         def log_law(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
             if j == steps:
-                return torch.where(tok == probs.argmax(-1), 0.0, float("-inf")).to(torch.float64)
+                return argmax_log_prob(probs, tok)
             return drawn_log_prob(probs, tok)
 
         stats = add_sandwich(self, stats, x, order, steps, log_law, seed)

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import torch
 
-from dllm_lit.decoding import decode_in_order, random_order_steps
+from dllm_lit.decoding import decode_in_order
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob
 from dllm_lit.samplers.selection import transfer_schedule
 from dllm_lit.samplers.path_law import RandomSubsetLaw
-from dllm_lit.samplers.path_sandwich import add_sandwich
-from dllm_lit.samplers.reference_scoring import forward_stats, random_order_theory
+from dllm_lit.samplers.random_order import RandomRounds, random_order_stats
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts
 
 __all__ = ["MDLMPaper"]
@@ -71,10 +70,12 @@ class MDLMPaper(Sampler):
             return float(min(steps, seq_len))
         return float(sum(1 for k in self.counts(seq_len, steps) if k > 0))
 
-    def _decode(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
+    def rounds(self, seq_len: int, steps: int) -> RandomRounds:
+        """One block of T positions, no prompt, tokens drawn from the denoiser's rows."""
         counts = self.counts(seq_len, steps)
-        return random_order_steps(seed, indices, steps, seq_len, 0, seq_len, 1,
-                                  counts=None if counts is None else [counts])
+        return RandomRounds(0, seq_len, 1, None if counts is None else [counts],
+                            lambda j, b, p, probs, tok: drawn_log_prob(probs, tok),
+                            path_law=lambda: self.path_law(seq_len, steps))
 
     def log_q_reason(self, steps: int | None) -> str | None:
         """None: the random order does not depend on the tokens (log q is recorded)."""
@@ -84,7 +85,7 @@ class MDLMPaper(Sampler):
                  log_q: torch.Tensor | None = None) -> torch.Tensor:
         """Samples; with ``log_q`` ([B, T] float64) also the log-probability of every drawn token."""
         z = torch.full((indices.numel(), seq_len), self.mask_id, dtype=torch.long, device=indices.device)
-        decode = self._decode(indices, seq_len, steps, seed)
+        decode = self.rounds(seq_len, steps).order(seed, indices, steps, seq_len)
         uni = StepUniforms(seed, indices, steps)
 
         def draw(j: int, b: torch.Tensor, p: torch.Tensor, probs: torch.Tensor):
@@ -107,15 +108,5 @@ class MDLMPaper(Sampler):
     def generate_with_stats(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int):
         log_q = self._log_q_buffer(indices, seq_len)
         x = self.generate(indices, seq_len, steps, seed, log_q=log_q)
-        law = lambda j, b, p, probs, tok: drawn_log_prob(probs, tok)  # noqa: E731
-        stats = add_sandwich(self, self._stats(self.nfe(seq_len, steps), log_q, indices.numel()), x,
-                             lambda s: self._decode(indices, seq_len, steps, s), steps - 1, law, seed,
-                             lambda: self.path_law(seq_len, steps), indices)
-        if not self.score_reference:
-            return x, stats
-        counts = self.counts(seq_len, steps) or transfer_schedule(seq_len, steps)
-        theory = random_order_theory(self, [(seq_len, False, "sizes", counts)])
-        stats.update(forward_stats(self.chain, self.denoiser, indices, seq_len, seed,
-                                   self._decode(indices, seq_len, steps, seed), steps - 1,
-                                   lambda j, b, p, probs, tok: drawn_log_prob(probs, tok), theory))
-        return x, stats
+        stats = self._stats(self.nfe(seq_len, steps), log_q, indices.numel())
+        return x, random_order_stats(self, self.rounds(seq_len, steps), indices, seq_len, steps, seed, x, stats)

@@ -40,25 +40,22 @@ After the last step every remaining MASK is filled with argmax_v p(x0 = v | z) (
 Efficiency and randomness. Neither the remask decision nor the unmask decision depends on the denoiser's token
 distribution, so each step first decides, with one uniform per position, which masked positions unmask (stream
 TOKEN, slot 0 - the same uniforms as :class:`MDLM`) and which unmasked positions are remasked (stream REMASK, slot
-0), then queries the denoiser only at the k unmasking positions (O(k V), in row chunks) and draws their tokens by
-the float64 inverse CDF (stream TOKEN, slot 1, as MDLM). Hence with sigma = 0 and ``top_p = 1`` (cap/rescale with
-eta = 0) ReMDM reproduces ``MDLM(decoding="stepwise")`` draw for draw (MDLM's default "ordered" decoding has the
-same law but other draws). A step costs O(B T) for the decisions (as stepwise MDLM) plus O(k V) for the k decoded
-positions; conf adds an O(B T) weight sum.
+0), then queries the denoiser only at the k unmasking positions (O(k V): :class:`~dllm_lit.decoding.NucleusDraws`)
+and draws their tokens by the float64 inverse CDF (stream TOKEN, slot 1, as MDLM). Hence with sigma = 0 and
+``top_p = 1`` (cap/rescale with eta = 0) ReMDM reproduces ``MDLM(decoding="stepwise")`` draw for draw (MDLM's default
+"ordered" decoding has the same law but other draws). A step costs O(B T) for the decisions (as stepwise MDLM) plus
+O(k V) for the k decoded positions; conf adds an O(B T) weight sum.
 """
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 
 from dllm_lit import checks, rng
-from dllm_lit.decoding import NeighbourhoodRows, keyed_rows, run_memo, top_p_filter
+from dllm_lit.decoding import NucleusDraws
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.util.indices import nonzero_pairs
 from dllm_lit.samplers.base import Sampler
-from dllm_lit.samplers.draws import (ROW_CHUNK_ELEMENTS, StepUniforms, argmax_fill, categorical,
-                                   categorical_from_stored_cdf, masked_posterior_chunks)
+from dllm_lit.samplers.draws import StepUniforms, argmax_fill
 from dllm_lit.samplers.schedules import time_grid
 
 __all__ = ["ReMDM", "VARIANTS", "DEFAULT_ETA"]
@@ -170,19 +167,16 @@ class ReMDM(Sampler):
         rem = StepUniforms(seed, indices, steps, stream=rng.Stream.REMASK)
         # conf: softmax weights exp(conf_i) = exp(-psi_i), stored at decode time (0 while masked)
         weight = torch.zeros((B, T), dtype=torch.float64, device=dev) if conf_variant else None
-        memo = run_memo(self.denoiser, self._row_features(conf_variant), dev)
+        draws = NucleusDraws(self.denoiser, self.top_p, conf_variant, dev)
         ts = time_grid(steps, self.t_min).tolist()
         for j in range(steps):
-            t, s = ts[j], ts[j + 1]
-            m_t, m_s, sig = self.step_rates(t, s)
+            m_t, m_s, sig = self.step_rates(ts[j], ts[j + 1])
             masked = z == M
             # one uniform per position: Stream.TOKEN where masked, Stream.REMASK where not.  Masked positions
             # unmask w.p. (m_t - m_s + sigma alpha_t) / m_t (sigma = 0 for conf); unmasked ones are remasked w.p.
             # sigma (conf: sigma eta_i = weight_i scale, weight_i <= 1, so only where u < scale: candidates)
             sig_masked = 0.0 if conf_variant else sig
-            scale = None
-            if sig > 0.0 and conf_variant:
-                scale = sig / weight.sum(-1, keepdim=True).clamp_min(1e-300)
+            scale = sig / weight.sum(-1, keepdim=True).clamp_min(1e-300) if conf_variant and sig > 0.0 else None
             fire = uni.below_where(rem, masked, j, (m_t - m_s + sig_masked * (1.0 - m_t)) / m_t,
                                    scale if scale is not None else sig)
             b, p = nonzero_pairs(fire)
@@ -193,7 +187,7 @@ class ReMDM(Sampler):
                 keep = rem.at(j, rb, rp) < weight[rb, rp] * scale[rb, 0]
                 rb, rp = rb[keep], rp[keep]
             if b.numel():  # conditioned on z_t, before any remask
-                tok, tok_weight = self._decode(z, b, p, uni.at(j, b, p, slot=1), conf_variant, memo)
+                tok, tok_weight = draws.draw(z, b, p, uni.at(j, b, p, slot=1))
             if rb.numel():
                 z[rb, rp] = M
                 if conf_variant:
@@ -203,48 +197,3 @@ class ReMDM(Sampler):
                 if conf_variant:
                     weight[b, p] = tok_weight
         return argmax_fill(self.denoiser, z)
-
-    def _row_features(self, with_weight: bool) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
-        """Posterior rows -> what a draw needs of them: the nucleus-filtered row's float64 cdf and, for conf, the
-        filtered row and its sum (the psi of a drawn token)."""
-        def derive(rows: torch.Tensor) -> dict[str, torch.Tensor]:
-            q = top_p_filter(rows, self.top_p) if self.top_p < 1.0 else rows.to(torch.float64)
-            return {"cdf": q.cumsum(-1), "q": q, "q_sum": q.sum(-1)} if with_weight else {"cdf": q.cumsum(-1)}
-
-        return derive
-
-    def _decode(self, z: torch.Tensor, b: torch.Tensor, p: torch.Tensor, u: torch.Tensor, with_weight: bool,
-                memo: NeighbourhoodRows | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Tokens drawn at the masked positions (b, p) of z from the nucleus-filtered posterior (inverse CDF
-        with uniforms ``u``), and with ``with_weight`` their conf weights exp(-psi), psi = q(token) / sum q.
-
-        On the CPU a local denoiser's rows are filtered and cumulated once per neighbourhood key
-        (:func:`~dllm_lit.decoding.providers.keyed_rows` decides from the denoiser and the device): once per run
-        with ``memo`` (a small key range), else once per step when at most half the positions have distinct keys,
-        and drawn from by :func:`categorical_from_stored_cdf`.  Otherwise rows
-        are computed per position, in row chunks (temporaries stay small; see
-        :func:`~dllm_lit.samplers.draws.masked_posterior_chunks`).  The same rows, cdfs and targets every way, so
-        the same draws.
-        """
-        den, n = self.denoiser, b.numel()
-        query, keyed = keyed_rows(den, z, b, p, self._row_features(with_weight), memo,
-                                  max_rows=min(n // 2, ROW_CHUNK_ELEMENTS // den.vocab_size))
-        if keyed is not None:
-            f, index = keyed
-            tok = categorical_from_stored_cdf(f["cdf"], index, u)
-            if not with_weight:
-                return tok, None
-            q = f["q"]
-            psi = q.reshape(-1).index_select(0, index * q.shape[1] + tok) / f["q_sum"].index_select(0, index)
-            return tok, torch.exp(-psi)
-        tok = torch.empty_like(b)
-        weight = torch.empty(b.shape, dtype=torch.float64, device=b.device) if with_weight else None
-        for sl, probs in masked_posterior_chunks(den, z, b, p, query):
-            if self.top_p < 1.0:
-                probs = top_p_filter(probs, self.top_p)
-            tok[sl] = categorical(probs, u[sl])
-            if with_weight:
-                q = probs.to(torch.float64)
-                psi = q.gather(1, tok[sl, None]).squeeze(1) / q.sum(-1)
-                weight[sl] = torch.exp(-psi)
-        return tok, weight

@@ -34,6 +34,7 @@ from dllm_lit import checks
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.denoisers.channels import UniformNoise
 from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.score_entropy import loglinear_rate, loglinear_sigma
 from dllm_lit.samplers.uniform_state import NO_ORDER, check_channel, step_draw, uniform_start
 
 __all__ = ["SEDDUniform", "PREDICTORS", "SEDD_NOISES", "uniform_scores", "staggered_step"]
@@ -100,12 +101,12 @@ class SEDDUniform(Sampler):
     def sigma(self, t: float) -> float:
         if self.noise == "geometric":
             return self.sigma_min ** (1.0 - t) * self.sigma_max ** t
-        return -math.log1p(-(1.0 - self.noise_eps) * t)
+        return loglinear_sigma(t, self.noise_eps)
 
     def rate(self, t: float) -> float:
         if self.noise == "geometric":
             return self.sigma(t) * (math.log(self.sigma_max) - math.log(self.sigma_min))
-        return (1.0 - self.noise_eps) / (1.0 - (1.0 - self.noise_eps) * t)
+        return loglinear_rate(t, self.noise_eps)
 
     def generate(self, indices: torch.Tensor, seq_len: int, steps: int, seed: int) -> torch.Tensor:
         den, V, T = self.denoiser, self.vocab_size, seq_len
