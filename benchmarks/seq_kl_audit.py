@@ -339,10 +339,11 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
                        steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float = 0.0,
                        sampler: str = "paper", mix: float | None = None) -> None:
     """paper-MDLM (``sampler`` "paper") or LLaDA with low-confidence remasking at temperature 1 ("llada") on the
-    English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token, their ratio and the
-    CPU (process time) of both ends, for each K in ``particles`` (resampling below the ESS fraction
-    ``resample_below``; 0: none, the metric's setting; ``mix``: paper-MDLM's proposal's uniform share, None: the
-    metric's ``GUIDE_MIX``)."""
+    English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token, their ratio, their
+    bounds (jointly 95%) and the CPU (process time) of both ends, for each K in ``particles`` (resampling below the
+    ESS fraction ``resample_below``; 0: none, the metric's setting; ``mix``: paper-MDLM's proposal's uniform share,
+    None: the metric's ``GUIDE_MIX``)."""
+    from dllm_lit.metrics.functional.path_sandwich import sandwich_intervals
     from dllm_lit.samplers import path_smc
     from dllm_lit.samplers.path_smc import smc_sandwich
 
@@ -367,7 +368,10 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
             cpu = time.process_time() - t0
             lo, hi = (float((r[key] - lp).mean()) / T for key in ("log_q_iw_lower", "log_q_iw_upper"))
             fin = float(torch.isfinite(r["log_q_iw_lower"]).double().mean())  # -inf: every proposed path impossible
-            parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, lower finite {fin:.2f}, {cpu:.1f} s)")
+            b = sandwich_intervals(r["log_q_iw_lower"] - lp, r["log_q_iw_upper"] - lp, T, 0.95)  # joint 95%
+            bnd = "/".join("-" if e is None else f"{e[i]:.5f}" for i, e in enumerate(b))
+            parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, bounds {bnd}, lower finite {fin:.2f}, "
+                         f"{cpu:.1f} s)")
         own_u = "none" if own_log_q is None else f"{float((own_log_q - lp).mean()) / T:.5f}"
         dv = dv_lower_bound(transition_codes(x, chain.vocab_size), chain).value
         setting = f"mix {path_smc.GUIDE_MIX}, " if sampler == "paper" else ""  # LLaDA's proposal has no mix
