@@ -24,6 +24,7 @@ V = 3 cases by the dynamic program of ``dllm_lit/exact/``.
     python benchmarks/seq_kl_audit.py [--seeds 20] [--groups tiny synthetic english]
 
 Other groups: ``bracket`` (the certified bracket's coverage; ``--sandwich-method smc`` for the SMC sandwich),
+``one_step_level`` (the sandwich's bounds at one step, one-sided at 0.95 and at 0.975, over ``--seeds`` seeds),
 ``english_sandwich`` (the order sandwich's tightness against K), ``smc_sandwich`` (the SMC sandwich's, paper-MDLM
 on English, ``--smc-paths`` K values, ``--english-n`` sequences, ``--smc-sampler llada`` for LLaDA low-confidence,
 ``--smc-steps``), ``cost`` (V = 4096 profile).
@@ -220,7 +221,7 @@ def bracket_case(name, chain, sampler, N, T, steps, truth, upper_target, seeds: 
                  method: str = "orders") -> str:
     """Shares of seeds: certified bracket ends on the right side of the truth (and printed), seq_kl_upper's interval
     printed and covering its target, the sandwich's one-sided bounds on the right side; mean ratios; CPU."""
-    from dllm_lit.metrics.functional.path_sandwich import certified_bracket, mean_bounds
+    from dllm_lit.metrics.functional.path_sandwich import certified_bracket, sandwich_intervals
     from dllm_lit.metrics.functional.sequence_kl import upper_interval
 
     V = chain.vocab_size
@@ -247,7 +248,7 @@ def bracket_case(name, chain, sampler, N, T, steps, truth, upper_target, seeds: 
             rec["ci_cov"].append(ci[0] <= upper_target <= ci[1])
         rec["zero"].append(exact and ci == (0.0, 0.0) and hi == 0.0)
         if iw[0] is not None and not exact:  # a declared exact law reads [0, 0] (the metric's rule)
-            b_lo, b_hi = mean_bounds(iw[0], T, 0.95), mean_bounds(iw[1], T, 0.95)
+            b_lo, b_hi = sandwich_intervals(iw[0], iw[1], T, 0.95)
             rec["iw_lo"].append(b_lo is not None and b_lo[0] <= truth)
             rec["iw_hi"].append(b_hi is not None and b_hi[1] >= truth)
             rec["ratio"].append((float(iw[0].mean()), float(iw[1].mean())))
@@ -263,6 +264,33 @@ def bracket_case(name, chain, sampler, N, T, steps, truth, upper_target, seeds: 
 
 BRACKET_HEADER = (f"{'case':20s} {'N x T':8s} {'truth':>9s} {'lo<=tr':>6s} {'hi>=tr':>6s} {'hi set':>6s} "
                   f"{'ci set':>6s} {'ci cov':>6s} {'iwL<=':>6s} {'iwU>=':>6s} {'lo/up':>6s} {'zero':>4s} {'cpu/seed':>7s}")
+
+
+def one_step_level(seeds: int, confidence: float = 0.95) -> None:
+    """One-step paper-MDLM, where the sandwich has one path and both its ends are the exact log q(x) (the sampler's
+    ``log_q``), on V = 3 (64 x 5, float64 oracle), V = 256 and 1024 (64 x 64): shares of seeds 0 .. seeds-1 whose
+    skewness-corrected t bound of mean(log q - log p) / T is <= the truth (low end) and >= it (high end), one-sided
+    at ``confidence`` each (the former rule) and at (1 + confidence) / 2 (``sandwich_intervals``, the metric's), and
+    the mean bounds / truth."""
+    from dllm_lit.metrics.functional.path_sandwich import mean_bounds
+
+    v3 = MarkovChain.from_kernel(torch.tensor(KERNEL3, dtype=torch.float64))
+    cases = [("V3 paper s1", v3, OracleDenoiser(v3, dtype=torch.float64), 5)]
+    cases += [(f"V{V} paper s1", synthetic_chain(V, K, eps=1e-4, seed=0), None, 64) for V, K in ((256, 32), (1024, 52))]
+    for name, chain, oracle, T in cases:
+        sampler, truth = MDLMPaper(oracle), product_truth(chain, T)
+        sampler.connect(chain)
+        u = []
+        for seed in range(seeds):
+            x, st = sampler.generate_with_stats(torch.arange(64), T, 1, seed)
+            u.append(st["log_q"].to(torch.float64) - sequence_log_prob(chain, x))
+        parts = []
+        for level in (confidence, (1.0 + confidence) / 2.0):
+            b = torch.tensor([mean_bounds(v, T, level) for v in u])
+            parts.append(f"one-sided {level:.3f}: low <= truth {100 * float((b[:, 0] <= truth).double().mean()):5.1f}%"
+                         f", high >= truth {100 * float((b[:, 1] >= truth).double().mean()):5.1f}%, mean low / high "
+                         f"/ truth {float(b[:, 0].mean()) / truth:.3f} / {float(b[:, 1].mean()) / truth:.3f}")
+        print(f"{name:12s} 64x{T:<3d} truth {truth:.4g}, {seeds} seeds; " + "; ".join(parts), flush=True)
 
 
 def english_sandwich(paths: int, N: int = 512, T: int = 256, seed: int = 0) -> None:
@@ -311,10 +339,11 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
                        steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float = 0.0,
                        sampler: str = "paper", mix: float | None = None) -> None:
     """paper-MDLM (``sampler`` "paper") or LLaDA with low-confidence remasking at temperature 1 ("llada") on the
-    English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token, their ratio and the
-    CPU (process time) of both ends, for each K in ``particles`` (resampling below the ESS fraction
-    ``resample_below``; 0: none, the metric's setting; ``mix``: paper-MDLM's proposal's uniform share, None: the
-    metric's ``GUIDE_MIX``)."""
+    English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token, their ratio, their
+    bounds (jointly 95%) and the CPU (process time) of both ends, for each K in ``particles`` (resampling below the
+    ESS fraction ``resample_below``; 0: none, the metric's setting; ``mix``: paper-MDLM's proposal's uniform share,
+    None: the metric's ``GUIDE_MIX``)."""
+    from dllm_lit.metrics.functional.path_sandwich import sandwich_intervals
     from dllm_lit.samplers import path_smc
     from dllm_lit.samplers.path_smc import smc_sandwich
 
@@ -339,10 +368,14 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
             cpu = time.process_time() - t0
             lo, hi = (float((r[key] - lp).mean()) / T for key in ("log_q_iw_lower", "log_q_iw_upper"))
             fin = float(torch.isfinite(r["log_q_iw_lower"]).double().mean())  # -inf: every proposed path impossible
-            parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, lower finite {fin:.2f}, {cpu:.1f} s)")
+            b = sandwich_intervals(r["log_q_iw_lower"] - lp, r["log_q_iw_upper"] - lp, T, 0.95)  # joint 95%
+            bnd = "/".join("-" if e is None else f"{e[i]:.5f}" for i, e in enumerate(b))
+            parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, bounds {bnd}, lower finite {fin:.2f}, "
+                         f"{cpu:.1f} s)")
         own_u = "none" if own_log_q is None else f"{float((own_log_q - lp).mean()) / T:.5f}"
         dv = dv_lower_bound(transition_codes(x, chain.vocab_size), chain).value
-        print(f"english {sampler} s{steps} {N}x{T} smc (mix {path_smc.GUIDE_MIX}, resample below {resample_below}): "
+        setting = f"mix {path_smc.GUIDE_MIX}, " if sampler == "paper" else ""  # LLaDA's proposal has no mix
+        print(f"english {sampler} s{steps} {N}x{T} smc ({setting}resample below {resample_below}): "
               f"dv {dv:.5f}; own path {own_u}; lower/upper {'; '.join(parts)}", flush=True)
 
 
@@ -398,7 +431,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--groups", nargs="+", default=["tiny", "synthetic", "english"],
-                    choices=["tiny", "synthetic", "english", "bracket", "english_sandwich", "smc_sandwich", "cost"])
+                    choices=["tiny", "synthetic", "english", "bracket", "one_step_level", "english_sandwich",
+                             "smc_sandwich", "cost"])
     ap.add_argument("--paths", type=int, default=8, help="fresh orders K of the sandwich")
     ap.add_argument("--english-n", type=int, default=512, help="sequences of the English sandwich groups")
     ap.add_argument("--smc-paths", type=int, nargs="+", default=[8, 16, 32],
@@ -432,6 +466,8 @@ def main() -> None:
         print(BRACKET_HEADER)
         for case in bracket_cases():
             print(bracket_case(*case, seeds=args.seeds, paths=args.paths, method=args.sandwich_method), flush=True)
+    if "one_step_level" in args.groups:
+        one_step_level(args.seeds)
     if "english_sandwich" in args.groups:
         english_sandwich(args.paths, N=args.english_n)
     if "smc_sandwich" in args.groups:

@@ -1,12 +1,13 @@
 """Coverage of the SMC sandwich (``sandwich_method: smc``, :mod:`dllm_lit.samplers.path_smc`) on cases with an exact
 truth (slow): paper-MDLM on a V = 3 chain at 2 and 3 steps (truth by the dynamic program of ``dllm_lit/exact/``), at
 1 step on V = 3 and V = 256 (the product law pi^T, closed form), and at steps = T (declared exact).  The certified
-bracket's ends are on the right side of the truth in >= 95% of the seeds in every case; so are the sandwich's own
-one-sided confidence bounds wherever the paths differ (steps >= 2).  At 1 step there is one path, both ends equal the
-exact log q(x), and their bounds are the skewness-corrected t bounds of the exact per-sequence log-ratios: measured
-92.0% / 94.5% on V = 3 (64 x 5, 200 seeds), the mean interval's small-sample miss (docs/metrics.md), not the
-estimator's, so there the check is >= 90%.  The exact sampler reads [0, 0] in every seed.
-``benchmarks/seq_kl_audit.py --groups bracket --sandwich-method smc`` prints the same shares for the audit's table.
+bracket's ends and the sandwich's own confidence bounds (one-sided at 0.975 each, so that together they bracket the
+truth at 95%: ``sandwich_intervals``) are on the right side of the truth in >= 95% of 200 seeds in every case.  At
+1 step there is one path and both ends are the exact log q(x): one-sided at 0.95 each (the former rule) the bounds
+read 92.0% / 94.5% on V = 3 seeds 0-199 while covering at their nominal level over 2000 seeds
+(``benchmarks/seq_kl_audit.py --groups one_step_level --seeds 2000``).  The exact sampler reads [0, 0] in every
+seed.  ``benchmarks/seq_kl_audit.py --groups bracket --sandwich-method smc`` prints the same shares for the audit's
+table.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ CASES = {  # name: (V, N, T, steps, seeds)
     "v3_s2": (3, 64, 5, 2, 200),
     "v3_s3": (3, 64, 6, 3, 200),
     "v3_s1": (3, 64, 5, 1, 200),
-    "v256_s1": (256, 64, 64, 1, 60),
+    "v256_s1": (256, 64, 64, 1, 200),
 }
 
 
@@ -47,7 +48,7 @@ def test_smc_sandwich_bounds_cover(case: str) -> None:
     lo_ok, hi_ok, br_lo, br_hi = sandwich_shares(chain, sampler, N, T, steps, truth, seeds)
     print(f"{case}: smc lower <= truth {lo_ok:.3f}, upper >= truth {hi_ok:.3f}, bracket {br_lo:.3f} / {br_hi:.3f}")
     assert min(br_lo, br_hi) >= 0.95
-    assert min(lo_ok, hi_ok) >= (0.95 if steps > 1 else 0.90)
+    assert min(lo_ok, hi_ok) >= 0.95
 
 
 def test_exact_sampler_reads_zero() -> None:

@@ -21,7 +21,7 @@ from dllm_lit.markov.chain import MarkovChain
 from dllm_lit.metrics.bootstrap import IntervalPolicy, SequenceBootstrapMixin
 from dllm_lit.metrics.distributed import EmptyMetricError, TypedCatStateMixin, synced_cat_states
 from dllm_lit.metrics.functional.dv_bound import DVBound, dv_lower_bound
-from dllm_lit.metrics.functional.path_sandwich import MIN_INTERVAL_N, mean_bounds
+from dllm_lit.metrics.functional.path_sandwich import MIN_INTERVAL_N, sandwich_intervals
 from dllm_lit.metrics.functional.sequence_kl import (
     SEQUENCE_KL_KEYS,
     ResampledSequenceKL,
@@ -51,11 +51,13 @@ SEQUENCE_KL_INTERVALS: dict[str, IntervalPolicy] = {
     "seq_kl_upper": IntervalPolicy("skew_corrected_t", reason="a mean over sequences of u / T: Student t with "
                                    "Hall's skewness correction; [0, 0] for a declared exact law; none with fewer than "
                                    f"{MIN_INTERVAL_N} sequences or every u equal (a zero variance is not certainty)"),
-    "seq_kl_iw_lower": IntervalPolicy("lower_confidence", reason="low end: one-sided lower confidence bound (skewness-"
-                                      f"corrected t) on the mean importance-weighted lower estimate; none below "
+    "seq_kl_iw_lower": IntervalPolicy("lower_confidence", reason="skewness-corrected t of the mean importance-"
+                                      "weighted lower estimate; its low end with the high end of seq_kl_iw_upper's "
+                                      "brackets the KL at the level (one-sided at (1 + level) / 2 each); none below "
                                       f"{MIN_INTERVAL_N} sequences or with every value equal"),
-    "seq_kl_iw_upper": IntervalPolicy("skew_corrected_t", reason="high end: one-sided upper confidence bound "
-                                      "(skewness-corrected t) on the mean sandwich upper estimate; none below "
+    "seq_kl_iw_upper": IntervalPolicy("skew_corrected_t", reason="skewness-corrected t of the mean sandwich upper "
+                                      "estimate (seq_kl_upper's at K = 1); its high end with the low end of "
+                                      "seq_kl_iw_lower's brackets the KL at the level; none below "
                                       f"{MIN_INTERVAL_N} sequences or with every value equal"),
     "seq_kl_bracket_lo": IntervalPolicy(None, reason="itself a certified one-sided confidence bound (Bonferroni over "
                                         "the DV and sandwich lower bounds)"),
@@ -181,8 +183,9 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
         """``{"seq_kl_lower", "seq_kl_upper", "seq_kl_iw_lower", "seq_kl_iw_upper": (lower, upper)}`` at level
         ``confidence`` (collective under DDP): one-sided confidence bounds of the DV bound (not in an HMM world, where
         the bound is not defined), the interval of :func:`upper_interval` (not without log q, below MIN_INTERVAL_N
-        sequences or with every u equal) and the one-sided bounds of the sandwich's two estimates (the low end of
-        the lower one and the high end of the upper one are the certified ones; [0, 0] for a declared exact law)."""
+        sequences or with every u equal) and the sandwich's two intervals (:func:`sandwich_intervals`: the low end of
+        the lower one and the high end of the upper one bracket the truth together at ``confidence``; [0, 0] for a
+        declared exact law)."""
         s = self._ordered_states()
         codes, u, T = s["codes"], s["u"], s["codes"].shape[1] + 1
         exact = bool((s["exact"] > 0).all())
@@ -190,8 +193,9 @@ class SequenceKL(SequenceBootstrapMixin, TypedCatStateMixin, Metric):
         upper = upper_interval(u, T, confidence, exact=exact)
         if upper is not None:
             out["seq_kl_upper"] = upper
-        for key, name in (("seq_kl_iw_lower", "iw_lo"), ("seq_kl_iw_upper", "iw_hi")):
-            b = (0.0, 0.0) if exact and upper == (0.0, 0.0) else mean_bounds(s[name], T, confidence)
+        iw = sandwich_intervals(s["iw_lo"], s["iw_hi"], T, confidence)
+        for key, b in zip(("seq_kl_iw_lower", "seq_kl_iw_upper"), iw):
+            b = (0.0, 0.0) if exact and upper == (0.0, 0.0) else b
             if b is not None:
                 out[key] = b
         if self.world is None:
