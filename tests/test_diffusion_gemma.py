@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from conftest import CountingDenoiser, chi_square_pvalue, sequence_counts
-from dllm_lit.denoisers import UniformNoise, UniformNoiseLevels
+from dllm_lit.denoisers import UniformNoise
 from dllm_lit.exact.diffusion_gemma import diffusion_gemma_law
-from dllm_lit.samplers.diffusion_gemma import DiffusionGemma, accepted_mask, level_chunks, renoise_temperature
+from dllm_lit.samplers.diffusion_gemma import DiffusionGemma, accepted_mask, renoise_temperature
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 V, T, N = 3, 4, 20000
@@ -64,8 +64,8 @@ def test_nfe_counts_calls_per_sequence(chain, den, monkeypatch) -> None:
     inner = den.transient_posterior  # the samplers' one entry (uniform_state.leave_one_out_chunks)
 
     def counting(z, channel):
-        assert isinstance(channel, (UniformNoise, UniformNoiseLevels))  # one level, or several in one evaluation
-        calls.append(channel.alpha if isinstance(channel, UniformNoise) else channel.alphas)
+        assert isinstance(channel, UniformNoise)
+        calls.append(channel.alpha)
         return inner(z, channel)
 
     monkeypatch.setattr(den, "transient_posterior", counting)
@@ -172,19 +172,3 @@ def test_canvas_output_is_the_diffusers_loop(chain, den) -> None:
     # the former law, the last canvas of every sequence (= never stopping: TV 0.051 from this one), is rejected
     last_only, _ = diffusion_gemma_law(chain, T, 2, **{**options, "entropy_threshold": 0.0})
     assert chi_square_pvalue(sequence_counts(upstream, V), last_only) < ALPHA
-
-
-@pytest.mark.parametrize("n", [7, 40])
-def test_levels_in_one_evaluation_equal_one_per_level(chain, den, n) -> None:
-    """One evaluation for all accepted-count levels (UniformNoiseLevels) gives the bits of one evaluation per level:
-    the posteriors row by row, and whole runs (samples and NFE), at two batch sizes."""
-    z = torch.randint(0, V, (n, T), generator=torch.Generator().manual_seed(n))
-    level = torch.arange(n) % 3 + torch.arange(n) % 2  # levels 0..3 mixed
-    one = {int(r): q[i].clone() for rows, q in level_chunks(den, z, level, T) for i, r in enumerate(rows)}
-    per = {int(r): q[i].clone() for rows, q in level_chunks(den, z, level, T, batched=False) for i, r in enumerate(rows)}
-    assert sorted(one) == list(range(n)) and all(torch.equal(one[r], per[r]) for r in range(n))
-    s = DiffusionGemma(den, **CASES[2][0]).connect(chain)
-    x, nfe = s.generate_with_nfe(torch.arange(n), T + 5, 4, 1)
-    s.batch_levels = False
-    xs, nfes = s.generate_with_nfe(torch.arange(n), T + 5, 4, 1)
-    assert torch.equal(x, xs) and torch.equal(nfe, nfes)

@@ -9,8 +9,7 @@ import torch
 
 from conftest import TINY_KERNEL
 from test_hmm_world import brute_posterior, joint
-from dllm_lit.denoisers import (ABSORBING, MaskedUniform, UniformNoise, UniformNoiseLevels, forward_backward_posterior,
-                                hmm_posterior)
+from dllm_lit.denoisers import ABSORBING, MaskedUniform, UniformNoise, forward_backward_posterior, hmm_posterior
 from dllm_lit.denoisers.hmm_first_order import first_order_posterior, first_order_posterior_torch
 from dllm_lit.denoisers.hmm_posterior import hmm_likelihood_tables
 from dllm_lit.markov import HMMWorld, MarkovChain
@@ -55,8 +54,7 @@ def test_matches_enumeration(world, channel, loo, T) -> None:
         assert (fast - post).abs().max() <= TOL
 
 
-@pytest.mark.parametrize("channel", [UniformNoise(0.3), UniformNoise(0.9999), MaskedUniform(0.4, 0.1),
-                                     UniformNoiseLevels((0.3, 0.0, 1.0))])
+@pytest.mark.parametrize("channel", [UniformNoise(0.3), UniformNoise(0.9999), MaskedUniform(0.4, 0.1)])
 @pytest.mark.parametrize("loo", [False, True])
 def test_kernel_and_mirror_same_bits_any_batch(channel, loo) -> None:
     """English chain: the compiled kernel, the torch mirror and every sub-batch (odd offsets, single rows)

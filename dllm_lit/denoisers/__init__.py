@@ -6,13 +6,12 @@ from dllm_lit.denoisers.learned import (DenoiserLoadError, DenoiserMismatchError
                                         chain_fingerprint)
 from dllm_lit.denoisers.local import LocalDenoiser, nearest_revealed
 from dllm_lit.denoisers.oracle import OracleDenoiser
-from dllm_lit.denoisers.channels import (ABSORBING, AbsorbingMask, EvidenceChannel, MaskedUniform, UniformNoise,
-                                         UniformNoiseLevels)
+from dllm_lit.denoisers.channels import ABSORBING, AbsorbingMask, EvidenceChannel, MaskedUniform, UniformNoise
 from dllm_lit.denoisers.hmm_oracle import HMMOracleDenoiser
 from dllm_lit.denoisers.hmm_posterior import hmm_posterior
 from dllm_lit.denoisers.scored import ScoredDenoiser
 
 __all__ = ["CheckpointDenoiser", "Denoiser", "DenoiserLoadError", "DenoiserMismatchError", "HFDenoiser",
            "LearnedDenoiser", "chain_fingerprint", "LocalDenoiser", "OracleDenoiser", "forward_backward_posterior", "nearest_revealed",
-           "ABSORBING", "AbsorbingMask", "EvidenceChannel", "MaskedUniform", "UniformNoise", "UniformNoiseLevels", "HMMOracleDenoiser",
+           "ABSORBING", "AbsorbingMask", "EvidenceChannel", "MaskedUniform", "UniformNoise", "HMMOracleDenoiser",
            "hmm_posterior", "ScoredDenoiser"]

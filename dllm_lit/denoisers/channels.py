@@ -9,8 +9,6 @@ posterior does not see that factor).  Every position is observed through the sam
   diffusion: Duo / UDLM, SEDD-uniform).
 * :class:`MaskedUniform` (alpha, beta) - z in [0, V]: p(z | x) = alpha delta_x(z) + beta / V for z < V and
   1 - alpha - beta for MASK (GIDD's mixed noise).
-* :class:`UniformNoiseLevels` (alphas) - z in [0, G V): z = g V + y is the token y observed through
-  UniformNoise(alphas[g]), so that one batch carries sequences at different noise levels (DiffusionGemma).
 
 Bad levels (outside [0, 1], alpha + beta > 1) fail with one line at construction.
 """
@@ -75,28 +73,6 @@ class UniformNoise(EvidenceChannel):
 
     def describe(self) -> dict:
         return {"channel": "UniformNoise", "alpha": self.alpha}
-
-
-@dataclass(frozen=True)
-class UniformNoiseLevels(EvidenceChannel):
-    """Symbol g V + y: the token y under UniformNoise(alphas[g]); L is the G tables stacked (rows equal to each
-    level's own, so a sequence coded at level g gets the numbers of UniformNoise(alphas[g]) alone)."""
-
-    alphas: tuple[float, ...] = (1.0,)
-    has_mask = False
-
-    def __post_init__(self) -> None:
-        for a in self.alphas:
-            checks.real("alpha (uniform-noise level)", a, 0.0, 1.0)
-
-    def num_symbols(self, vocab_size: int) -> int:
-        return len(self.alphas) * vocab_size
-
-    def likelihood(self, vocab_size: int) -> torch.Tensor:
-        return torch.cat([UniformNoise(a).likelihood(vocab_size) for a in self.alphas])
-
-    def describe(self) -> dict:
-        return {"channel": "UniformNoiseLevels", "alphas": list(self.alphas)}
 
 
 @dataclass(frozen=True)

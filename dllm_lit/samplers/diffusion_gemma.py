@@ -27,21 +27,19 @@ step k + 1; random tie keys from Stream.ORDER at step k.
 """
 from __future__ import annotations
 
-from typing import Iterator
-
 import torch
 
 from dllm_lit import checks, rng
 from dllm_lit.decoding import TIE_SLOT, posterior_entropy
 from dllm_lit.denoisers.base import Denoiser
-from dllm_lit.denoisers.channels import UniformNoise, UniformNoiseLevels
+from dllm_lit.denoisers.channels import UniformNoise
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.draws import StepUniforms, sharpen
 from dllm_lit.samplers.eb_sampler import entropy_bound_count
 from dllm_lit.samplers.selection import TIE_RULES, rank_positions
 from dllm_lit.samplers.uniform_state import check_channel, draw_rows, leave_one_out_chunks, uniform_prior
 
-__all__ = ["DiffusionGemma", "OUTPUTS", "ENTROPY_DECIMALS", "renoise_temperature", "accepted_mask", "level_chunks"]
+__all__ = ["DiffusionGemma", "OUTPUTS", "ENTROPY_DECIMALS", "renoise_temperature", "accepted_mask"]
 
 #: what a run returns: the last call's argmax canvas (ZHZisZZ/dllm), or diffusers' (the argmax canvas once stopped,
 #: else the last canvas)
@@ -66,27 +64,6 @@ def accepted_mask(entropy: torch.Tensor, bound: float, tie_rule: str, tie_keys: 
     return torch.zeros_like(take).scatter_(1, order, take)
 
 
-def level_chunks(denoiser: Denoiser, z: torch.Tensor, level: torch.Tensor, seq_len: int,
-                 batched: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(rows, q) per chunk, q [n, T, V] = p(x_i | z_{-i}) of the rows ``rows`` of z [B, T] under
-    UniformNoise(level[r] / seq_len): one evaluation of the whole batch through :class:`UniformNoiseLevels` (row r
-    coded at its level's index) where the denoiser answers it and ``batched``, else one evaluation per level.  Every
-    row gets its own level's numbers either way (the kernel's operations are per sequence; the stacked table's rows
-    are each level's own), so the two give the same bits; the batched one runs the kernel on full blocks."""
-    levels, group = torch.unique(level, return_inverse=True)
-    alphas = tuple(m / seq_len for m in levels.tolist())
-    channel = UniformNoiseLevels(alphas)
-    if batched and len(alphas) > 1 and denoiser.supports(channel, leave_one_out=True):
-        rows = torch.arange(z.shape[0], device=z.device)
-        for sl, q in leave_one_out_chunks(denoiser, z + group[:, None] * denoiser.vocab_size, channel):
-            yield rows[sl], q
-        return
-    for g, alpha in enumerate(alphas):
-        rows = torch.nonzero(group == g).flatten()
-        for sl, q in leave_one_out_chunks(denoiser, z[rows], UniformNoise(alpha)):
-            yield rows[sl], q
-
-
 class DiffusionGemma(Sampler):
     """Entropy-bounded renoising of a uniform-noise canvas (module docstring).
 
@@ -103,9 +80,6 @@ class DiffusionGemma(Sampler):
     """
 
     sampler_name = "diffusion_gemma"
-    #: one evaluation per call for all accepted-count levels (:func:`level_chunks`); False: one per level (the
-    #: same bits, slower: the reference the tests compare with)
-    batch_levels = True
     no_log_q_reason = "renoising has no unmasking order: every position is redrawn or renoised at every call"
 
     def __init__(self, denoiser: Denoiser | None = None, steps: int | list[int] = 48, entropy_bound: float = 0.1,
@@ -142,21 +116,23 @@ class DiffusionGemma(Sampler):
             tau = renoise_temperature(k, steps, self.t_max, self.t_min)
             u_tok, noise = uni.grid(k, T), uniform_prior(uni, k + 1, B, T, V).to(dev)
             keys = tie_u.grid(k, T, slot=TIE_SLOT) if tie_u is not None else None
-            act = torch.nonzero(~done).flatten()
-            for rows, q in level_chunks(self.denoiser, z[act], accepted[act], T, self.batch_levels):
-                r = act[rows]  # every operation below is row-wise: the numbers of all rows at once
-                law = sharpen(q, 1.0 / tau)
-                law = law / law.sum(-1, keepdim=True)
-                H = posterior_entropy(law)
-                take = accepted_mask(H, self.entropy_bound, self.tie_rule, None if keys is None else keys[r])
-                z[r] = torch.where(take, draw_rows(law, u_tok[r]), noise[r])
-                arg = law.argmax(-1)
-                stable = (history[:, r] == arg[None]).all(-1).all(0)
-                if self.stability_threshold:
-                    history[:, r] = torch.cat([history[1:, r], arg[None]])
-                best[r], accepted[r] = arg, take.sum(1)
-                nfe[r] += 1
-                done[r] = stable & (H.mean(1) < self.entropy_threshold)
+            active, level = ~done, accepted.clone()
+            for m in torch.unique(level[active]).tolist():
+                rows = torch.nonzero(active & (level == m)).flatten()
+                for sl, q in leave_one_out_chunks(self.denoiser, z[rows], UniformNoise(m / T)):
+                    r = rows[sl]  # every operation below is row-wise: the numbers of all rows at once
+                    law = sharpen(q, 1.0 / tau)
+                    law = law / law.sum(-1, keepdim=True)
+                    H = posterior_entropy(law)
+                    take = accepted_mask(H, self.entropy_bound, self.tie_rule, None if keys is None else keys[r])
+                    z[r] = torch.where(take, draw_rows(law, u_tok[r]), noise[r])
+                    arg = law.argmax(-1)
+                    stable = (history[:, r] == arg[None]).all(-1).all(0)
+                    if self.stability_threshold:
+                        history[:, r] = torch.cat([history[1:, r], arg[None]])
+                    best[r], accepted[r] = arg, take.sum(1)
+                    nfe[r] += 1
+                    done[r] = stable & (H.mean(1) < self.entropy_threshold)
             if bool(done.all()):
                 break
         # diffusers commits a stopped sequence's argmax canvas (``canvas = where(finished, argmax_canvas, canvas)``)
