@@ -58,7 +58,7 @@ def test_matches_enumeration(world, channel, loo, T) -> None:
 @pytest.mark.parametrize("loo", [False, True])
 def test_kernel_and_mirror_same_bits_any_batch(channel, loo) -> None:
     """English chain: the compiled kernel, the torch mirror and every sub-batch (odd offsets, single rows)
-    give the same float64 numbers; 70 rows run as blocks of the kernel's BLOCK (32) with a tail of 6."""
+    give the same float64 numbers; 70 rows run as a block of the kernel's BLOCK (64) with a tail of 6."""
     world = HMMWorld.from_chain(english_char_chain())
     Z = channel.num_symbols(world.vocab_size)
     z = torch.randint(0, Z, (70, 64), generator=torch.Generator().manual_seed(1))
@@ -67,6 +67,27 @@ def test_kernel_and_mirror_same_bits_any_batch(channel, loo) -> None:
     parts = torch.cat([hmm_posterior(world, z[i:i + n], channel, loo) for i, n in ((0, 1), (1, 3), (4, 5), (9, 4), (13, 57))])
     assert torch.equal(parts, fast)
     assert torch.equal(hmm_posterior(world, z[7:8], channel, loo)[0], fast[7])
+
+
+@pytest.mark.parametrize("form", ["dense", "signed zero", "first state"])
+def test_kernel_and_mirror_same_bits_any_evidence(form) -> None:
+    """Evidence tables outside the kernel's two-value form (a dense random one; one whose columns differ only in
+    the sign of a zero) and one whose exception sits at state 0: the kernel's numbers are the torch mirror's."""
+    world = HMMWorld.from_chain(english_char_chain())
+    g = torch.Generator().manual_seed(3)
+    V = world.vocab_size
+    if form == "dense":
+        L = torch.rand(V + 2, V, generator=g, dtype=torch.float64) + 0.01
+    elif form == "signed zero":
+        L = torch.eye(V, dtype=torch.float64)
+        L[0, 5] = L[0, 9] = -0.0
+    else:
+        L = torch.full((V, V), 0.25, dtype=torch.float64)
+        L[:, 0] = 0.75
+    z = torch.randint(0, L.shape[0], (67, 40), generator=g)
+    for loo in (False, True):
+        fast = first_order_posterior(world.A, world.initial, L, L, z, loo)
+        assert fast is not None and torch.equal(fast, first_order_posterior_torch(world.A, world.initial, L, L, z, loo))
 
 
 def test_single_position() -> None:
