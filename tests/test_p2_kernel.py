@@ -31,7 +31,7 @@ def test_compiled_draws_are_the_inverse_cdf_draws() -> None:
     from dllm_lit.decoding.p2_kernel import _draw, _uniform
 
     g = torch.Generator().manual_seed(0)
-    for V in (1, 2, 5, 27, 64):
+    for V in (1, 2, 5, 27, 64, 65, 300):
         p = torch.rand(40, V, generator=g, dtype=torch.float64)
         p[torch.rand(40, V, generator=g) < 0.4] = 0.0
         p[0] = 0.0

@@ -63,8 +63,8 @@ class BoundedPlanning:
         return out
 
     def _compiled(self, z: torch.Tensor, f: dict[str, torch.Tensor], row: torch.Tensor, i: int, m: int,
-                  noise: torch.Tensor | None) -> bool:
-        """The step by :func:`~.p2_kernel.plan_step` into ``self.x0``; False where a bound is NaN."""
+                  noise: torch.Tensor | None) -> torch.Tensor | None:
+        """The state after the step by :func:`~.p2_kernel.plan_step`; None where a bound is NaN."""
         from dllm_lit.decoding.p2_kernel import plan_step
 
         B = z.shape[0]
@@ -74,24 +74,26 @@ class BoundedPlanning:
         use_cdf = "cdf" in f
         table = f["cdf"] if use_cdf else f["argmax"]
         h = rng.mix64(self.tok_u.keys ^ (i - 1))
-        self.x0 = z.clone()
+        x0 = z.clone()
         empty = torch.empty(0, 0, dtype=torch.float64)
         ok = plan_step(z.numpy(), row.numpy(), f["w"].view(-1).numpy(), f["w"].shape[1],
                        (empty if noise is None else noise.contiguous()).numpy(),
                        (table if use_cdf else empty).numpy(), (table if not use_cdf else row[:0]).numpy(),
                        use_cdf, h.numpy(), self.M, m, float(self.s.eta),
                        GUESS_MARGIN * max(self.s.gumbel_scale, 1.0), self.guess.view(-1).numpy(), fresh,
-                       self.x0.numpy())
+                       x0.numpy())
         if not ok and fresh:
             self.guess = None
-        return ok
+        return x0 if ok else None
 
     def step(self, z: torch.Tensor, i: int, m: int, noise: torch.Tensor | None) -> torch.Tensor:
         """The state after step i (1-based) leaving m positions masked; ``noise`` [B, T] = s G (None: s = 0)."""
         B, T = z.shape
         f, row = self.loo.grid(z)
-        if z.device.type == "cpu" and numba_available() and self._compiled(z, f, row, i, m, noise):
-            return self.x0
+        if z.device.type == "cpu" and numba_available():
+            x0 = self._compiled(z, f, row, i, m, noise)
+            if x0 is not None:
+                return x0
         W = f["w"].view(-1)
         V1 = f["w"].shape[1]  # V + 1: the mask id (V) reads the maximum
         masked = z == self.M

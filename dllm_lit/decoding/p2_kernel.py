@@ -39,8 +39,9 @@ def hash_uniforms(h: np.ndarray, out: np.ndarray) -> None:
 def _draw(cdf: np.ndarray, argmax: np.ndarray, use_cdf: bool, s: int, h: np.int64, j: int) -> int:
     """``draw_stored`` at row s with the uniform of position j, or the stored argmax: the number of leading cdf
     entries not above the target min(u total, nextafter(total, 0)) (torch.minimum: NaN if either is), which is
-    what torch.searchsorted(right=True) returns on a cdf row (non-decreasing, or all NaN); counted by binary
-    lifting without branches (rows are read at random: independent draws' loads overlap)."""
+    what torch.searchsorted(right=True) returns on a cdf row (non-decreasing, or all NaN).  Counted without
+    branches, so that independent draws' loads from rows read at random overlap: over the whole row for V <= 64
+    (its cache lines fetched at once), else by binary lifting."""
     if not use_cdf:
         return argmax[s]
     V = cdf.shape[1]
@@ -51,6 +52,10 @@ def _draw(cdf: np.ndarray, argmax: np.ndarray, use_cdf: bool, s: int, h: np.int6
     if np.isnan(c):
         target = c
     k = 0
+    if V <= 64:
+        for i in range(V):
+            k += not cdf[s, i] > target
+        return k
     step = 1
     while 2 * step <= V:
         step *= 2
