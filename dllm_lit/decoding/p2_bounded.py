@@ -14,12 +14,15 @@ K_j < t has a key below T - m known keys, so it is not kept.  The step draws fir
 largest bound, then wherever K_j >= t, until no undrawn masked position does; the kept set is then the top T - m of
 the known keys (ties as the direct step), and the other masked positions stay masked.  Each draw has its own
 uniform (keyed by the step and the position), so no other draw moves.  A NaN weight sends the step to the direct
-computation (every masked position drawn, the sort's order of NaN).
+computation (every masked position drawn, the sort's order of NaN).  On the CPU with numba the step runs compiled,
+one sequence at a time (:mod:`.p2_kernel`, the same numbers); the torch step is its mirror.
 """
 from __future__ import annotations
 
 import torch
 
+from dllm_lit import rng
+from dllm_lit.denoisers.hmm_first_order import numba_available
 from dllm_lit.util.indices import flat_nonzero
 from dllm_lit.samplers.draws import StepUniforms
 from dllm_lit.decoding.row_providers import LeaveOneOutRows, draw_stored
@@ -48,10 +51,49 @@ class BoundedPlanning:
         f["w"] = torch.cat([logp, logp.amax(-1, keepdim=True)], 1)
         return f
 
+    @staticmethod
+    def uniforms(u: StepUniforms, step: int, T: int) -> torch.Tensor:
+        """``u.grid(step, T)``, hashed compiled on the CPU with numba (:func:`~.p2_kernel.hash_uniforms`)."""
+        if not numba_available():
+            return u.grid(step, T)
+        from dllm_lit.decoding.p2_kernel import hash_uniforms
+
+        out = torch.empty(u.keys.shape[0], T, dtype=torch.float64)
+        hash_uniforms(rng.mix64(u.keys ^ step).numpy(), out.numpy())
+        return out
+
+    def _compiled(self, z: torch.Tensor, f: dict[str, torch.Tensor], row: torch.Tensor, i: int, m: int,
+                  noise: torch.Tensor | None) -> torch.Tensor | None:
+        """The state after the step by :func:`~.p2_kernel.plan_step`; None where a bound is NaN."""
+        from dllm_lit.decoding.p2_kernel import plan_step
+
+        B = z.shape[0]
+        fresh = self.guess is None
+        if fresh:
+            self.guess = torch.zeros(B, 1, dtype=torch.float64)
+        use_cdf = "cdf" in f
+        table = f["cdf"] if use_cdf else f["argmax"]
+        h = rng.mix64(self.tok_u.keys ^ (i - 1))
+        x0 = z.clone()
+        empty = torch.empty(0, 0, dtype=torch.float64)
+        ok = plan_step(z.numpy(), row.numpy(), f["w"].view(-1).numpy(), f["w"].shape[1],
+                       (empty if noise is None else noise.contiguous()).numpy(),
+                       (table if use_cdf else empty).numpy(), (table if not use_cdf else row[:0]).numpy(),
+                       use_cdf, h.numpy(), self.M, m, float(self.s.eta),
+                       GUESS_MARGIN * max(self.s.gumbel_scale, 1.0), self.guess.view(-1).numpy(), fresh,
+                       x0.numpy())
+        if not ok and fresh:
+            self.guess = None
+        return x0 if ok else None
+
     def step(self, z: torch.Tensor, i: int, m: int, noise: torch.Tensor | None) -> torch.Tensor:
         """The state after step i (1-based) leaving m positions masked; ``noise`` [B, T] = s G (None: s = 0)."""
         B, T = z.shape
         f, row = self.loo.grid(z)
+        if z.device.type == "cpu" and numba_available():
+            x0 = self._compiled(z, f, row, i, m, noise)
+            if x0 is not None:
+                return x0
         W = f["w"].view(-1)
         V1 = f["w"].shape[1]  # V + 1: the mask id (V) reads the maximum
         masked = z == self.M
@@ -96,7 +138,7 @@ class BoundedPlanning:
             cand = undrawn & (bound >= t)
             if not bool(cand.any()):
                 break
-        self.guess = t
+        self.guess = t.contiguous()
         low = keys < t  # at most m per sequence: the rest of the m lowest tie at t, lower positions first
         need = m - low.sum(1, keepdim=True)
         if bool((need > 0).any()):

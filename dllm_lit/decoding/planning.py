@@ -38,7 +38,8 @@ def decode_plan(rule, indices: torch.Tensor, seq_len: int, steps: int, seed: int
         m = rule.masked_after(T, S, i)
         noise = None
         if m > 0 and rule.gumbel_scale > 0:
-            noise = key_u.grid(i - 1, T).log_().neg_().log_().neg_()  # G = -log(-log u), in place
+            noise = (bounded.uniforms(key_u, i - 1, T) if bounded is not None else key_u.grid(i - 1, T))
+            noise.log_().neg_().log_().neg_()  # G = -log(-log u), in place
             if rule.gumbel_scale != 1.0:
                 noise.mul_(rule.gumbel_scale)
         if bounded is not None:
