@@ -308,18 +308,22 @@ def _llada_path(sampler, idx: torch.Tensor, T: int, steps: int, seed: int):
 
 
 def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: int = 0,
-                       steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float = 0.0,
+                       steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float | None = None,
                        sampler: str = "paper", mix: float | None = None) -> None:
     """paper-MDLM (``sampler`` "paper") or LLaDA with low-confidence remasking at temperature 1 ("llada") on the
     English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token, their ratio and the
     CPU (process time) of both ends, for each K in ``particles`` (resampling below the ESS fraction
-    ``resample_below``; 0: none, the metric's setting; ``mix``: paper-MDLM's proposal's uniform share, None: the
+    ``resample_below``; 0: none; None: the metric's setting; ``mix``: paper-MDLM's proposal's uniform share, None: the
     metric's ``GUIDE_MIX``)."""
     from dllm_lit.samplers import path_smc
     from dllm_lit.samplers.path_smc import smc_sandwich
 
     if mix is not None:
         path_smc.GUIDE_MIX = mix
+    if resample_below is None:  # the metric's setting: none for paper-MDLM, LLaDA's RESAMPLE_BELOW
+        from dllm_lit.samplers.llada_path_law import RESAMPLE_BELOW
+
+        resample_below = 0.0 if sampler == "paper" else RESAMPLE_BELOW
 
     chain = english_char_chain()
     s = MDLMPaper() if sampler == "paper" else LLaDA(temperature=1.0)
@@ -403,8 +407,8 @@ def main() -> None:
     ap.add_argument("--english-n", type=int, default=512, help="sequences of the English sandwich groups")
     ap.add_argument("--smc-paths", type=int, nargs="+", default=[8, 16, 32],
                     help="particles K of the smc_sandwich group")
-    ap.add_argument("--smc-resample", type=float, default=0.0, help="ESS fraction below which the smc_sandwich "
-                    "group resamples (0: never, the metric's setting)")
+    ap.add_argument("--smc-resample", type=float, default=None, help="ESS fraction below which the smc_sandwich "
+                    "group resamples (0: never; default: the metric's setting, 0 for paper, 0.5 for llada)")
     ap.add_argument("--smc-sampler", choices=["paper", "llada"], default="paper", help="the smc_sandwich group's "
                     "sampler: paper-MDLM or LLaDA low-confidence (temperature 1, one block)")
     ap.add_argument("--smc-steps", type=int, nargs="+", default=[16, 64, 128], help="steps of the smc_sandwich group")

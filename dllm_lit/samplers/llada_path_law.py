@@ -34,8 +34,16 @@ from dllm_lit.decoding import reference_decode
 from dllm_lit.samplers.draws import drawn_log_prob, tempered_law
 from dllm_lit.samplers.llada_esp import esp_propose
 from dllm_lit.samplers.path_law import RandomSubsetLaw
+from dllm_lit.samplers.selection import rank_positions
 
-__all__ = ["LLaDAPathLaw", "path_law_reason", "with_smc_sandwich"]
+__all__ = ["LLaDAPathLaw", "path_law_reason", "with_smc_sandwich", "SCAN_FLOOR", "ESP_SHARE", "RESAMPLE_BELOW"]
+
+#: the scan proposal's take probabilities are kept in [SCAN_FLOOR, 1 - SCAN_FLOOR] (every k-subset stays possible)
+SCAN_FLOOR = 0.01
+#: the step-optimal component's share of the proposal mixture (LLaDAPathLaw.propose)
+ESP_SHARE = 0.6
+#: ESS fraction below which the sandwich resamples (the scan's draws of step probability 0 die, the survivors split)
+RESAMPLE_BELOW = 0.5
 
 
 def path_law_reason(sampler) -> str | None:
@@ -114,10 +122,69 @@ class LLaDAPathLaw(RandomSubsetLaw):
 
     def propose(self, z: torch.Tensor, x: torch.Tensor, step: int, u: torch.Tensor, forced: torch.Tensor | None,
                 forced_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(commit [P, T], log r [P]): the SMC's step proposal, :func:`~dllm_lit.samplers.llada_esp.esp_propose`
-        (the weakest member m, then the rest by the conditional-Bernoulli law of the step's exact probability)."""
-        return esp_propose(self, z, x, step, u, forced, forced_rows)
+        """(commit [P, T], log r [P]): the SMC's step proposal, the mixture ESP_SHARE * esp + (1 - ESP_SHARE) * scan
+        of :func:`~dllm_lit.samplers.llada_esp.esp_propose` (the step-optimal law) and :meth:`_scan` (the sampler's
+        ranking); u[:, 0] picks the component and is rescaled to a fresh uniform for it; log r is the mixture's
+        density at the set (both components evaluated there)."""
+        lam = ESP_SHARE
+        pick_esp = u[:, 0] < lam
+        v = u.clone()
+        v[:, 0] = torch.where(pick_esp, u[:, 0] / lam, (u[:, 0] - lam) / (1.0 - lam)).clamp(0.0, 1.0 - 1e-16)
+        if lam >= 1.0:
+            return esp_propose(self, z, x, step, v, forced, forced_rows)
+        c_scan, _ = self._scan(z, x, step, v, forced, forced_rows)
+        have = forced_rows | ~pick_esp
+        pre = c_scan if forced is None else torch.where(forced_rows[:, None], forced, c_scan)
+        commit, lr_e = esp_propose(self, z, x, step, v, pre, have)
+        _, lr_s = self._scan(z, x, step, v, commit, torch.ones_like(have))
+        lr_e = torch.where(lr_e == math.inf, -math.inf, lr_e)  # a set esp cannot propose (P(S) = 0)
+        lr_s = torch.where(lr_s == math.inf, -math.inf, lr_s)  # a set the scan cannot propose
+        log_r = torch.logaddexp(math.log(lam) + lr_e, math.log1p(-lam) + lr_s)
+        return commit, torch.where(log_r == -math.inf, math.inf, log_r)
 
+    def _scan(self, z: torch.Tensor, x: torch.Tensor, step: int, u: torch.Tensor, forced: torch.Tensor | None,
+                forced_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(commit [P, T], log r [P]): the SMC's proposal of the step's set (module docstring): the allowed positions
+        scanned in the sampler's ranking of x's tokens (c_i(x_i) descending, ties by the rule), each taken with
+        probability a_i = r_i(x_i) / (r_i(x_i) + P_{v ~ r_i}(c_i(v) < c_i(x_i))) clamped to [SCAN_FLOOR,
+        1 - SCAN_FLOOR], until k are taken (all of the rest when only as many remain); uniforms ``u`` [P, >= T];
+        rows ``forced_rows`` take the set ``forced`` [P, T] instead (its log r is still the proposal's)."""
+        P, T = z.shape
+        k, allowed = self.counts[step], self.allowed(z, step)
+        commit, log_r = torch.zeros_like(allowed), torch.zeros(P, dtype=torch.float64, device=z.device)
+        n = allowed.sum(1)
+        if k == 0 or bool((n <= k).all()):
+            return (allowed.clone() if k > 0 else commit), log_r
+        b, p, probs = self._rows(z, step)
+        law = tempered_law(probs, self.temperature).to(torch.float64)
+        law = law / law.sum(-1, keepdim=True)
+        conf = probs.to(torch.float64)
+        xi = x[b, p]
+        c_x, r_x = conf.gather(1, xi[:, None]).squeeze(1), law.gather(1, xi[:, None]).squeeze(1)
+        below = (law * (conf < c_x[:, None])).sum(1)
+        take = torch.zeros(P, T, dtype=torch.float64, device=z.device)
+        take[b, p] = (r_x / (r_x + below)).clamp(SCAN_FLOOR, 1.0 - SCAN_FLOOR)
+        score = torch.full((P, T), -math.inf, dtype=torch.float64, device=z.device)
+        score[b, p] = c_x
+        order = rank_positions(score, "lowest" if self.after == 1 else "highest")
+        rows = torch.arange(P, device=z.device)
+        need = torch.full((P,), k, dtype=torch.long, device=z.device)
+        for t in range(int(n.max())):
+            left = n - t  # allowed positions not yet scanned, this one included
+            if not bool((need > 0).any()):
+                break
+            col = order[:, t]
+            a = take[rows, col]
+            free = (need > 0) & (need < left)
+            inc = torch.where(free, u[:, t] < a, need >= left) & (need > 0) & (left > 0)
+            if forced is not None:
+                inc = torch.where(forced_rows, forced[rows, col] & (left > 0), inc)
+            log_r = log_r + torch.where(free, torch.where(inc, a, 1.0 - a).log(), 0.0)
+            commit[rows, col] |= inc
+            need = need - inc.long()
+        if forced is not None:  # a retained set the scan cannot give (more than k taken, or too few): weight 0
+            log_r = torch.where(forced_rows & (need != 0), math.inf, log_r)
+        return commit, log_r
 
 def with_smc_sandwich(sampler, generate, indices: torch.Tensor, seq_len: int, steps: int,
                       seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -141,6 +208,6 @@ def with_smc_sandwich(sampler, generate, indices: torch.Tensor, seq_len: int, st
     reference_decode(sampler, sampler.denoiser, replay, indices, steps, seed, steps_out=own)
     if not torch.equal(replay, x):
         raise RuntimeError("LLaDA's dense replay differs from its samples: the own path is unknown")
-    out = smc_sandwich(LLaDAPathLaw(sampler, seq_len, steps), start, x, own, indices, seed, K)
+    out = smc_sandwich(LLaDAPathLaw(sampler, seq_len, steps), start, x, own, indices, seed, K, RESAMPLE_BELOW)
     stats.update({key: v + log_q0.sum(1).cpu() for key, v in out.items()})
     return x, stats
