@@ -34,8 +34,6 @@ __all__ = ["esp_propose", "log_step_mass", "WINDOW", "TAIL"]
 
 #: candidate ranks of the weakest member whose Z(m) is computed exactly for rho (module docstring)
 WINDOW = 8
-#: the inclusion weight is r_i(x_i) / c_i(x_i)^TWIST (module docstring)
-TWIST = 0.0
 #: rho's mass spread uniformly over the candidate ranks below the window (when there are any)
 TAIL = 0.05
 
@@ -57,28 +55,10 @@ def _ranked(law, z: torch.Tensor, x: torch.Tensor, step: int):
     order = rank_positions(score, "lowest" if law.after == 1 else "highest")[:, :n]
     row = where.gather(1, order)
     valid, row = row >= 0, row.clamp(min=0)
-    r_x = r.gather(1, x[b, p][:, None]).squeeze(1)
-    a = r_x * (-TWIST * _loo(law, x)[b, p]).exp()
-    a = torch.where(valid, a[row], 0.0)
+    a = torch.where(valid, r.gather(1, x[b, p][:, None]).squeeze(1)[row], 0.0)
     sconf, sidx = conf[row].sort(-1)
     cum = torch.nn.functional.pad(r[row].gather(-1, sidx).cumsum(-1), (1, 0))
     return order, valid, a, c_x[row], law.after * order, sconf, cum
-
-
-def _loo(law, x: torch.Tensor) -> torch.Tensor:
-    """log p(x_i | x_{-i}) [P, T] (the denoiser's leave-one-out row; 0 where it has none), memoised for the last x."""
-    memo = getattr(law, "_loo_memo", None)
-    if memo is not None and memo[0] is x:
-        return memo[1]
-    from dllm_lit.denoisers.channels import ABSORBING
-
-    out = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
-    if law.denoiser.supports(ABSORBING, leave_one_out=True):
-        for sl in (slice(i, i + 256) for i in range(0, x.shape[0], 256)):
-            post = law.denoiser.log_posterior(x[sl], None, leave_one_out=True)
-            out[sl] = post.gather(-1, x[sl, :, None]).squeeze(-1).to(torch.float64).clamp(min=-700.0)
-    law._loo_memo = (x, out)
-    return out
 
 
 def _exclusion(ranked, t: torch.Tensor) -> torch.Tensor:

@@ -17,12 +17,15 @@ with  P(l ranks after s*) = sum_v r_l(v) [p_l(v) < c*  or  (p_l(v) = c*  and  l 
 
 Path-scorable: temperature > 0 with ``tie_rule`` "lowest" or "highest" (:func:`path_law_reason` says why not
 otherwise: at temperature 0 the path is a deterministic function of the run, and the random tie rule couples the
-positions of a tied group).  The SMC's step proposal (:meth:`LLaDAPathLaw.propose`) mimics the sampler: it scans the
-allowed positions in the ranking of x's tokens and takes position i with the odds that i proposed x_i rather than a
-token ranked below it, until k are taken.  No twist: the chain's p(x's masked tokens | z) is not LLaDA's.  On the
-English chain this proposal is far from q(path | x) (docs/metrics.md: the bracket stays loose); the locally optimal
-proposal q_j(S | z, x) is computable by the same decomposition (weakest member s*, then a (k-1)-subset of the
-positions ranked above it, a conditional-Bernoulli law) at O(n^2 k) per particle and step, not done here.
+positions of a tied group).  The SMC's step proposal (:meth:`LLaDAPathLaw.propose`) is a mixture: with probability
+ESP_SHARE the step-optimal law q_j(S | z, x) (:mod:`~dllm_lit.samplers.llada_esp`: the weakest member, then a
+conditional-Bernoulli subset by an elementary-symmetric-polynomial DP), else :meth:`LLaDAPathLaw._scan`, which mimics
+the sampler (the allowed positions in the ranking of x's tokens, position i taken with the odds that it proposed
+x_i rather than a token ranked below it); the density is the mixture's at the drawn set.  The step-optimal law alone
+is myopic: on the English chain its particles drift into states where a masked position's confident token is not
+x's, which every later step pays for, and its upper end is looser than the scan's; the scan alone often proposes a
+set of step probability 0 (its particles die, the lower end reads -inf).  Mixed, with resampling below ESS
+RESAMPLE_BELOW K (dead particles replaced), both ends are finite (docs/metrics.md has the figures).  No twist.
 """
 from __future__ import annotations
 
