@@ -307,6 +307,24 @@ def _llada_path(sampler, idx: torch.Tensor, T: int, steps: int, seed: int):
     return x, LLaDAPathLaw(sampler, T, steps), own, None
 
 
+def llada_step_mass(x: torch.Tensor, law, own: torch.Tensor, seed: int, rows: int = 8) -> str:
+    """Mean over the first ``rows`` sequences of sum_j log Z_j (the step mass: the probability that step j commits
+    some set with x's tokens, exact) along the own path and along one path of the step-optimal proposal alone."""
+    from dllm_lit.samplers.llada_esp import esp_propose, log_step_mass
+
+    x, own = x[:rows], own[:rows]
+    g = torch.Generator().manual_seed(seed)
+    z_own = z_esp = torch.full_like(x, law.denoiser.mask_id)
+    tot = torch.zeros(2, x.shape[0], dtype=torch.float64)
+    for j in range(law.num_steps):
+        tot[0] += log_step_mass(law, z_own, x, j)
+        tot[1] += log_step_mass(law, z_esp, x, j)
+        u = torch.rand(x.shape, generator=g, dtype=torch.float64)
+        c, _ = esp_propose(law, z_esp, x, j, u, None, torch.zeros(x.shape[0], dtype=torch.bool))
+        z_own, z_esp = torch.where(own == j, x, z_own), torch.where(c, x, z_esp)
+    return f"sum_j log Z_j over {x.shape[0]} rows: own path {float(tot[0].mean()):.1f}, esp path {float(tot[1].mean()):.1f}"
+
+
 def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: int = 0,
                        steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float | None = None,
                        sampler: str = "paper", mix: float | None = None) -> None:
@@ -345,6 +363,8 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
             fin = float(torch.isfinite(r["log_q_iw_lower"]).double().mean())  # -inf: every proposed path impossible
             parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, lower finite {fin:.2f}, {cpu:.1f} s)")
         own_u = "none" if own_log_q is None else f"{float((own_log_q - lp).mean()) / T:.5f}"
+        if sampler == "llada":
+            own_u += "; " + llada_step_mass(x, law, own, seed)
         dv = dv_lower_bound(transition_codes(x, chain.vocab_size), chain).value
         print(f"english {sampler} s{steps} {N}x{T} smc (mix {path_smc.GUIDE_MIX}, resample below {resample_below}): "
               f"dv {dv:.5f}; own path {own_u}; lower/upper {'; '.join(parts)}", flush=True)
