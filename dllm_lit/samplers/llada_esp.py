@@ -16,10 +16,11 @@ division, so G = 0 (a forced member) is exact) and Z = sum_m Z(m) the step's pro
 consistent with x.  The proposal draws m from a law rho(m), then A from the conditional-Bernoulli law P(S) / Z(m)
 (backward through the DP table), so r(S) = rho(m) P(S) / Z(m) and the SMC's step weight is Z(m) / rho(m): with
 rho(m) = Z(m) / Z the weight is Z itself (the step-optimal proposal; Del Moral, "Feynman-Kac formulae", 2004).
-rho(m) = (1 - TAIL) Z(m) / sum_window Z over the ``WINDOW`` weakest-possible ranks t = k .. k + WINDOW - 1 (exact
-Z(m), O(WINDOW n log V + (k + WINDOW) WINDOW k) per particle and step) and TAIL uniform over the lower ranks (every
-m with Z(m) > 0 stays possible; exact Z(m) for all m costs O(n^2 k)).  Scaled float64 (each DP row renormalised,
-its log scale carried).
+Here rho(m) = (1 - TAIL) Z(m) / sum_window Z over the ``WINDOW`` highest ranks m can hold, t = k .. k + WINDOW - 1
+(exact Z(m), O(WINDOW n log V + (k + WINDOW) WINDOW k) per particle and step), and TAIL uniform over the lower ranks
+(every m with Z(m) > 0 stays possible; exact Z(m) for all m costs O(n^2 k)), so the weight is sum_window Z /
+(1 - TAIL) when m falls in the window; the chosen m's DP and draw cost O(n V + t k).  Scaled float64 (each DP row
+renormalised, its log scale carried).
 """
 from __future__ import annotations
 
