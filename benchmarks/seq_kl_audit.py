@@ -335,20 +335,42 @@ def _llada_path(sampler, idx: torch.Tensor, T: int, steps: int, seed: int):
     return x, LLaDAPathLaw(sampler, T, steps), own, None
 
 
+def llada_step_mass(x: torch.Tensor, law, own: torch.Tensor, seed: int, rows: int = 8) -> str:
+    """Mean over the first ``rows`` sequences of sum_j log Z_j (the step mass: the probability that step j commits
+    some set with x's tokens, exact) along the own path and along one path of the step-optimal proposal alone."""
+    from dllm_lit.samplers.llada_esp import esp_propose, log_step_mass
+
+    x, own = x[:rows], own[:rows]
+    g = torch.Generator().manual_seed(seed)
+    z_own = z_esp = torch.full_like(x, law.denoiser.mask_id)
+    tot = torch.zeros(2, x.shape[0], dtype=torch.float64)
+    for j in range(law.num_steps):
+        tot[0] += log_step_mass(law, z_own, x, j)
+        tot[1] += log_step_mass(law, z_esp, x, j)
+        u = torch.rand(x.shape, generator=g, dtype=torch.float64)
+        c, _ = esp_propose(law, z_esp, x, j, u, None, torch.zeros(x.shape[0], dtype=torch.bool))
+        z_own, z_esp = torch.where(own == j, x, z_own), torch.where(c, x, z_esp)
+    return f"sum_j log Z_j over {x.shape[0]} rows: own path {float(tot[0].mean()):.1f}, esp path {float(tot[1].mean()):.1f}"
+
+
 def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: int = 0,
-                       steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float = 0.0,
+                       steps_list: tuple[int, ...] = (16, 64, 128), resample_below: float | None = None,
                        sampler: str = "paper", mix: float | None = None) -> None:
     """paper-MDLM (``sampler`` "paper") or LLaDA with low-confidence remasking at temperature 1 ("llada") on the
     English chain: the SMC sandwich's (``sandwich_method: smc``) mean lower / upper per token, their ratio, their
     bounds (jointly 95%) and the CPU (process time) of both ends, for each K in ``particles`` (resampling below the
-    ESS fraction ``resample_below``; 0: none, the metric's setting; ``mix``: paper-MDLM's proposal's uniform share,
-    None: the metric's ``GUIDE_MIX``)."""
+    ESS fraction ``resample_below``; 0: none; None: the metric's setting; ``mix``: paper-MDLM's proposal's uniform
+    share, None: the metric's ``GUIDE_MIX``)."""
     from dllm_lit.metrics.functional.path_sandwich import sandwich_intervals
     from dllm_lit.samplers import path_smc
     from dllm_lit.samplers.path_smc import smc_sandwich
 
     if mix is not None:
         path_smc.GUIDE_MIX = mix
+    if resample_below is None:  # the metric's setting: none for paper-MDLM, LLaDA's RESAMPLE_BELOW
+        from dllm_lit.samplers.llada_path_law import RESAMPLE_BELOW
+
+        resample_below = 0.0 if sampler == "paper" else RESAMPLE_BELOW
 
     chain = english_char_chain()
     s = MDLMPaper() if sampler == "paper" else LLaDA(temperature=1.0)
@@ -373,6 +395,8 @@ def smc_sandwich_group(particles: list[int], N: int = 512, T: int = 256, seed: i
             parts.append(f"K={k}: {lo:.5f}/{hi:.5f} (ratio {lo / hi:.3f}, bounds {bnd}, lower finite {fin:.2f}, "
                          f"{cpu:.1f} s)")
         own_u = "none" if own_log_q is None else f"{float((own_log_q - lp).mean()) / T:.5f}"
+        if sampler == "llada":
+            own_u += "; " + llada_step_mass(x, law, own, seed)
         dv = dv_lower_bound(transition_codes(x, chain.vocab_size), chain).value
         setting = f"mix {path_smc.GUIDE_MIX}, " if sampler == "paper" else ""  # LLaDA's proposal has no mix
         print(f"english {sampler} s{steps} {N}x{T} smc ({setting}resample below {resample_below}): "
@@ -437,8 +461,8 @@ def main() -> None:
     ap.add_argument("--english-n", type=int, default=512, help="sequences of the English sandwich groups")
     ap.add_argument("--smc-paths", type=int, nargs="+", default=[8, 16, 32],
                     help="particles K of the smc_sandwich group")
-    ap.add_argument("--smc-resample", type=float, default=0.0, help="ESS fraction below which the smc_sandwich "
-                    "group resamples (0: never, the metric's setting)")
+    ap.add_argument("--smc-resample", type=float, default=None, help="ESS fraction below which the smc_sandwich "
+                    "group resamples (0: never; default: the metric's setting, 0 for paper, 0.5 for llada)")
     ap.add_argument("--smc-sampler", choices=["paper", "llada"], default="paper", help="the smc_sandwich group's "
                     "sampler: paper-MDLM or LLaDA low-confidence (temperature 1, one block)")
     ap.add_argument("--smc-steps", type=int, nargs="+", default=[16, 64, 128], help="steps of the smc_sandwich group")

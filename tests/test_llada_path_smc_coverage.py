@@ -1,9 +1,10 @@
 """Coverage of the SMC sandwich for LLaDA low-confidence (``sandwich_method: smc`` over
 :class:`~dllm_lit.samplers.llada_path_law.LLaDAPathLaw`) on a V = 3 chain with the exact truth of the dynamic
 program of ``dllm_lit/exact/`` (slow): the sandwich's one-sided lower confidence bound is at or below the truth and
-its upper one at or above it in >= 95% of the seeds, and so are the certified bracket's ends.  A proposed path of
-probability 0 gives a sequence the lower estimate -inf (a valid, empty lower bound); the lower interval is then
-refused (no claim, counted as not wrong) and the share of refusals is printed."""
+its upper one at or above it in >= 95% of the seeds, and so are the certified bracket's ends, with the metric's
+proposal (the mixture of the step-optimal law and the ranking scan, resampling; llada_path_law).  Were every
+proposed path of probability 0 a sequence's lower estimate would be -inf (a valid, empty lower bound); the lower
+interval is then refused (no claim, counted as not wrong) and the share of refusals is printed."""
 from __future__ import annotations
 
 import sys

@@ -17,12 +17,15 @@ with  P(l ranks after s*) = sum_v r_l(v) [p_l(v) < c*  or  (p_l(v) = c*  and  l 
 
 Path-scorable: temperature > 0 with ``tie_rule`` "lowest" or "highest" (:func:`path_law_reason` says why not
 otherwise: at temperature 0 the path is a deterministic function of the run, and the random tie rule couples the
-positions of a tied group).  The SMC's step proposal (:meth:`LLaDAPathLaw.propose`) mimics the sampler: it scans the
-allowed positions in the ranking of x's tokens and takes position i with the odds that i proposed x_i rather than a
-token ranked below it, until k are taken.  No twist: the chain's p(x's masked tokens | z) is not LLaDA's.  On the
-English chain this proposal is far from q(path | x) (docs/metrics.md: the bracket stays loose); the locally optimal
-proposal q_j(S | z, x) is computable by the same decomposition (weakest member s*, then a (k-1)-subset of the
-positions ranked above it, a conditional-Bernoulli law) at O(n^2 k) per particle and step, not done here.
+positions of a tied group).  The SMC's step proposal (:meth:`LLaDAPathLaw.propose`) is a mixture: with probability
+ESP_SHARE the step-optimal law q_j(S | z, x) (:mod:`~dllm_lit.samplers.llada_esp`: the weakest member, then a
+conditional-Bernoulli subset by an elementary-symmetric-polynomial DP), else :meth:`LLaDAPathLaw._scan`, which mimics
+the sampler (the allowed positions in the ranking of x's tokens, position i taken with the odds that it proposed
+x_i rather than a token ranked below it); the density is the mixture's at the drawn set.  The step-optimal law alone
+is myopic: on the English chain its particles drift into states where a masked position's confident token is not
+x's, which every later step pays for, and its upper end is looser than the scan's; the scan alone often proposes a
+set of step probability 0 (its particles die, the lower end reads -inf).  Mixed, with resampling below ESS
+RESAMPLE_BELOW K (dead particles replaced), both ends are finite (docs/metrics.md has the figures).  No twist.
 """
 from __future__ import annotations
 
@@ -32,13 +35,18 @@ import torch
 
 from dllm_lit.decoding import reference_decode
 from dllm_lit.samplers.draws import drawn_log_prob, tempered_law
+from dllm_lit.samplers.llada_esp import esp_propose
 from dllm_lit.samplers.path_law import RandomSubsetLaw
 from dllm_lit.samplers.selection import rank_positions
 
-__all__ = ["LLaDAPathLaw", "path_law_reason", "with_smc_sandwich", "SCAN_FLOOR"]
+__all__ = ["LLaDAPathLaw", "path_law_reason", "with_smc_sandwich", "SCAN_FLOOR", "ESP_SHARE", "RESAMPLE_BELOW"]
 
 #: the scan proposal's take probabilities are kept in [SCAN_FLOOR, 1 - SCAN_FLOOR] (every k-subset stays possible)
 SCAN_FLOOR = 0.01
+#: the step-optimal component's share of the proposal mixture (LLaDAPathLaw.propose)
+ESP_SHARE = 0.6
+#: ESS fraction below which the sandwich resamples (the scan's draws of step probability 0 die, the survivors split)
+RESAMPLE_BELOW = 0.5
 
 
 def path_law_reason(sampler) -> str | None:
@@ -117,6 +125,28 @@ class LLaDAPathLaw(RandomSubsetLaw):
 
     def propose(self, z: torch.Tensor, x: torch.Tensor, step: int, u: torch.Tensor, forced: torch.Tensor | None,
                 forced_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(commit [P, T], log r [P]): the SMC's step proposal, the mixture ESP_SHARE * esp + (1 - ESP_SHARE) * scan
+        of :func:`~dllm_lit.samplers.llada_esp.esp_propose` (the step-optimal law) and :meth:`_scan` (the sampler's
+        ranking); u[:, 0] picks the component and is rescaled to a fresh uniform for it; log r is the mixture's
+        density at the set (both components evaluated there)."""
+        lam = ESP_SHARE
+        pick_esp = u[:, 0] < lam
+        v = u.clone()
+        v[:, 0] = torch.where(pick_esp, u[:, 0] / lam, (u[:, 0] - lam) / (1.0 - lam)).clamp(0.0, 1.0 - 1e-16)
+        if lam >= 1.0:
+            return esp_propose(self, z, x, step, v, forced, forced_rows)
+        c_scan, _ = self._scan(z, x, step, v, forced, forced_rows)
+        have = forced_rows | ~pick_esp
+        pre = c_scan if forced is None else torch.where(forced_rows[:, None], forced, c_scan)
+        commit, lr_e = esp_propose(self, z, x, step, v, pre, have)
+        _, lr_s = self._scan(z, x, step, v, commit, torch.ones_like(have))
+        lr_e = torch.where(lr_e == math.inf, -math.inf, lr_e)  # a set esp cannot propose (P(S) = 0)
+        lr_s = torch.where(lr_s == math.inf, -math.inf, lr_s)  # a set the scan cannot propose
+        log_r = torch.logaddexp(math.log(lam) + lr_e, math.log1p(-lam) + lr_s)
+        return commit, torch.where(log_r == -math.inf, math.inf, log_r)
+
+    def _scan(self, z: torch.Tensor, x: torch.Tensor, step: int, u: torch.Tensor, forced: torch.Tensor | None,
+                forced_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(commit [P, T], log r [P]): the SMC's proposal of the step's set (module docstring): the allowed positions
         scanned in the sampler's ranking of x's tokens (c_i(x_i) descending, ties by the rule), each taken with
         probability a_i = r_i(x_i) / (r_i(x_i) + P_{v ~ r_i}(c_i(v) < c_i(x_i))) clamped to [SCAN_FLOOR,
@@ -181,6 +211,6 @@ def with_smc_sandwich(sampler, generate, indices: torch.Tensor, seq_len: int, st
     reference_decode(sampler, replay, indices, steps, seed, steps_out=own)
     if not torch.equal(replay, x):
         raise RuntimeError("LLaDA's dense replay differs from its samples: the own path is unknown")
-    out = smc_sandwich(LLaDAPathLaw(sampler, seq_len, steps), start, x, own, indices, seed, K)
+    out = smc_sandwich(LLaDAPathLaw(sampler, seq_len, steps), start, x, own, indices, seed, K, RESAMPLE_BELOW)
     stats.update({key: v + log_q0.sum(1).cpu() for key, v in out.items()})
     return x, stats
