@@ -273,6 +273,7 @@ ENGINE_PARAMETER_EXEMPTIONS = {
     # object to bundle them), and they are called from one Python wrapper each
     "dllm_lit/decoding/nucleus_kernel.py:_cut",
     "dllm_lit/decoding/nucleus_kernel.py:filter_strict_rows",
+    "dllm_lit/decoding/p2_kernel.py:plan_step",
 }
 
 

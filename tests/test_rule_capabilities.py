@@ -77,3 +77,41 @@ def test_stability_paths_change_no_draw(den, options) -> None:
             assert torch.equal(x0, x) and torch.equal(n0, n), (cls.__name__, options)
     never_stable = {**options, "kl_threshold": 0.0}  # no KL is below 0: LLaDA's commits only
     assert not torch.equal(_draws(KLASS(den, **options), den)[0], _draws(KLASS(den, **never_stable), den)[0])
+
+
+def test_a_rule_declaring_scores_by_prob_scores_the_posterior_probability() -> None:
+    """``scores_by_prob`` (a ``score`` marked ``posterior_probability_score``): the engine reads the score from the
+    draw's row instead of calling ``score``, so every exported rule that declares it must score exactly p(tok), and
+    a subclass that overrides ``score`` (PC-Sampler's positional weight) loses the mark."""
+    from dllm_lit import samplers
+
+    g = torch.Generator().manual_seed(0)
+    probs = torch.rand(6, 5, generator=g, dtype=torch.float64)
+    probs = probs / probs.sum(1, keepdim=True)
+    tok, pos = torch.randint(0, 5, (6,), generator=g), torch.arange(6) + 3
+    declaring = [c for c in samplers.load_all() if isinstance(c, type) and issubclass(c, RuleSampler)
+                 and getattr(c.score, "posterior_probability", False)]
+    assert {c.__name__ for c in declaring} == {"LLaDA", "FastDLLM"}
+    for cls in declaring:
+        rule = cls()
+        assert rule.scores_by_prob
+        assert torch.equal(rule.score(probs, tok, pos), probs.gather(1, tok[:, None]).squeeze(1)), cls.__name__
+
+
+def test_llada_computes_each_drawn_row_once_where_rows_are_not_memoised(monkeypatch) -> None:
+    """Where the distinct neighbourhoods exceed the memo (here a memo of 4 rows; at V = 4096, N = 64 they do),
+    LLaDA's confidence is read from the draw's row: no second row per proposal (after the port to a rule the score
+    recomputed every drawn row: 1.9x the CPU of the 64-step row at V = 4096).  The draws do not change."""
+    from dllm_lit.decoding import compact_decoding
+    from dllm_lit.samplers import LLaDA
+
+    chain = synthetic_chain(512, 32, 1e-4, 1.1, 0)
+    memoised = LLaDA(OracleDenoiser(chain), temperature=1.0).sample(num_sequences=4, seq_len=64, steps=8, seed=3)
+    monkeypatch.setattr(compact_decoding, "ROW_CHUNK_ELEMENTS", 4 * 512)
+    den = OracleDenoiser(chain)
+    rows, real = [], den.probs_given_neighbours
+    monkeypatch.setattr(den, "probs_given_neighbours", lambda *q: rows.append(q[0].numel()) or real(*q))
+    x = LLaDA(den, temperature=1.0).sample(num_sequences=4, seq_len=64, steps=8, seed=3)
+    assert torch.equal(x, memoised)
+    drawn = 4 * 64  # every position is drawn at least once; the score asks for no further rows
+    assert drawn <= sum(rows) < 2 * drawn, sum(rows)

@@ -55,7 +55,7 @@ from dllm_lit.samplers.llada_path_law import smc_refusal, with_smc_sandwich
 from dllm_lit.samplers.prompts import PROMPT_MODES, Prompted, check_prompt, prompt_law
 from dllm_lit.samplers.random_order import RandomRounds, random_order_stats
 from dllm_lit.samplers.round_schedules import check_round_counts, check_schedule, round_counts
-from dllm_lit.samplers.rule import RuleSampler
+from dllm_lit.samplers.rule import RuleSampler, posterior_probability_score
 from dllm_lit.samplers.selection import TIE_RULES
 
 __all__ = ["LLaDA", "REMASKING", "PROMPT_MODES", "prompt_law"]
@@ -128,6 +128,7 @@ class LLaDA(Prompted, RuleSampler):
     def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
         return tempered_law(probs, self.temperature)  # p^(1/tau); None (argmax) at tau = 0
 
+    @posterior_probability_score  # the engine reads p(x̂) from the draw's row
     def score(self, probs: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         return probs.gather(1, tok[:, None]).squeeze(1).to(torch.float64)  # the confidence p(x̂)
 

@@ -41,12 +41,19 @@ from dllm_lit.decoding import GUMBEL_SLOT, decode, random_order_steps
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
-__all__ = ["RuleSampler", "BOUNDS", "ORDERS", "GUMBEL_SLOT"]
+__all__ = ["RuleSampler", "BOUNDS", "ORDERS", "GUMBEL_SLOT", "posterior_probability_score"]
 
 #: score bounds a rule may declare: None, or "pmax" (score <= max_v p(x0 = v | x) at every position)
 BOUNDS = (None, "pmax")
 #: commit orders a rule may declare: "score" (the k best scores), or "random" (drawn up front by ``decode_steps``)
 ORDERS = ("score", "random")
+
+
+def posterior_probability_score(score):
+    """Mark a rule's ``score`` as the proposal's posterior probability p(tok) (LLaDA's confidence), so that the
+    engine may read it from the row the draw computed instead of computing the row again."""
+    score.posterior_probability = True
+    return score
 
 
 class RuleSampler(Sampler):
@@ -81,6 +88,12 @@ class RuleSampler(Sampler):
     #: False for a rule whose counts ignore ``steps`` (one row, steps "-", NFE from its counts; ``counts(n, None)``)
     uses_steps: bool = True
     announces_blocks = True  # the engine tells the denoiser each block's start (Denoiser.block_start)
+
+    @property
+    def scores_by_prob(self) -> bool:
+        """Whether ``score`` is marked :func:`posterior_probability_score` (p(tok) exactly): the engine then reads the
+        score from the draw's row.  A subclass that overrides ``score`` drops the mark."""
+        return getattr(type(self).score, "posterior_probability", False)
 
     # ------------------------------------------------------------------ the rule
     def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
