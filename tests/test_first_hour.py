@@ -24,7 +24,7 @@ def test_help_lists_every_verb(capsys) -> None:
 
 
 def test_a_module_off_the_path_gets_a_hint(tmp_path, capsys) -> None:
-    from dllm_lit.experiments.conform import main as conform
+    from dllm_lit.experiments.conform_cli import main as conform
 
     assert conform(["--sampler", "top_two.TopTwo", "--law", "chain"]) == 2
     err = capsys.readouterr().err.strip()
