@@ -24,9 +24,6 @@ run (:mod:`dllm_lit.experiments.prompted`) the prompt's prefix instead (``given_
 """
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from typing import Any, Callable
 
 import torch
@@ -34,32 +31,10 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.base import Denoiser
 from dllm_lit.samplers.base import Sampler
+from dllm_lit.samplers.external_io import ExternalSamplerError, checked_samples, resolve
 from dllm_lit.util.user_code import user_code
 
 __all__ = ["ExternalSampler", "ExternalSamplerError", "resolve"]
-
-
-class ExternalSamplerError(ValueError):
-    """The user's sampler failed or returned something that is not a batch of chain samples (one line)."""
-
-
-def resolve(field: str, path: str) -> Any:
-    """The object at ``"pkg.mod:name"`` (or ``"pkg.mod.name"``), or a one-line error naming ``field``.  Modules are
-    looked up on ``sys.path`` and in the working directory (where a user's own package usually sits)."""
-    checks.nonempty_str(field, path)
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
-    module, _, name = path.partition(":") if ":" in path else path.rpartition(".")
-    try:
-        obj = importlib.import_module(module)
-        for part in name.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError, ValueError) as exc:
-        from dllm_lit.cli.messages import missing_module_hint
-
-        raise ValueError(f"{field}: cannot import {path!r} ({type(exc).__name__}: {exc}); give 'package.module:name'"
-                         f"{missing_module_hint(str(exc))}") from None
-    return obj
 
 
 class ExternalSampler(Sampler):
@@ -185,32 +160,6 @@ class ExternalSampler(Sampler):
         out = pipe(input_ids=prompt, **kw)
         return getattr(out, "sequences", out)
 
-    def _checked(self, x: Any, prompt: torch.Tensor, seq_len: int) -> torch.Tensor:
-        who = self.generate_path or self.pipeline
-        B, P, V = prompt.shape[0], self.prompt_length, self.vocab_size
-        if isinstance(x, (tuple, list)) and x and isinstance(x[0], torch.Tensor):
-            x = x[0]
-        if not isinstance(x, torch.Tensor):
-            raise ExternalSamplerError(f"{who} returned {type(x).__name__}; expected a LongTensor [B, T]")
-        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-            raise ExternalSamplerError(f"{who} returned dtype {x.dtype}; expected integer token ids")
-        if x.dim() != 2 or x.shape[0] != B or x.shape[1] not in (seq_len, seq_len - P):
-            raise ExternalSamplerError(f"{who} returned shape {tuple(x.shape)}; expected [B, T] = [{B}, {seq_len}]"
-                                       + (f" or [{B}, {seq_len - P}] without the prompt" if P else ""))
-        x = x.to(self.device).long()
-        if x.shape[1] != seq_len:
-            x = torch.cat([prompt, x], 1)
-        mask_id = self.model.config.mask_token_id
-        if bool((x == mask_id).any()):
-            n = int((x == mask_id).any(1).sum())
-            raise ExternalSamplerError(f"{who} left the mask id {mask_id} in {n} of {B} sequences")
-        if bool(((x < 0) | (x >= V)).any()):
-            bad = x[(x < 0) | (x >= V)][0]
-            raise ExternalSamplerError(f"{who} returned id {int(bad)}, outside the chain's ids 0..{V - 1}")
-        if P and not torch.equal(x[:, :P], prompt):
-            raise ExternalSamplerError(f"{who} changed the prompt tokens (the first {P} positions)")
-        return x
-
     def generate_with_nfe(self, indices: torch.Tensor, seq_len: int, steps: int | None,
                           seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.model is None:
@@ -230,7 +179,7 @@ class ExternalSampler(Sampler):
             except Exception as exc:  # noqa: BLE001 - the user's code: report it in one line, naming it
                 msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 raise ExternalSamplerError(f"{who} raised {type(exc).__name__}: {msg}") from exc
-        x = self._checked(x, prompt, seq_len)
+        x = checked_samples(x, prompt, seq_len, self.vocab_size, self.model.config.mask_token_id, who)
         nfe = torch.full((indices.numel(),), float(self.model.calls - calls), dtype=torch.float64)
         return x, nfe
 
