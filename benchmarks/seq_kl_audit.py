@@ -24,7 +24,7 @@ V = 3 cases by the dynamic program of ``dllm_lit/exact/``.
     python benchmarks/seq_kl_audit.py [--seeds 20] [--groups tiny synthetic english]
 
 Other groups: ``bracket`` (the certified bracket's coverage; ``--sandwich-method smc`` for the SMC sandwich),
-``one_step_level`` (the sandwich's bounds at one step, one-sided at 0.95 and at 0.975, over ``--seeds`` seeds),
+``--cases`` picks some of its cases by name), ``one_step_level`` (the sandwich's bounds at one step, one-sided at 0.95 and at 0.975, over ``--seeds`` seeds),
 ``english_sandwich`` (the order sandwich's tightness against K), ``smc_sandwich`` (the SMC sandwich's, paper-MDLM
 on English, ``--smc-paths`` K values, ``--english-n`` sequences, ``--smc-sampler llada`` for LLaDA low-confidence,
 ``--smc-steps``), ``cost`` (V = 4096 profile).
@@ -470,6 +470,8 @@ def main() -> None:
                     "law (default: the metric's)")
     ap.add_argument("--sandwich-method", choices=["orders", "smc"], default="orders",
                     help="the sandwich of the bracket group (sandwich_method)")
+    ap.add_argument("--cases", nargs="+", default=None, help="the bracket group's cases to run, by name (e.g. "
+                    "'V3 ar_beta2' 'V1024 ar_beta1.25'); default every case")
     ap.add_argument("--cost-n", type=int, default=64, help="sequences of the V = 4096 cost profile")
     ap.add_argument("--cost-row", choices=["ar", "mdlm64"], default="ar", help="the row of the V = 4096 cost profile")
     ap.add_argument("--cost-paths", type=int, default=0, help="fresh orders rescored in the mdlm64 cost profile")
@@ -488,7 +490,13 @@ def main() -> None:
     if "bracket" in args.groups:
         print(f"certified bracket (95% one-sided each end), sandwich K = {args.paths} ({args.sandwich_method})")
         print(BRACKET_HEADER)
-        for case in bracket_cases():
+        cases = list(bracket_cases())
+        unknown = sorted(set(args.cases or ()) - {c[0] for c in cases})
+        if unknown:
+            sys.exit(f"--cases: unknown {unknown}; allowed: {sorted({c[0] for c in cases})}")
+        for case in cases:
+            if args.cases and case[0] not in args.cases:
+                continue
             print(bracket_case(*case, seeds=args.seeds, paths=args.paths, method=args.sandwich_method), flush=True)
     if "one_step_level" in args.groups:
         one_step_level(args.seeds)

@@ -53,3 +53,19 @@ def test_sampler_draws_equal_fresh_buffers(batch) -> None:
         fast = make(OracleDenoiser(chain)).connect(chain).generate(torch.arange(batch), T, 3, seed=7)
         ref = make(FreshOracle(chain)).connect(chain).generate(torch.arange(batch), T, 3, seed=7)
         assert torch.equal(fast, ref)
+
+
+class TemperedOracle(OracleDenoiser):
+    """A subclass whose ``posterior`` is not the oracle's (here sharpened): the samplers must see it."""
+
+    def posterior(self, z, channel=None, leave_one_out=False):
+        p = super().posterior(z, channel, leave_one_out) ** 2
+        return p / p.sum(-1, keepdim=True)
+
+
+def test_a_subclass_posterior_is_not_bypassed() -> None:
+    den = TemperedOracle(_chain(False))
+    z = torch.randint(0, V, (4, T), generator=torch.Generator().manual_seed(2))
+    assert torch.equal(den.transient_posterior(z, UniformNoise(0.4)), den.posterior(z, UniformNoise(0.4), True))
+    assert not torch.allclose(den.transient_posterior(z, UniformNoise(0.4)),
+                              OracleDenoiser(_chain(False)).posterior(z, UniformNoise(0.4), True))
