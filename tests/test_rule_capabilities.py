@@ -115,3 +115,29 @@ def test_llada_computes_each_drawn_row_once_where_rows_are_not_memoised(monkeypa
     assert torch.equal(x, memoised)
     drawn = 4 * 64  # every position is drawn at least once; the score asks for no further rows
     assert drawn <= sum(rows) < 2 * drawn, sum(rows)
+
+
+def test_scores_by_law_follows_the_marked_score() -> None:
+    """``scores_by_law`` (a ``score`` marked ``law_probability_score``): Dream's maskgit_plus score is q(x̂) under its
+    proposal law and the engine reads it from the draw; the mark's condition leaves Dream's other algorithms out, and
+    a subclass that overrides ``score`` (here: the least confident first) drops the mark and is ranked by its own."""
+    from dllm_lit.samplers import Dream
+    from dllm_lit.samplers.dream import dream_law
+
+    class LeastConfident(Dream):
+        def score(self, probs, tok, pos):
+            return -super().score(probs, tok, pos)
+
+    g = torch.Generator().manual_seed(0)
+    probs = torch.rand(6, 5, generator=g, dtype=torch.float64)
+    tok, pos = torch.randint(0, 5, (6,), generator=g), torch.arange(6)
+    plus = Dream(alg="maskgit_plus", temperature=0.8)
+    assert plus.scores_by_law and not Dream(alg="entropy").scores_by_law
+    q = dream_law(probs, 0.8, None, None)
+    assert torch.equal(plus.score(probs, tok, pos), q.gather(1, tok[:, None]).squeeze(1))
+    assert not LeastConfident(alg="maskgit_plus", temperature=0.8).scores_by_law
+    den = OracleDenoiser(synthetic_chain(12, 3, eps=0.1, seed=2))
+    for t in (1.0, 0.8):  # at temperature 1 the draws are bounded: the law's provider computes q(x̂) anyway
+        x_plus = _draws(Dream(den, alg="maskgit_plus", temperature=t), den)[0]
+        x_least = _draws(LeastConfident(den, alg="maskgit_plus", temperature=t), den)[0]
+        assert not torch.equal(x_plus, x_least), t  # the flag, an attribute before, kept q(x̂) at t = 1

@@ -41,7 +41,7 @@ from dllm_lit.decoding import ranking_options, with_tie_rule
 from dllm_lit.samplers.draws import StepUniforms, sharpen
 from dllm_lit.decoding import check_top_p, top_k_filter, top_p_filter
 from dllm_lit.decoding import coin_decode_steps
-from dllm_lit.samplers.rule import GUMBEL_SLOT, RuleSampler
+from dllm_lit.samplers.rule import GUMBEL_SLOT, RuleSampler, law_probability_score
 from dllm_lit.decoding import ENVELOPE_SLACK as NEGENT_BOUND_SLACK
 
 __all__ = ["Dream", "ALGS", "GUMBEL_SLOT", "NEGENT_BOUND_SLACK", "dream_grid", "dream_schedule", "dream_law"]
@@ -109,7 +109,7 @@ class Dream(RuleSampler):
         self.top_k = checks.optional_integer("top_k", top_k)
         self.eps = checks.real("eps", eps, 0.0, 1.0, low_open=True, high_open=True)
         self.order = "random" if alg == "origin" else "score"
-        self.reads_tokens = self.scores_by_law = alg == "maskgit_plus"
+        self.reads_tokens = alg == "maskgit_plus"
         self.position_temperature = self.alg_temp if alg != "origin" and self.alg_temp else None
         #: entropy / margin: scores computed only where a row-free bound lets them be among the best (identical draws)
         self.use_score_bound = True
@@ -144,6 +144,7 @@ class Dream(RuleSampler):
     def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
         return None if self.temperature == 0 else dream_law(probs, self.temperature, self.top_p, self.top_k)
 
+    @law_probability_score(when=lambda rule: rule.alg == "maskgit_plus")  # q(x̂): the engine reads it from the draw
     def score(self, probs: torch.Tensor, tok: torch.Tensor | None, pos: torch.Tensor | None) -> torch.Tensor:
         q = dream_law(probs, self.temperature, self.top_p, self.top_k)
         if self.alg == "maskgit_plus":

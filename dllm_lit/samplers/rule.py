@@ -41,7 +41,7 @@ from dllm_lit.decoding import GUMBEL_SLOT, decode, random_order_steps
 from dllm_lit.samplers.base import Sampler
 from dllm_lit.samplers.selection import TIE_RULES, transfer_schedule
 
-__all__ = ["RuleSampler", "BOUNDS", "ORDERS", "GUMBEL_SLOT", "posterior_probability_score"]
+__all__ = ["RuleSampler", "BOUNDS", "ORDERS", "GUMBEL_SLOT", "posterior_probability_score", "law_probability_score"]
 
 #: score bounds a rule may declare: None, or "pmax" (score <= max_v p(x0 = v | x) at every position)
 BOUNDS = (None, "pmax")
@@ -54,6 +54,17 @@ def posterior_probability_score(score):
     engine may read it from the row the draw computed instead of computing the row again."""
     score.posterior_probability = True
     return score
+
+
+def law_probability_score(when=lambda rule: True):
+    """Mark a rule's ``score`` as the proposal's probability under the normalised proposal law (MaskGIT's
+    confidence) for the rules where ``when(rule)`` holds (Dream: ``alg`` maskgit_plus), so that the engine may read it
+    from the draw where its provider computes the law anyway."""
+    def mark(score):
+        score.law_probability = when
+        return score
+
+    return mark
 
 
 class RuleSampler(Sampler):
@@ -80,9 +91,6 @@ class RuleSampler(Sampler):
     #: "entropy" / "topk_margin": the score is sum_v q log(q + 1e-10) / q_(1) - q_(2) of the normalised proposal law q
     #: (Dream's), so on the exact oracle the engine may also bound it from reference rows (score_envelopes)
     envelope: str | None = None
-    #: True: ``score`` is the proposal's probability under the (normalised) proposal law (MaskGIT's confidence); the
-    #: engine then reads it from the draw where its provider computes the law anyway
-    scores_by_law: bool = False
     #: reuse posterior rows between steps where the provider can (exact: False recomputes them, same draws)
     use_cache: bool = True
     #: False for a rule whose counts ignore ``steps`` (one row, steps "-", NFE from its counts; ``counts(n, None)``)
@@ -94,6 +102,13 @@ class RuleSampler(Sampler):
         """Whether ``score`` is marked :func:`posterior_probability_score` (p(tok) exactly): the engine then reads the
         score from the draw's row.  A subclass that overrides ``score`` drops the mark."""
         return getattr(type(self).score, "posterior_probability", False)
+
+    @property
+    def scores_by_law(self) -> bool:
+        """Whether ``score`` is marked :func:`law_probability_score` and the mark's condition holds for this rule: the
+        engine then reads the score from the draw.  A subclass that overrides ``score`` drops the mark."""
+        when = getattr(type(self).score, "law_probability", None)
+        return when is not None and bool(when(self))
 
     # ------------------------------------------------------------------ the rule
     def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
