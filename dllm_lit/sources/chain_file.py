@@ -22,4 +22,5 @@ class ChainFile(ChainSource):
         return self._chain
 
     def decoder(self) -> TextDecoder:
-        return IdDecoder(self._chain.vocab_size, self._chain.metadata.get("itos"))
+        chain = self.built_chain()
+        return IdDecoder(chain.vocab_size, chain.metadata.get("itos"))
