@@ -68,7 +68,7 @@ def hmm_posterior(world: HMMWorld, z: torch.Tensor, channel: EvidenceChannel = A
     Bsz, T = z.shape
     S, V = world.num_states, world.vocab_size
     z = z.long()
-    ops = WorldProducts(world, dtype, dev)
+    ops = world.products if dtype == torch.float64 and dev.type == "cpu" else WorldProducts(world, dtype, dev)
     ones = torch.ones(Bsz, S, dtype=dtype, device=dev)
     b = torch.empty(Bsz, T, S, dtype=dtype, device=dev)
     b[:, T - 1] = 1.0 / S

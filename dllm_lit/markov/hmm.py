@@ -187,7 +187,8 @@ class HMMWorld:
     @property
     def products(self) -> WorldProducts:
         """m A, (A m^T)^T and m B in float64 on the CPU with each row's bits independent of its batch: what every
-        per-sequence path (log-probabilities, evidences, conditional samples, max-product) uses."""
+        per-sequence path (log-probabilities, evidences, conditional samples, max-product, the oracle's posterior)
+        uses; built once (a dense world holds A^T beside A)."""
         if self._products is None:
             self._products = WorldProducts(self)
         return self._products
