@@ -14,7 +14,8 @@ law given the tokens drawn so far and the whole canvas) uses the right messages 
 
 Uniforms are counter-based (``Stream.CHAIN``, step 1, slot 0 at position t), and every product and normaliser is
 an index-order sum (:attr:`~dllm_lit.markov.hmm.HMMWorld.products`, no BLAS): sequence n's numbers and draws depend
-only on (seed, n) and its canvas, never on the batch or its chunking.  Cost O(N T (S V + cost of m A)); memory N T S float64 for the right messages, in chunks of rows.
+only on (seed, n) and its canvas, never on the batch or its chunking.  Cost O(N T (S V + cost of m A)); memory
+N T S float64 for the right messages, in chunks of rows.
 
 The exact pair law of two adjacent free positions (forward-backward, :func:`pair_rows`), with a_t the forward
 (predictive) message, a_0 = mu, a_{t+1} propto (a_t o E_t) A:

@@ -19,7 +19,8 @@ Equal bounds leave in lexicographic order of the prefixes (the queue's tie rule)
 index-order one (:attr:`~dllm_lit.markov.hmm.HMMWorld.products`, no BLAS), so a node's bound is a function of its
 prefix alone, whatever else is computed beside it: the same terms in the same order tie exactly and the tie rule
 decides.  Probabilities equal in exact arithmetic through different terms (a first-order chain's permuted
-transitions) may differ in their last bits, so callers compare log-probabilities with a tolerance.  Computed in log space with a normalised vector per node: any T.
+transitions) may differ in their last bits, so callers compare log-probabilities with a tolerance.  Computed in log
+space with a normalised vector per node: any T.
 """
 from __future__ import annotations
 
