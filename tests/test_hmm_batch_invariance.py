@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from dllm_lit.denoisers import ABSORBING, HMMOracleDenoiser, MaskedUniform, UniformNoise, hmm_posterior
-from dllm_lit.denoisers import hmm_products
-from dllm_lit.denoisers.hmm_products import WorldProducts, normalised, numba_available
-from dllm_lit.markov import HMMWorld
+from dllm_lit.markov import HMMWorld, products
+from dllm_lit.markov.products import WorldProducts, normalised, numba_available
 from dllm_lit.sources import KthOrderChars, SwitchingChains
 from dllm_lit.sources.hmm_synthetic import synthetic_hmm
 from test_hmm_world import context_world, random_world
@@ -58,7 +57,7 @@ def test_torch_ops_give_the_compiled_bits(kind, monkeypatch) -> None:
         z = tokens(world, 6, 16, channel.num_symbols(world.vocab_size), seed=7)
         fast = hmm_posterior(world, z, channel, leave_one_out=loo)
         with monkeypatch.context() as m:
-            m.setattr(hmm_products, "numba_available", lambda: False)
+            m.setattr(products, "numba_available", lambda: False)
             assert torch.equal(hmm_posterior(world, z, channel, leave_one_out=loo), fast)
 
 
@@ -120,7 +119,7 @@ def test_compiled_and_torch_products_give_the_same_bits(make, monkeypatch) -> No
     fast = every(m)
     for i in (0, 5, 36):
         assert all(torch.equal(f[i:i + 1], g) for f, g in zip(fast, every(m[i:i + 1])))
-    monkeypatch.setattr(hmm_products, "numba_available", lambda: False)
+    monkeypatch.setattr(products, "numba_available", lambda: False)
     slow = every(m)
     assert all(torch.equal(f, g) for f, g in zip(fast, slow))
     A = world.dense_transition()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dllm_lit.denoisers.hmm_products import TINY, numba_available, torch_product
+from dllm_lit.markov.products import TINY, numba_available, torch_product
 from dllm_lit.util.reductions import fixed_order_sum
 
 __all__ = ["first_order_posterior", "first_order_posterior_torch", "numba_available", "TINY"]

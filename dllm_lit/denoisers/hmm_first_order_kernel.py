@@ -13,7 +13,7 @@ import math
 import numba
 import numpy as np
 
-from dllm_lit.denoisers.hmm_products import TINY
+from dllm_lit.markov.products import TINY
 
 __all__ = ["first_order_batch", "BLOCK"]
 

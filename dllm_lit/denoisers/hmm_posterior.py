@@ -18,7 +18,7 @@ backward pass, E(z_t) o b_t vanishing drops the evidence beyond t and A (.) vani
 a posterior that vanishes falls back to the left-only law.  Cost O(B T (S V + cost of m A)), memory B T S
 for the right messages.  Runs on any device, in float64 (the reference) or float32.
 
-Every product (m A, A m^T, m B) and every normaliser is one of :mod:`~dllm_lit.denoisers.hmm_products`': summed in
+Every product (m A, A m^T, m B) and every normaliser is one of :mod:`~dllm_lit.markov.products`': summed in
 index order by separate IEEE operations (a numba kernel on the CPU in float64, the same bits by torch ops
 elsewhere), never by BLAS, whose rounding of a row depends on how many rows share the call.  Each row's numbers are
 therefore the same whatever the batch, the chunking, the order of the rows, and the rows' fallbacks (each fallback
@@ -36,7 +36,7 @@ import torch
 
 from dllm_lit.denoisers.channels import ABSORBING, EvidenceChannel
 from dllm_lit.denoisers.hmm_first_order import first_order_posterior
-from dllm_lit.denoisers.hmm_products import WorldProducts, normalise_or, normalised
+from dllm_lit.markov.products import WorldProducts, normalise_or, normalised
 from dllm_lit.markov.hmm import HMMWorld
 
 __all__ = ["hmm_posterior", "hmm_likelihood_tables"]
@@ -68,7 +68,7 @@ def hmm_posterior(world: HMMWorld, z: torch.Tensor, channel: EvidenceChannel = A
     Bsz, T = z.shape
     S, V = world.num_states, world.vocab_size
     z = z.long()
-    ops = WorldProducts(world, dtype, dev)
+    ops = world.products if dtype == torch.float64 and dev.type == "cpu" else WorldProducts(world, dtype, dev)
     ones = torch.ones(Bsz, S, dtype=dtype, device=dev)
     b = torch.empty(Bsz, T, S, dtype=dtype, device=dev)
     b[:, T - 1] = 1.0 / S

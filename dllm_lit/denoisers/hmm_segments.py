@@ -16,7 +16,7 @@ A segment's rows depend only on its key (how it starts, its tokens), and each is
 per-row operations whatever else is batched with it, so they are kept in a bounded LRU memo: between two
 sampler steps only the segments whose evidence changed are recomputed (at 256 steps on T = 256, one or two
 per row).  Results are the same with the memo on or off, and for any batch composition (tested: torch.equal):
-every product and normaliser is one of :mod:`~dllm_lit.denoisers.hmm_products`' (index-order sums of separate IEEE
+every product and normaliser is one of :mod:`~dllm_lit.markov.products`' (index-order sums of separate IEEE
 multiplications and additions, :func:`~dllm_lit.util.reductions.fixed_order_sum`'s tree), never a BLAS call or
 ``torch.sum``, whose rounding can depend on the number of rows and their alignment (a memo row would then differ
 from a fresh one by an ulp).
@@ -28,7 +28,7 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-from dllm_lit.denoisers.hmm_products import (context_blocks, context_sums, left_product, normalise_or, normalised,
+from dllm_lit.markov.products import (context_blocks, context_sums, left_product, normalise_or, normalised,
                                              right_product)
 from dllm_lit.markov.hmm import HMMWorld
 

@@ -9,7 +9,9 @@ A *finite-horizon* world (``horizon = H``: a prompted task, whose states carry t
 its sequences have exactly H tokens, ``mu`` is the law of the first state (not checked for invariance), and its
 position-free summaries (``stationary``, the n-gram marginals) are averages over the H positions.
 
-A is held in one of two forms, both behind :meth:`right` (m A) and :meth:`left` (A m^T, row-wise):
+A is held in one of two forms, both behind :meth:`right` (m A) and :meth:`left` (A m^T, row-wise), BLAS products
+for the computations that are not per sequence (the stationary law, enumerations), and behind :attr:`products`
+(:mod:`~dllm_lit.markov.products`: index-order sums, each row a function of itself alone) for the per-sequence ones:
 
 * dense: ``A`` float64 [S, S];
 * context (an order-k chain over V tokens, S = V^k): state s = (y_1..y_k) in base V, the next state is
@@ -29,6 +31,7 @@ import torch
 from dllm_lit import rng
 from dllm_lit.util.hashing import sha256_tensors
 from dllm_lit.markov.chain import ChainError, MarkovChain, inverse_cdf, inverse_cdf_1d
+from dllm_lit.markov.products import WorldProducts, normalised
 
 __all__ = ["HMMWorld", "ROW_SUM_TOL"]
 
@@ -111,6 +114,7 @@ class HMMWorld:
         self.initial = mu
         self._fingerprint: str | None = None
         self._bigram_chain: MarkovChain | None = None
+        self._products: WorldProducts | None = None
 
     @staticmethod
     def num_states_of(transition, context_rows) -> int:
@@ -180,8 +184,18 @@ class HMMWorld:
         return A
 
     # ------------------------------------------------------------------ operators
+    @property
+    def products(self) -> WorldProducts:
+        """m A, (A m^T)^T and m B in float64 on the CPU with each row's bits independent of its batch: what every
+        per-sequence path (log-probabilities, evidences, conditional samples, max-product, the oracle's posterior)
+        uses; built once (a dense world holds A^T beside A)."""
+        if self._products is None:
+            self._products = WorldProducts(self)
+        return self._products
+
     def right(self, m: torch.Tensor) -> torch.Tensor:
-        """m A for m [n, S] (any float dtype and device)."""
+        """m A for m [n, S] (any float dtype and device) by BLAS: a row's rounding depends on n (per-sequence
+        paths use :attr:`products`)."""
         if self.A is not None:
             return m @ self.A.to(device=m.device, dtype=m.dtype)
         S, V = self.rows.shape
@@ -232,23 +246,20 @@ class HMMWorld:
 
     # ------------------------------------------------------------------ probabilities
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
-        """Exact log p(x) by the scaled forward algorithm, float64 [N] (probabilities floored at 1e-300)."""
+        """Exact log p(x) by the scaled forward algorithm, float64 [N] (probabilities floored at 1e-300); each
+        sequence's value does not depend on its batch (:attr:`products`)."""
         if x.dim() != 2:
             raise ChainError(f"x must have shape [N, T], got {tuple(x.shape)}")
         if x.numel() and (x.min() < 0 or x.max() >= self.vocab_size):
             raise ChainError(f"x token ids must lie in [0, V={self.vocab_size})")
         self.check_length(x.shape[1])
         x = x.cpu().long()
-        Bt = self.B.T.contiguous()
-        f = self.initial[None] * Bt[x[:, 0]]
-        s = f.sum(1)
-        lp = s.clamp_min(1e-300).log()
-        f = f / s.clamp_min(1e-300)[:, None]
+        Bt, ops = self.B.T.contiguous(), self.products
+        f, s, _ = normalised(self.initial[None] * Bt[x[:, 0]])
+        lp = s[:, 0].clamp_min(1e-300).log()
         for t in range(1, x.shape[1]):
-            f = self.right(f) * Bt[x[:, t]]
-            s = f.sum(1)
-            lp = lp + s.clamp_min(1e-300).log()
-            f = f / s.clamp_min(1e-300)[:, None]
+            f, s, _ = normalised(ops.right(f) * Bt[x[:, t]])
+            lp = lp + s[:, 0].clamp_min(1e-300).log()
         return lp
 
     # ------------------------------------------------------------------ sampling

@@ -12,8 +12,10 @@ law given the tokens drawn so far and the whole canvas) uses the right messages 
     beta_{T-1} = 1,   beta_{t-1} propto A (E_t o beta_t)
     p(x_t = v | x_<t, z) propto [z_t = MASK or v = z_t] sum_s a_t(s) B(s, v) beta_t(s),   a_{t+1} propto (a_t o B(., x_t)) A
 
-Uniforms are counter-based (``Stream.CHAIN``, step 1, slot 0 at position t): sequence n depends only on
-(seed, n).  Cost O(N T (S V + cost of m A)); memory N T S float64 for the right messages, in chunks of rows.
+Uniforms are counter-based (``Stream.CHAIN``, step 1, slot 0 at position t), and every product and normaliser is
+an index-order sum (:attr:`~dllm_lit.markov.hmm.HMMWorld.products`, no BLAS): sequence n's numbers and draws depend
+only on (seed, n) and its canvas, never on the batch or its chunking.  Cost O(N T (S V + cost of m A)); memory
+N T S float64 for the right messages, in chunks of rows.
 
 The exact pair law of two adjacent free positions (forward-backward, :func:`pair_rows`), with a_t the forward
 (predictive) message, a_0 = mu, a_{t+1} propto (a_t o E_t) A:
@@ -29,6 +31,7 @@ import torch
 from dllm_lit import rng
 from dllm_lit.markov.chain import inverse_cdf
 from dllm_lit.markov.hmm import HMMWorld
+from dllm_lit.markov.products import dense_product, normalised
 
 __all__ = ["emission_table", "log_evidence", "pair_rows", "sample_given", "CONDITIONAL_STEP"]
 
@@ -49,7 +52,7 @@ def log_evidence(world: HMMWorld, z: torch.Tensor, weights: torch.Tensor | None 
     With ``weights`` w [N, T, V] >= 0: log sum_x p(x) prod_t w_t(x_t) over the x agreeing with z (a tilted
     evidence: E_p[exp(sum_t g_t(x_t)) | z] = exp(log_evidence(z, e^g) - log_evidence(z)))."""
     z = z.cpu().long()
-    E = emission_table(world)
+    E, ops, Bt = emission_table(world), world.products, world.B.T.contiguous()
     N, T = z.shape
     a = world.initial.expand(N, -1)
     out = torch.zeros(N, dtype=torch.float64)
@@ -58,13 +61,10 @@ def log_evidence(world: HMMWorld, z: torch.Tensor, weights: torch.Tensor | None 
             e = E[z[:, t]]
         else:  # sum_v [v allowed by z_t] w_t(v) B(., v)
             allowed = (z[:, t, None] == world.vocab_size) | (z[:, t, None] == torch.arange(world.vocab_size))
-            e = (weights[:, t].to(torch.float64) * allowed) @ world.B.T
-        f = a * e
-        c = f.sum(1)
-        out += c.log()  # log 0 = -inf stays -inf
-        ok = c > 0
-        f = torch.where(ok[:, None], f / c.clamp_min(1e-300)[:, None], world.initial)
-        a = world.right(f)
+            e = dense_product(weights[:, t].to(torch.float64) * allowed, Bt)
+        f, c, _ = normalised(a * e)
+        out += c[:, 0].log()  # log 0 = -inf stays -inf
+        a = ops.right(torch.where(c > 0, f, world.initial))
     return out
 
 
@@ -75,9 +75,8 @@ def _right_messages(world: HMMWorld, z: torch.Tensor, E: torch.Tensor) -> torch.
     b = torch.empty(N, T, S, dtype=torch.float64)
     b[:, T - 1] = 1.0 / S
     for t in range(T - 1, 0, -1):
-        m = world.left(E[z[:, t]] * b[:, t])
-        s = m.sum(1, keepdim=True)
-        b[:, t - 1] = torch.where(s > 0, m / s.clamp_min(1e-300), torch.full_like(m, 1.0 / S))
+        m, s, _ = normalised(world.products.left(E[z[:, t]] * b[:, t]))
+        b[:, t - 1] = torch.where(s > 0, m, torch.full_like(m, 1.0 / S))
     return b
 
 
@@ -88,14 +87,13 @@ def _left_messages(world: HMMWorld, z: torch.Tensor, E: torch.Tensor) -> torch.T
     a = torch.empty(N, T, world.num_states, dtype=torch.float64)
     a[:, 0] = world.initial
     for t in range(T - 1):
-        f = a[:, t] * E[z[:, t]]
-        c = f.sum(1, keepdim=True)
-        a[:, t + 1] = world.right(torch.where(c > 0, f / c.clamp_min(1e-300), world.initial))
+        f, c, _ = normalised(a[:, t] * E[z[:, t]])
+        a[:, t + 1] = world.products.right(torch.where(c > 0, f, world.initial))
     return a
 
 
 def _normalised(w: torch.Tensor) -> torch.Tensor:
-    return w / w.sum(1, keepdim=True).clamp_min(1e-300)
+    return normalised(w)[0]
 
 
 @torch.no_grad()
@@ -106,23 +104,16 @@ def pair_rows(world: HMMWorld, z: torch.Tensor, m: torch.Tensor, t: torch.Tensor
     E = emission_table(world)
     used, m = torch.unique(m.cpu(), return_inverse=True)  # messages of the queried canvases only
     fwd, bwd = _left_messages(world, z[used], E), _right_messages(world, z[used], E)
-    t, a = t.cpu(), a.cpu()
+    t, a, ops = t.cpu(), a.cpu(), world.products
     rows = max(1, _MESSAGE_BYTES // (8 * 3 * world.num_states))
     out = []
     for i in range(0, m.numel(), rows):
         mi, ti, ai = m[i:i + rows], t[i:i + rows], a[i:i + rows]
         at = fwd[mi, ti]
-        first = _normalised(_emit(world, at * bwd[mi, ti])).gather(1, ai[:, None])
-        nxt = world.right(_normalised(at * world.B[:, ai].T))
-        out.append(first * _normalised(_emit(world, nxt * bwd[mi, ti + 1])))
+        first = _normalised(ops.emit(at * bwd[mi, ti])).gather(1, ai[:, None])
+        nxt = ops.right(_normalised(at * world.B[:, ai].T))
+        out.append(first * _normalised(ops.emit(nxt * bwd[mi, ti + 1])))
     return torch.cat(out) if out else torch.zeros(0, world.vocab_size, dtype=torch.float64)
-
-
-def _emit(world: HMMWorld, m: torch.Tensor) -> torch.Tensor:
-    """sum_s m(s) B(s, v) for m [N, S]: [N, V]."""
-    if world.order is not None:  # state s emits s mod V
-        return m.view(m.shape[0], -1, world.vocab_size).sum(1)
-    return m @ world.B
 
 
 @torch.no_grad()
@@ -134,7 +125,7 @@ def sample_given(world: HMMWorld, z: torch.Tensor, seed: int, indices: torch.Ten
     rows = max(1, _MESSAGE_BYTES // (8 * max(T, 1) * world.num_states))
     if N > rows:
         return torch.cat([sample_given(world, z[i:i + rows], seed, indices[i:i + rows]) for i in range(0, N, rows)])
-    V = world.vocab_size
+    V, ops = world.vocab_size, world.products
     E = emission_table(world)
     b = _right_messages(world, z, E)
     keys = rng.sequence_keys(seed, indices.cpu(), rng.Stream.CHAIN)
@@ -142,10 +133,8 @@ def sample_given(world: HMMWorld, z: torch.Tensor, seed: int, indices: torch.Ten
     x = torch.empty(N, T, dtype=torch.long)
     a = world.initial.expand(N, -1)
     for t in range(T):
-        w = _emit(world, a * b[:, t])
+        w = ops.emit(a * b[:, t])
         drawn = inverse_cdf(w.cumsum(1), u[:, t])
         x[:, t] = torch.where(z[:, t] < V, z[:, t], drawn)
-        f = a * E[x[:, t]]
-        f = f / f.sum(1, keepdim=True).clamp_min(1e-300)
-        a = world.right(f)
+        a = ops.right(_normalised(a * E[x[:, t]]))
     return x

@@ -15,9 +15,12 @@ probability: the first is the mode, the first k the k best.  When the state is a
 first-order chain, an order-k context chain) the bound is exact and the search walks straight to the mode
 (Viterbi); for a hidden-state HMM it may branch, and ``max_nodes`` caps the work (a one-line refusal).
 
-Equal bounds leave in lexicographic order of the prefixes (the queue's tie rule); probabilities equal in exact
-arithmetic (a first-order chain's permuted transitions) may differ in their last bits along different paths, so
-callers compare log-probabilities with a tolerance.  Computed in log space with a normalised vector per node: any T.
+Equal bounds leave in lexicographic order of the prefixes (the queue's tie rule).  Every product and sum is an
+index-order one (:attr:`~dllm_lit.markov.hmm.HMMWorld.products`, no BLAS), so a node's bound is a function of its
+prefix alone, whatever else is computed beside it: the same terms in the same order tie exactly and the tie rule
+decides.  Probabilities equal in exact arithmetic through different terms (a first-order chain's permuted
+transitions) may differ in their last bits, so callers compare log-probabilities with a tolerance.  Computed in log
+space with a normalised vector per node: any T.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import torch
 from dllm_lit.markov.chain import ChainError
 from dllm_lit.markov.hmm import HMMWorld
 from dllm_lit.markov.hmm_conditional import emission_table
+from dllm_lit.markov.products import dense_product, row_sums
 
 __all__ = ["k_best", "max_product_bounds", "SearchBudgetError", "DEFAULT_NODE_BYTES", "DEFAULT_MAX_NODES"]
 
@@ -49,11 +53,11 @@ def max_product_bounds(world: HMMWorld, z: torch.Tensor) -> torch.Tensor:
     """log W_t(s) [T, S] (module docstring) for one canvas z [T]; -inf where no completion is possible."""
     z = z.cpu().long()
     T, S, V = z.numel(), world.num_states, world.vocab_size
-    E = emission_table(world)
+    E, ops = emission_table(world), world.products
     logW = torch.zeros(T, S, dtype=torch.float64)
     w, C = torch.ones(S, dtype=torch.float64), 0.0
     for t in range(T - 1, 0, -1):
-        cand = world.left(E[_allowed(int(z[t]), V)] * w[None])  # [n_allowed, S]
+        cand = ops.left(E[_allowed(int(z[t]), V)] * w[None])  # [n_allowed, S]
         m = cand.max(0).values
         c = float(m.max())
         if c <= 0:
@@ -77,7 +81,7 @@ def k_best(world: HMMWorld, z: torch.Tensor, k: int, max_nodes: int | None = Non
     if T == 0:
         return torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, dtype=torch.float64)
     budget = int(max_nodes) if max_nodes is not None else min(DEFAULT_MAX_NODES, max(1024, DEFAULT_NODE_BYTES // (8 * S)))
-    E = emission_table(world)
+    E, ops = emission_table(world), world.products
     logW = max_product_bounds(world, z)
     shift = logW.max(1, keepdim=True).values.clamp_min(-1e300)  # rows of W scaled to max 1
     W = (logW - shift).exp()
@@ -88,15 +92,15 @@ def k_best(world: HMMWorld, z: torch.Tensor, k: int, max_nodes: int | None = Non
     def expand(prefix: tuple[int, ...], f: torch.Tensor | None, ls: float) -> None:
         nonlocal pushes
         t = len(prefix)
-        a = world.initial if f is None else world.right(f[None])[0]
+        a = world.initial if f is None else ops.right(f[None])[0]
         toks = allowed[t]
         g = E[toks] * a[None]  # [n, S]
-        mass = g.sum(1)
+        mass = row_sums(g)
         ok = mass > 0
         g, mass, toks = g[ok] / mass[ok, None], mass[ok], toks[ok]
         lj = ls + mass.log()
         last = t == T - 1
-        bound = lj if last else lj + shift[t, 0] + (g @ W[t]).log()
+        bound = lj if last else lj + shift[t, 0] + dense_product(g, W[t, :, None])[:, 0].log()
         keep = (bound > float("-inf")).nonzero().reshape(-1).tolist()
         pushes += len(keep)
         if pushes > budget:

@@ -1,7 +1,7 @@
-"""The compiled products of :mod:`dllm_lit.denoisers.hmm_products` (numba; imported on first use).
+"""The compiled products of :mod:`dllm_lit.markov.products` (numba; imported on first use).
 
 Each output number is the same sum, in the same index order, of separately rounded IEEE products as the torch
-loops of :mod:`~dllm_lit.denoisers.hmm_products` compute (no fused multiply-add: numba compiles without
+loops of :mod:`~dllm_lit.markov.products` compute (no fused multiply-add: numba compiles without
 fast-math), so both give the same bits for any batch; the loops put the contiguous axis innermost so that they
 vectorise across independent outputs."""
 from __future__ import annotations
