@@ -103,9 +103,9 @@ COLUMNS: tuple[tuple[str, Any], ...] = (
 
 #: the line under the table: what the columns are and where the rest is
 LEGEND = ("nats per token. Quote the certified sequence-KL bracket: each end a one-sided 95% bound (- where no bound\n"
-          "holds: the upper end needs an order that ignores the tokens and N >= 32); seq KL upper: its estimate;\n"
-          "kl_excess: transition KL minus that of exact samples (an estimate); kl: the paper's plug-in KL, to compare\n"
-          "rows of one run. All columns: metrics.csv, docs/metrics.md")
+          "holds: the upper end needs an order that ignores the tokens, N >= 32 and log q - log p not equal in every\n"
+          "sequence); seq KL upper: its estimate; kl_excess: transition KL minus that of exact samples (an\n"
+          "estimate); kl: the paper's plug-in KL, to compare rows of one run. All columns: metrics.csv, docs/metrics.md")
 
 
 def _bracket(row: dict[str, Any]) -> str:
