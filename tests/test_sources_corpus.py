@@ -468,17 +468,3 @@ def test_sparsity_is_one_nested_group_in_configs_and_on_the_command_line(tmp_pat
         assert info.value.code == 2
         err = capsys.readouterr().err
         assert f"error: {message}" in err and "Traceback" not in err, err
-
-
-def test_decoder_before_build_says_so(tmp_path) -> None:
-    """A decoder that reads the chain (the id decoder of a chain file, an artifact, the default) before ``build()``:
-    one clear error, not an AttributeError or a decoder of vocabulary 0."""
-    from dllm_lit.markov import save_chain, synthetic_chain
-    from dllm_lit.sources import ChainFile, Synthetic
-
-    save_chain(synthetic_chain(6, 2, eps=0.1, seed=0), tmp_path / "chain.pt")
-    for src in (ChainFile(str(tmp_path / "chain.pt")), Synthetic(vocab_size=6, top_k=2)):
-        with pytest.raises(RuntimeError, match=r"call build\(\) first"):
-            src.decoder()
-        src.build()
-        assert src.decoder().vocab_size == 6

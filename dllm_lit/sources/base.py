@@ -63,16 +63,8 @@ class ChainSource(ABC):
         """Build (or load from ``cache_dir``) the chain."""
 
     def decoder(self) -> TextDecoder:
-        """Token ids as text; the default joins ids (:class:`IdDecoder`) and needs the chain (:meth:`built_chain`)."""
-        return IdDecoder(self.built_chain().vocab_size)
-
-    def built_chain(self) -> MarkovChain:
-        """The chain :meth:`build` kept; a clear error before it (a decoder that reads the chain needs it)."""
         chain = getattr(self, "_chain", None)
-        if chain is None:
-            raise RuntimeError(f"{type(self).__name__}.decoder() reads the chain that build() keeps in self._chain: "
-                               "call build() first (a build() that does not keep it needs a decoder() of its own)")
-        return chain
+        return IdDecoder(chain.vocab_size if chain is not None else 0)
 
     def describe(self) -> dict[str, Any]:
         """The source's class and options, JSON-serialisable (run metadata), in the shape of its config entry:

@@ -22,5 +22,4 @@ class ChainFile(ChainSource):
         return self._chain
 
     def decoder(self) -> TextDecoder:
-        chain = self.built_chain()
-        return IdDecoder(chain.vocab_size, chain.metadata.get("itos"))
+        return IdDecoder(self._chain.vocab_size, self._chain.metadata.get("itos"))

@@ -39,7 +39,7 @@ class PaperArtifact(ChainSource):
         return self._chain
 
     def decoder(self) -> TextDecoder:
-        return IdDecoder(self.built_chain().vocab_size, self._extras.get("itos"))
+        return IdDecoder(self._chain.vocab_size, self._extras.get("itos"))
 
 
 def _first(d: dict[str, Any], *keys: str) -> Any:
