@@ -80,9 +80,9 @@ def test_stability_paths_change_no_draw(den, options) -> None:
 
 
 def test_a_rule_declaring_scores_by_prob_scores_the_posterior_probability() -> None:
-    """``scores_by_prob`` (a ``score`` marked ``posterior_probability_score``): the engine reads the score from the
-    draw's row instead of calling ``score``, so every exported rule that declares it must score exactly p(tok), and
-    a subclass that overrides ``score`` (PC-Sampler's positional weight) loses the mark."""
+    """``scores_by_prob`` (a ``score`` marked ``posterior_probability_score``): the engine scores from the draw's
+    p(tok) by ``score_from_probability`` instead of calling ``score``, so every exported rule that declares it must
+    score exactly that (PC-Sampler's calibrated confidence included; a subclass overriding ``score`` loses the mark)."""
     from dllm_lit import samplers
 
     g = torch.Generator().manual_seed(0)
@@ -91,11 +91,16 @@ def test_a_rule_declaring_scores_by_prob_scores_the_posterior_probability() -> N
     tok, pos = torch.randint(0, 5, (6,), generator=g), torch.arange(6) + 3
     declaring = [c for c in samplers.load_all() if isinstance(c, type) and issubclass(c, RuleSampler)
                  and getattr(c.score, "posterior_probability", False)]
-    assert {c.__name__ for c in declaring} == {"LLaDA", "FastDLLM"}
+    assert {c.__name__ for c in declaring} == {"LLaDA", "FastDLLM", "PCSampler"}
+    chain = synthetic_chain(5, 3, eps=0.1, seed=0)
+    p_tok = probs.gather(1, tok[:, None]).squeeze(1)
     for cls in declaring:
         rule = cls()
+        rule.connect(chain)
         assert rule.scores_by_prob
-        assert torch.equal(rule.score(probs, tok, pos), probs.gather(1, tok[:, None]).squeeze(1)), cls.__name__
+        assert torch.equal(rule.score(probs, tok, pos), rule.score_from_probability(p_tok, tok, pos)), cls.__name__
+        if cls.__name__ != "PCSampler":  # PC-Sampler: exp(-lambda i) min(alpha, p(tok) (-log pi(tok)))
+            assert torch.equal(rule.score(probs, tok, pos), p_tok), cls.__name__
 
 
 def test_llada_computes_each_drawn_row_once_where_rows_are_not_memoised(monkeypatch) -> None:

@@ -172,8 +172,8 @@ def decode_rule(rule: RuleSampler, x: torch.Tensor, indices: torch.Tensor, steps
             s = view.get("score")
         elif rule.scores_by_law and view.tok_prob is not None:  # the law's probability, from the draw
             s = view.tok_prob.to(torch.float64)
-        elif rule.scores_by_prob and view.tok_prob is not None and log_q is None:  # p(tok), from the draw's row
-            s = view.tok_prob.to(torch.float64)
+        elif rule.scores_by_prob and view.tok_prob is not None and log_q is None:  # of p(tok), from the draw's row
+            s = rule.score_from_probability(view.tok_prob, view.tok, view.p)
         elif not rule.reads_tokens and view.drawn_rows is None and hasattr(view.post, "cache"):
             s = view.row_feature(row_score)  # rows recomputed once per distinct neighbourhood
         else:

@@ -130,7 +130,7 @@ class LLaDA(Prompted, RuleSampler):
 
     @posterior_probability_score  # the engine reads p(x̂) from the draw's row
     def score(self, probs: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        return probs.gather(1, tok[:, None]).squeeze(1).to(torch.float64)  # the confidence p(x̂)
+        return self.score_from_probability(probs.gather(1, tok[:, None]).squeeze(1), tok, pos)  # of p(x̂)
 
     def blocks(self, seq_len: int) -> list[tuple[int, int]]:
         return block_bounds(seq_len, self.prompt_length(), self.block_length)

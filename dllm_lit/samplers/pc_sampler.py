@@ -79,6 +79,7 @@ class PCSampler(LLaDA):
         top = float(self._neg_log_bg(pmax.device).max().clamp(min=0.0))
         return self._decay(pos) * (pmax * top).clamp(max=self.alpha) * (1.0 + 1e-12)
 
-    def score(self, probs: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        calibrated = (super().score(probs, tok, pos) * self._neg_log_bg(tok.device)[tok]).clamp(max=self.alpha)
+    def score_from_probability(self, p_tok: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        # LLaDA's marked score calls this with p(x̂), so the engine may read p(x̂) from the draw's row
+        calibrated = (p_tok.to(torch.float64) * self._neg_log_bg(tok.device)[tok]).clamp(max=self.alpha)
         return self._decay(pos) * calibrated

@@ -50,8 +50,9 @@ ORDERS = ("score", "random")
 
 
 def posterior_probability_score(score):
-    """Mark a rule's ``score`` as the proposal's posterior probability p(tok) (LLaDA's confidence), so that the
-    engine may read it from the row the draw computed instead of computing the row again."""
+    """Mark a rule's ``score`` as a function of the proposal's posterior probability p(tok) alone, namely
+    ``score_from_probability(p(tok), tok, pos)`` (LLaDA's confidence, PC-Sampler's calibrated one), so that the engine
+    may read p(tok) from the row the draw computed instead of computing the row again."""
     score.posterior_probability = True
     return score
 
@@ -109,6 +110,11 @@ class RuleSampler(Sampler):
         engine then reads the score from the draw.  A subclass that overrides ``score`` drops the mark."""
         when = getattr(type(self).score, "law_probability", None)
         return when is not None and bool(when(self))
+
+    def score_from_probability(self, p_tok: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """A score marked :func:`posterior_probability_score` from p(tok) [n] (the row's dtype), the proposals ``tok``
+        and their positions ``pos``: float64 [n], the same bits as ``score``.  The default: p(tok) itself."""
+        return p_tok.to(torch.float64)
 
     # ------------------------------------------------------------------ the rule
     def propose(self, probs: torch.Tensor) -> torch.Tensor | None:
