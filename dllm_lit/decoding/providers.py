@@ -33,7 +33,7 @@ import torch
 from dllm_lit import checks, rng
 from dllm_lit.denoisers.local import LocalDenoiser, neighbour_distances
 from dllm_lit.decoding.confidence_decoding import BlockDecoding, StepView, decode_blocks
-from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries
+from dllm_lit.samplers.draws import StepUniforms, categorical, drawn_log_prob, neighbour_queries, row_chunks
 from dllm_lit.decoding.neighbourhood_rows import NeighbourhoodRows, rows_by_key
 from dllm_lit.decoding.reference import GUMBEL_SLOT, check_bound, check_count, draw, reference_decode
 
@@ -161,7 +161,10 @@ def decode_rule(rule: RuleSampler, x: torch.Tensor, indices: torch.Tensor, steps
             # bounded: the rows once per view (the score reads them again), the bound tightened to their maxima
             probs = view.get("probs")
             view.post.tighten(view, probs.amax(-1).to(torch.float64))
-            return categorical(rule.propose(probs), u)
+            chunks = row_chunks(probs.shape[0], probs.shape[-1], probs.device)  # row-wise: chunks stay in cache
+            if len(chunks) <= 1:
+                return categorical(rule.propose(probs), u)
+            return torch.cat([categorical(rule.propose(probs[sl]), u[sl]) for sl in chunks])
         if view.post.draws_law:  # the provider draws from the rule's law where it keeps the rows
             tok, view.tok_prob = view.post.draw_law(view, u)
             return tok
@@ -189,7 +192,8 @@ def decode_rule(rule: RuleSampler, x: torch.Tensor, indices: torch.Tensor, steps
         return s
 
     plan = BlockDecoding(features, widths, propose, score, rule.tie_rule, tie_u, use_cache=rule.use_cache,
-                         fresh=("probs",) if bounded or at_commits else (),
+                         # greedy with a stored score reads only "argmax" and "score": no [B, L, V] store of rows
+                         fresh=("probs",) if bounded or at_commits or (greedy and stored_score) else (),
                          law=rule.propose if (bounded or at_commits) and not greedy else None,
                          score_reads_tokens=rule.reads_tokens, law_scores=rule.scores_by_law and bounded and not greedy)
     if rule.adaptive:
