@@ -14,7 +14,8 @@ background token frequency; under the oracle f_bg is the chain's stationary law 
 counts token frequencies in a corpus).  The k best scores commit (ties by ``tie_rule``).
 lambda = 0 removes the positional decay; a large lambda decodes nearly left to right.
 
-A rule (:mod:`dllm_lit.samplers.rule`): LLaDA's with this score.  The score can exceed max_v p (when -log pi > 1)
+A rule (:mod:`dllm_lit.samplers.rule`): LLaDA's with this score, written as ``score_from_probability`` (a function
+of p(x̂) alone, which the engine reads from the draw's row).  The score can exceed max_v p (when -log pi > 1)
 but not exp(-lambda (i - lo)) min(alpha, max_v p max_v -log(pi(v) + 1e-9)): the rule declares that ``score_bound``
 and takes the bounded provider on the exact oracle.
 """
