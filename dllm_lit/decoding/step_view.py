@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from dllm_lit.samplers.draws import StepUniforms
+from dllm_lit.samplers.draws import StepUniforms, row_chunks
 
 if TYPE_CHECKING:
     from dllm_lit.decoding.compact_decoding import CompactBlock
@@ -64,22 +64,13 @@ class StepView:
         if cache is not None and cache.local and cache.z is not None:
             distinct = cache.den.distinct_rows(cache.neighbour_query(self.rows, self.p))
             if distinct is not None:
-                return _chunked(derive, distinct[0]).index_select(0, distinct[1])
+                rows = distinct[0]  # row-wise, in chunks that stay in cache (at V = 4096 one batch went to memory)
+                chunks = row_chunks(rows.shape[0], rows.shape[-1], rows.device)
+                derived = derive(rows) if len(chunks) <= 1 else torch.cat([derive(rows[sl]) for sl in chunks])
+                return derived.index_select(0, distinct[1])
         return derive(self.get("probs"))
 
     def uniforms(self, u: StepUniforms, slot: int = 0) -> torch.Tensor:
         """``u`` at (step, covered position)."""
         return u.at(self.j, self.b, self.p, slot)
 
-
-#: elements of one chunk of rows for a row-wise derivation (float64: 1 MiB): several passes over a chunk stay in cache
-DERIVE_CHUNK_ELEMENTS = 2**17
-
-
-def _chunked(derive: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-    """``derive(rows)`` for a row-wise ``derive``, in chunks of rows (the same values; at V = 4096 a thousand rows in
-    one batch made each of its passes a trip to memory)."""
-    n = max(1, DERIVE_CHUNK_ELEMENTS // max(1, rows.shape[-1]))
-    if rows.shape[0] <= n:
-        return derive(rows)
-    return torch.cat([derive(rows[i:i + n]) for i in range(0, rows.shape[0], n)])
